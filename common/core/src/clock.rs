@@ -1,0 +1,54 @@
+//! Wall-clock time as milliseconds since the Unix epoch.
+//!
+//! Stored times are plain integers so that every store can compare them in a condition
+//! (DynamoDB numbers, SQLite integers) and sort them in an index key.
+
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch (UTC).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(transparent)]
+pub struct Millis(pub i64);
+
+impl Millis {
+    /// The current time from the system clock.
+    pub fn now() -> Self {
+        let d = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Millis(d.as_millis() as i64)
+    }
+
+    /// This time plus a duration (saturating).
+    pub fn plus(self, d: Duration) -> Self {
+        Millis(
+            self.0
+                .saturating_add(d.as_millis().min(i64::MAX as u128) as i64),
+        )
+    }
+
+    /// The duration from `earlier` to `self`, zero when `earlier` is later.
+    pub fn since(self, earlier: Millis) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)
+    }
+
+    /// A fixed-width, lexically sortable rendering for index sort keys.
+    pub fn sort_key(self) -> String {
+        format!("{:015}", self.0.max(0))
+    }
+
+    /// RFC 3339 rendering for people.
+    pub fn to_rfc3339(self) -> String {
+        let nanos = (self.0 as i128) * 1_000_000;
+        time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| self.0.to_string())
+    }
+}

@@ -1,0 +1,22 @@
+//! Tessera's domain model and ports.
+//!
+//! Everything that is a *rule* of the system and does not depend on where it runs lives
+//! here: typed ids, tasks and jobs with their states, progress events, job specs with
+//! validation and fingerprints, error classes, and the traits (ports) that the embedded
+//! and AWS adapters implement. Nothing in this crate knows SQLite, S3 or DynamoDB.
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod domain;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod job;
+pub mod ports;
+pub mod records;
+pub mod spec;
+pub mod task;
+
+pub use clock::Millis;
+pub use error::{Classify, ErrorClass};
+pub use ids::{DatasetId, ImageId, JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId};

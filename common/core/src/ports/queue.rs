@@ -1,0 +1,120 @@
+//! The queue: at-least-once delivery of small "task X may be runnable" messages (SQS, or
+//! a SQLite table in embedded mode). It is never the truth about a task; the state
+//! store is.
+
+use crate::error::{Classify, ErrorClass};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How a queue behaves; set when the queue is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSettings {
+    /// How long a received message stays invisible unless deleted or extended.
+    pub visibility: Duration,
+    /// Deliveries after which a message moves to the dead-letter queue instead of being
+    /// delivered again (SQS's maxReceiveCount).
+    pub max_receives: u32,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            visibility: Duration::from_secs(30),
+            max_receives: 10,
+        }
+    }
+}
+
+/// One received message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Stable across deliveries.
+    pub message_id: String,
+    /// Valid for this delivery only: needed to delete, extend or archive it.
+    pub receipt: String,
+    /// The body as sent.
+    pub body: String,
+    /// How many times it has been delivered, this time included.
+    pub receive_count: u32,
+}
+
+/// Errors of the queue.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The queue was never created.
+    #[error("queue `{0}` does not exist; create it first")]
+    NoSuchQueue(String),
+    /// The receipt belongs to an earlier delivery (the message became visible again and
+    /// was received by someone else); the action was not applied.
+    #[error("receipt is stale: message {0} was delivered again since")]
+    StaleReceipt(String),
+    /// The request is invalid (body too large, delay too long, bad name).
+    #[error("invalid queue request: {0}")]
+    Invalid(String),
+    /// The queue could not be reached; retrying may help.
+    #[error("queue unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl Classify for QueueError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            QueueError::Unavailable(_) | QueueError::StaleReceipt(_) => ErrorClass::Transient,
+            QueueError::NoSuchQueue(_) | QueueError::Invalid(_) => ErrorClass::Permanent,
+        }
+    }
+}
+
+/// Largest message body, as on SQS.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// The queue port. Every queue has a dead-letter queue named `<name>-dlq`.
+#[async_trait]
+pub trait Queue: Send + Sync + 'static {
+    /// Create the queue and its dead-letter queue if missing; idempotent.
+    async fn ensure(&self, queue: &str, settings: QueueSettings) -> Result<(), QueueError>;
+
+    /// Send one message, invisible for `delay`.
+    async fn send(&self, queue: &str, body: &str, delay: Duration) -> Result<String, QueueError>;
+
+    /// Receive up to `max` visible messages, waiting up to `wait` for the first. Each is
+    /// hidden for the queue's visibility timeout. A message already delivered
+    /// `max_receives` times goes to the dead-letter queue instead.
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, QueueError>;
+
+    /// Acknowledge: the message is gone.
+    async fn delete(&self, queue: &str, receipt: &str) -> Result<(), QueueError>;
+
+    /// Keep a message hidden for `visibility` from now (a long task's heartbeat), or
+    /// make it visible again sooner (zero).
+    async fn extend(
+        &self,
+        queue: &str,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), QueueError>;
+
+    /// Move the delivered message to the dead-letter queue now (poison: archived on the
+    /// first try), recording why.
+    async fn archive(&self, queue: &str, receipt: &str, reason: &str) -> Result<(), QueueError>;
+
+    /// Messages currently visible, in flight, and in the dead-letter queue.
+    async fn depth(&self, queue: &str) -> Result<QueueDepth, QueueError>;
+}
+
+/// Approximate queue depth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDepth {
+    /// Ready to be received.
+    pub visible: u64,
+    /// Received and not yet deleted, or delayed.
+    pub hidden: u64,
+    /// In the dead-letter queue.
+    pub dead: u64,
+}

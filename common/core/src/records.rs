@@ -1,0 +1,139 @@
+//! How typed records map onto state-store items: keys, index entries and bodies.
+//!
+//! One table, DynamoDB single-table style. Every record's key is written here once.
+//!
+//! | record | pk | sk | by_parent | by_due |
+//! | --- | --- | --- | --- | --- |
+//! | task | `TASK#<id>` | `TASK` | `JOB#<job>` / `TASK#<id>` | `DUE#<state>` / `<due ms>#<id>` |
+//! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS` / `<id>` | — |
+//! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
+//! | cache entry | `CACHE#<key>` | `CACHE` | — | — |
+//! | event | `EVENTS#<job>` | `<seq, 12 digits>` | — | — |
+
+use crate::ids::{JobId, TaskId, TenantId};
+use crate::job::Job;
+use crate::ports::state_store::{Condition, Item, ItemKey, StoreError};
+use crate::task::{Task, TaskState};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+/// Key of a task.
+pub fn task_key(id: TaskId) -> ItemKey {
+    ItemKey::new(format!("TASK#{id}"), "TASK")
+}
+
+/// Key of a job.
+pub fn job_key(id: JobId) -> ItemKey {
+    ItemKey::new(format!("JOB#{id}"), "JOB")
+}
+
+/// The by-parent partition holding a job's tasks.
+pub fn job_tasks_partition(id: JobId) -> String {
+    format!("JOB#{id}")
+}
+
+/// The by-parent partition holding a tenant's jobs.
+pub fn tenant_jobs_partition(tenant: &TenantId) -> String {
+    format!("TENANT#{tenant}#JOBS")
+}
+
+/// The by-due partition for tasks in `state`.
+pub fn due_partition(state: TaskState) -> String {
+    format!("DUE#{state}")
+}
+
+/// Key of the fingerprint record that makes identical submissions one job.
+pub fn fingerprint_key(tenant: &TenantId, kind: &str, fingerprint: &str) -> ItemKey {
+    ItemKey::new(format!("FP#{tenant}#{kind}#{fingerprint}"), "FP")
+}
+
+/// Key of a cached task result.
+pub fn cache_key(key: &str) -> ItemKey {
+    ItemKey::new(format!("CACHE#{key}"), "CACHE")
+}
+
+/// Partition of a job's events.
+pub fn events_partition(job: JobId) -> String {
+    format!("EVENTS#{job}")
+}
+
+/// Key of one event.
+pub fn event_key(job: JobId, seq: u64) -> ItemKey {
+    ItemKey::new(events_partition(job), format!("{seq:012}"))
+}
+
+/// The condition every worker write carries: the task is still running under the
+/// worker's epoch. A worker whose lease was taken over (higher epoch) or revoked (forced
+/// cancel, reaped) fails it.
+pub fn fenced(epoch: u64) -> Condition {
+    Condition::All(vec![
+        Condition::field_eq("state", TaskState::Running.as_str()),
+        Condition::field_eq("epoch", epoch),
+    ])
+}
+
+fn to_body<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("records serialize to JSON objects")
+}
+
+/// Decode an item's body into a record, attaching the store's revision.
+pub fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+    serde_json::from_value(item.body.clone()).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "record {} / {} does not parse: {e}",
+            item.key.pk, item.key.sk
+        ))
+    })
+}
+
+/// A task as an item.
+pub fn task_item(task: &Task) -> Item {
+    Item {
+        key: task_key(task.id),
+        body: to_body(task),
+        by_parent: Some(ItemKey::new(
+            job_tasks_partition(task.job_id),
+            format!("TASK#{}", task.id),
+        )),
+        by_due: task.due_at().map(|due| {
+            let state = if task.state == TaskState::Succeeded {
+                "advance".to_string()
+            } else {
+                task.state.to_string()
+            };
+            ItemKey::new(
+                format!("DUE#{state}"),
+                format!("{}#{}", due.sort_key(), task.id),
+            )
+        }),
+        rev: task.rev,
+    }
+}
+
+/// An item as a task.
+pub fn task_from(item: &Item) -> Result<Task, StoreError> {
+    let mut t: Task = decode(item)?;
+    t.rev = item.rev;
+    Ok(t)
+}
+
+/// A job as an item.
+pub fn job_item(job: &Job) -> Item {
+    Item {
+        key: job_key(job.id),
+        body: to_body(job),
+        by_parent: Some(ItemKey::new(
+            tenant_jobs_partition(&job.tenant),
+            job.id.to_string(),
+        )),
+        by_due: None,
+        rev: job.rev,
+    }
+}
+
+/// An item as a job.
+pub fn job_from(item: &Item) -> Result<Job, StoreError> {
+    let mut j: Job = decode(item)?;
+    j.rev = item.rev;
+    Ok(j)
+}

@@ -1,0 +1,470 @@
+//! Job specs as validated data, and their fingerprints.
+//!
+//! A spec is parsed with serde (unknown fields rejected) and then validated field by
+//! field; every problem names the field and says how to fix it, and all problems are
+//! reported at once. The fingerprint is SHA-256 over the canonical JSON of the spec with
+//! `priority` removed and a schema version inside, so the same work submitted twice (at
+//! any priority) is one job, and a change of schema never collides with old jobs.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// Bumped whenever the meaning of a spec field changes.
+pub const SPEC_SCHEMA_VERSION: u32 = 1;
+
+/// One invalid field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    /// Dotted path of the field (`pairs.overlap`).
+    pub field: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// Every problem found in a spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SpecError {
+    /// The problems, in field order.
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid job spec:")?;
+        for e in &self.errors {
+            write!(f, "\n  - {}: {}", e.field, e.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl crate::Classify for SpecError {
+    fn class(&self) -> crate::ErrorClass {
+        crate::ErrorClass::Permanent
+    }
+}
+
+/// Collects field errors while validating.
+#[derive(Default)]
+pub struct Problems(Vec<FieldError>);
+
+impl Problems {
+    /// Record that `field` is invalid.
+    pub fn add(&mut self, field: &str, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// `Ok` when nothing was recorded.
+    pub fn finish(self) -> Result<(), SpecError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(SpecError { errors: self.0 })
+        }
+    }
+}
+
+/// Parse JSON into a spec type, turning serde's message into a field error.
+pub fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, SpecError> {
+    serde_json::from_value(value).map_err(|e| SpecError {
+        errors: vec![FieldError {
+            field: "spec".into(),
+            message: format!("{e}; see `tessera --help` or the README for the spec format"),
+        }],
+    })
+}
+
+/// SHA-256 (hex) of the canonical form of `spec` for a job kind: object keys sorted,
+/// `priority` removed at the top level, wrapped with the kind and the schema version.
+pub fn fingerprint(kind: &str, spec: &Value) -> String {
+    let mut spec = spec.clone();
+    if let Value::Object(m) = &mut spec {
+        m.remove("priority");
+    }
+    let canonical =
+        serde_json::json!({ "kind": kind, "schema": SPEC_SCHEMA_VERSION, "spec": spec });
+    // serde_json's map is ordered by key (no `preserve_order`), so this is canonical.
+    let text = serde_json::to_string(&canonical).expect("JSON values serialize");
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// COLMAP camera models a reconstruction may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum CameraModel {
+    SimplePinhole,
+    Pinhole,
+    SimpleRadial,
+    Radial,
+    Opencv,
+    OpencvFisheye,
+    FullOpencv,
+}
+
+/// How image pairs are chosen for matching.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PairStrategy {
+    /// Every pair.
+    Exhaustive,
+    /// Each image with the next `overlap` images (video, walks).
+    Sequential {
+        /// How many following images to match.
+        overlap: u32,
+    },
+    /// Images near each other by EXIF GPS.
+    Spatial {
+        /// Neighbours per image.
+        max_neighbors: u32,
+        /// Farthest neighbour in metres.
+        max_distance_m: f64,
+    },
+    /// Retrieval with a vocabulary tree file.
+    VocabTree {
+        /// Object-store key or path of the tree.
+        tree: String,
+        /// Images retrieved per image.
+        num_images: u32,
+    },
+}
+
+/// The mapper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum MapperKind {
+    Incremental,
+    Hierarchical,
+    Global,
+}
+
+/// Bundle adjustment mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaMode {
+    /// One full pass.
+    Standard,
+    /// Poses only, then everything.
+    TwoStage,
+}
+
+/// Georeferencing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Georef {
+    /// Leave the model in its own frame.
+    None,
+    /// Align to EXIF GPS.
+    Gps {
+        /// Target frame: an EPSG code (4978 = ECEF) or `None` for local ENU.
+        target_epsg: Option<u32>,
+    },
+    /// Align to ground control points.
+    Gcp {
+        /// Object-store key or path of the ground control file.
+        file: String,
+        /// Target EPSG code.
+        target_epsg: Option<u32>,
+    },
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum ExportFormat {
+    Ply,
+    Nvm,
+    ColmapText,
+    ColmapBin,
+    PointsBin,
+}
+
+/// The engine backend and the version the job was planned for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Backend name (`colmap`).
+    pub name: String,
+    /// Version requirement (`3.8`), or `None` for whatever is installed.
+    pub version: Option<String>,
+}
+
+/// A reconstruction job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconstructionSpec {
+    /// The project (ULID).
+    pub project: String,
+    /// The image set: a dataset id or an object-store prefix.
+    pub image_set: String,
+    /// Engine backend.
+    pub backend: BackendSpec,
+    /// Camera model.
+    pub camera_model: CameraModel,
+    /// Cap on SIFT features per image.
+    pub max_features: u32,
+    /// Longest image side fed to extraction, in pixels.
+    pub max_image_size: u32,
+    /// Pair selection.
+    pub pairs: PairStrategy,
+    /// Mapper.
+    pub mapper: MapperKind,
+    /// Bundle adjustment.
+    pub ba: BaMode,
+    /// Georeferencing.
+    pub georef: Georef,
+    /// Exports to write.
+    pub exports: Vec<ExportFormat>,
+    /// Scheduling priority, -100..=100; not part of the fingerprint.
+    #[serde(default)]
+    pub priority: i32,
+}
+
+impl ReconstructionSpec {
+    /// Check every field; all problems are reported together.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let mut p = Problems::default();
+        if self.project.parse::<crate::ProjectId>().is_err() {
+            p.add(
+                "project",
+                format!(
+                    "`{}` is not a project id; use the ULID printed when the project was created",
+                    self.project
+                ),
+            );
+        }
+        if self.image_set.trim().is_empty() {
+            p.add(
+                "image_set",
+                "is empty; give a dataset id or an object-store prefix holding the images",
+            );
+        } else if !self.image_set.parse::<crate::DatasetId>().is_ok()
+            && crate::ports::object_store::validate_key(self.image_set.trim_end_matches('/'))
+                .is_err()
+        {
+            p.add("image_set", format!("`{}` is neither a dataset id nor a valid object-store prefix (relative, no `..`)", self.image_set));
+        }
+        if self.backend.name != "colmap" {
+            p.add(
+                "backend.name",
+                format!(
+                    "unknown backend `{}`; the available backend is `colmap`",
+                    self.backend.name
+                ),
+            );
+        }
+        if let Some(v) = &self.backend.version
+            && !v
+                .split('.')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            p.add(
+                "backend.version",
+                format!("`{v}` is not a version like `3.8` or `3.14.1`"),
+            );
+        }
+        if !(256..=65536).contains(&self.max_features) {
+            p.add(
+                "max_features",
+                format!(
+                    "{} is out of range; use 256 to 65536 (8192 is usual)",
+                    self.max_features
+                ),
+            );
+        }
+        if !(320..=16384).contains(&self.max_image_size) {
+            p.add(
+                "max_image_size",
+                format!(
+                    "{} is out of range; use 320 to 16384 pixels",
+                    self.max_image_size
+                ),
+            );
+        }
+        match &self.pairs {
+            PairStrategy::Exhaustive => {}
+            PairStrategy::Sequential { overlap } => {
+                if !(1..=500).contains(overlap) {
+                    p.add(
+                        "pairs.overlap",
+                        format!("{overlap} is out of range; use 1 to 500 (10 is usual)"),
+                    );
+                }
+            }
+            PairStrategy::Spatial {
+                max_neighbors,
+                max_distance_m,
+            } => {
+                if !(1..=500).contains(max_neighbors) {
+                    p.add(
+                        "pairs.max_neighbors",
+                        format!("{max_neighbors} is out of range; use 1 to 500"),
+                    );
+                }
+                if !(max_distance_m.is_finite() && *max_distance_m > 0.0) {
+                    p.add(
+                        "pairs.max_distance_m",
+                        "must be a positive number of metres",
+                    );
+                }
+            }
+            PairStrategy::VocabTree { tree, num_images } => {
+                if tree.trim().is_empty() {
+                    p.add("pairs.tree", "is empty; give the vocabulary tree file");
+                }
+                if !(1..=1000).contains(num_images) {
+                    p.add(
+                        "pairs.num_images",
+                        format!("{num_images} is out of range; use 1 to 1000"),
+                    );
+                }
+            }
+        }
+        match &self.georef {
+            Georef::None => {}
+            Georef::Gps { target_epsg } => check_epsg(&mut p, "georef.target_epsg", *target_epsg),
+            Georef::Gcp { file, target_epsg } => {
+                if file.trim().is_empty() {
+                    p.add(
+                        "georef.file",
+                        "is empty; give the ground control point file",
+                    );
+                }
+                check_epsg(&mut p, "georef.target_epsg", *target_epsg);
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &self.exports {
+            if !seen.insert(*e) {
+                p.add(
+                    "exports",
+                    format!(
+                        "`{}` is listed twice; list each format once",
+                        serde_json::to_value(e)
+                            .unwrap_or_default()
+                            .as_str()
+                            .unwrap_or("?")
+                    ),
+                );
+            }
+        }
+        if !(-100..=100).contains(&self.priority) {
+            p.add(
+                "priority",
+                format!("{} is out of range; use -100 to 100", self.priority),
+            );
+        }
+        p.finish()
+    }
+}
+
+fn check_epsg(p: &mut Problems, field: &str, epsg: Option<u32>) {
+    if let Some(code) = epsg
+        && !(1024..=32767).contains(&code)
+    {
+        p.add(field, format!("{code} is not an EPSG code; use e.g. 4978 (ECEF) or 32633 (UTM 33N), or leave it out for local ENU"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid() -> Value {
+        json!({
+            "project": "01JA0000000000000000000000",
+            "image_set": "datasets/caliterra/images",
+            "backend": {"name": "colmap", "version": "3.8"},
+            "camera_model": "SIMPLE_RADIAL",
+            "max_features": 4096,
+            "max_image_size": 1000,
+            "pairs": {"strategy": "sequential", "overlap": 10},
+            "mapper": "incremental",
+            "ba": "two_stage",
+            "georef": {"mode": "gps", "target_epsg": null},
+            "exports": ["ply", "colmap-bin"],
+            "priority": 5
+        })
+    }
+
+    #[test]
+    fn a_valid_spec_validates() {
+        let spec: ReconstructionSpec = parse(valid()).unwrap();
+        spec.validate().unwrap();
+    }
+
+    #[test]
+    fn every_bad_field_is_named_with_a_fix() {
+        let mut v = valid();
+        v["project"] = json!("nope");
+        v["max_features"] = json!(10);
+        v["pairs"] = json!({"strategy": "sequential", "overlap": 0});
+        v["georef"] = json!({"mode": "gps", "target_epsg": 7});
+        v["exports"] = json!(["ply", "ply"]);
+        v["backend"] = json!({"name": "meshroom", "version": "x"});
+        let spec: ReconstructionSpec = parse(v).unwrap();
+        let err = spec.validate().unwrap_err();
+        let fields: Vec<_> = err.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "project",
+                "backend.name",
+                "backend.version",
+                "max_features",
+                "pairs.overlap",
+                "georef.target_epsg",
+                "exports"
+            ]
+        );
+        assert!(err.to_string().contains("use 256 to 65536"));
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_rejected() {
+        let mut v = valid();
+        v["colour"] = json!("blue");
+        assert!(
+            parse::<ReconstructionSpec>(v)
+                .unwrap_err()
+                .to_string()
+                .contains("colour")
+        );
+        let mut v = valid();
+        v["mapper"] = json!("magic");
+        assert!(parse::<ReconstructionSpec>(v).is_err());
+    }
+
+    #[test]
+    fn fingerprint_ignores_priority_and_key_order_but_not_content() {
+        let a = valid();
+        let mut b = valid();
+        b["priority"] = json!(-40);
+        let mut c = valid();
+        c["max_features"] = json!(8192);
+        // Same content, keys in another order.
+        let d: Value = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(
+            fingerprint("reconstruct", &a),
+            fingerprint("reconstruct", &b)
+        );
+        assert_eq!(
+            fingerprint("reconstruct", &a),
+            fingerprint("reconstruct", &d)
+        );
+        assert_ne!(
+            fingerprint("reconstruct", &a),
+            fingerprint("reconstruct", &c)
+        );
+        assert_ne!(fingerprint("reconstruct", &a), fingerprint("demo", &a));
+        assert_eq!(fingerprint("x", &a).len(), 64);
+    }
+}

@@ -1,0 +1,208 @@
+//! Tasks: the unit of work the engine claims, leases, runs and retries.
+//!
+//! The fields here are the durable truth about a task. The transitions between states
+//! are pure functions in `tessera_engine::lifecycle`, so they can be property-tested
+//! without a store.
+
+use crate::clock::Millis;
+use crate::error::ErrorClass;
+use crate::ids::{JobId, TaskId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Where a task is in its life.
+///
+/// ```text
+/// waiting ──deps done──▶ queued ──claim──▶ running ──▶ succeeded
+///                          ▲                 │ ├──▶ failed    (permanent)
+///                          └──retry/reap─────┘ ├──▶ dead      (poison, or ceiling reached)
+///                                              └──▶ cancelled
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Some dependencies have not succeeded yet.
+    Waiting,
+    /// Runnable once `not_before` has passed.
+    Queued,
+    /// Claimed by a worker that holds a lease.
+    Running,
+    /// Done; `result` holds its output.
+    Succeeded,
+    /// Failed for good with a permanent error.
+    Failed,
+    /// Archived: poison, or the attempt ceiling was reached.
+    Dead,
+    /// Stopped on request.
+    Cancelled,
+}
+
+impl TaskState {
+    /// True for states no transition leaves (except an explicit resume).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Dead | TaskState::Cancelled
+        )
+    }
+
+    /// The stored spelling, as used in conditions and index keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Waiting => "waiting",
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Dead => "dead",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How much memory and time a task may need, from smallest to largest.
+///
+/// A task that fails with a *resource* error is retried one class up; a task that fails
+/// that way in the largest class is dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceClass {
+    /// Fits in a small Lambda: under 512 MiB, seconds.
+    Small,
+    /// Fits in a large Lambda: under 3 GiB, minutes.
+    Medium,
+    /// Needs a container: under 16 GiB.
+    Large,
+    /// Needs a big container (GPU on AWS): under 64 GiB.
+    Xlarge,
+}
+
+impl ResourceClass {
+    /// The next larger class, if any.
+    pub fn next(self) -> Option<ResourceClass> {
+        match self {
+            ResourceClass::Small => Some(ResourceClass::Medium),
+            ResourceClass::Medium => Some(ResourceClass::Large),
+            ResourceClass::Large => Some(ResourceClass::Xlarge),
+            ResourceClass::Xlarge => None,
+        }
+    }
+
+    /// The memory this class may use, in bytes; what the memory gate reserves for a task
+    /// of this class when no better estimate is given.
+    pub fn memory_bytes(self) -> u64 {
+        const MIB: u64 = 1024 * 1024;
+        match self {
+            ResourceClass::Small => 512 * MIB,
+            ResourceClass::Medium => 3 * 1024 * MIB,
+            ResourceClass::Large => 16 * 1024 * MIB,
+            ResourceClass::Xlarge => 64 * 1024 * MIB,
+        }
+    }
+
+    /// Heavy classes go through the memory gate locally and to Batch on AWS.
+    pub fn is_heavy(self) -> bool {
+        self >= ResourceClass::Large
+    }
+}
+
+/// The right to run a task until `expires_at`, held by `owner`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The worker holding the lease (host, pid and a random suffix).
+    pub owner: String,
+    /// When the lease lapses unless renewed by a heartbeat.
+    pub expires_at: Millis,
+}
+
+/// A classified failure, kept on the task for people and for the retry decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskFailure {
+    /// What the engine did with it.
+    pub class: ErrorClass,
+    /// What went wrong and, where possible, what to do about it.
+    pub message: String,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// When.
+    pub at: Millis,
+}
+
+/// One task of one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The task's id.
+    pub id: TaskId,
+    /// The job it belongs to.
+    pub job_id: JobId,
+    /// Which handler runs it (`demo.checksum`, `sfm.extract`, …).
+    pub kind: String,
+    /// A short name unique within the job (`extract`, `checksum-3`), for people.
+    pub name: String,
+    /// The handler's input.
+    pub payload: serde_json::Value,
+    /// Current state.
+    pub state: TaskState,
+    /// Claims so far; never above `max_attempts`.
+    pub attempts: u32,
+    /// The attempt ceiling.
+    pub max_attempts: u32,
+    /// The fencing epoch: increases by one on every claim. Every write a worker makes
+    /// is conditioned on it, so a worker whose lease was taken over cannot write.
+    pub epoch: u64,
+    /// The current lease while running.
+    pub lease: Option<Lease>,
+    /// The last heartbeat.
+    pub heartbeat_at: Option<Millis>,
+    /// Earliest time the task may be claimed (back-off).
+    pub not_before: Millis,
+    /// Memory/time class it runs in now.
+    pub resource_class: ResourceClass,
+    /// The memory this task is expected to need, when a model estimated it; else the
+    /// class's budget applies.
+    #[serde(default)]
+    pub memory_estimate: Option<u64>,
+    /// The last classified failure.
+    pub last_error: Option<TaskFailure>,
+    /// The handler's output once succeeded.
+    pub result: Option<serde_json::Value>,
+    /// When set, a task whose key already succeeded completes at once with that result.
+    pub cache_key: Option<String>,
+    /// Dependencies that have not yet succeeded; the task is `waiting` while non-empty.
+    pub deps_pending: BTreeSet<TaskId>,
+    /// Tasks that depend on this one.
+    pub dependents: Vec<TaskId>,
+    /// Dependents not yet told that this task succeeded. Non-empty only between the
+    /// success write and the last follow-up write of a fan-out larger than one
+    /// transaction; the reaper finishes it if the worker died in between.
+    #[serde(default)]
+    pub advance_pending: Vec<TaskId>,
+    /// When the task was created.
+    pub created_at: Millis,
+    /// When the task reached a terminal state.
+    pub finished_at: Option<Millis>,
+    /// The store's revision of this record, for optimistic concurrency. Not part of the
+    /// stored body: the store owns it.
+    #[serde(skip)]
+    pub rev: u64,
+}
+
+impl Task {
+    /// The time that matters for the reaper: when a queued task becomes due, or when a
+    /// running task's lease lapses. `None` for states the reaper never looks at.
+    pub fn due_at(&self) -> Option<Millis> {
+        match self.state {
+            TaskState::Queued => Some(self.not_before),
+            TaskState::Running => self.lease.as_ref().map(|l| l.expires_at),
+            TaskState::Succeeded if !self.advance_pending.is_empty() => self.finished_at,
+            _ => None,
+        }
+    }
+}
