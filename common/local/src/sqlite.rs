@@ -1,0 +1,35 @@
+//! Opening SQLite the same way everywhere.
+
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a writer waits for another process's lock before reporting the store busy.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Open (creating if needed) a database in WAL mode with a busy timeout.
+///
+/// `synchronous = NORMAL` in WAL mode keeps every committed transaction across a process
+/// crash (SIGKILL); only an OS crash or power loss can drop the last commits.
+pub(crate) fn open(path: &Path, schema: &str) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.execute_batch(schema)?;
+    Ok(conn)
+}
+
+/// True for errors that mean "another process holds the lock".
+pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
