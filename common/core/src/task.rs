@@ -175,6 +175,9 @@ pub struct Task {
     pub result: Option<serde_json::Value>,
     /// When set, a task whose key already succeeded completes at once with that result.
     pub cache_key: Option<String>,
+    /// Every dependency, as planned (never changes).
+    #[serde(default)]
+    pub depends_on: Vec<TaskId>,
     /// Dependencies that have not yet succeeded; the task is `waiting` while non-empty.
     pub deps_pending: BTreeSet<TaskId>,
     /// Tasks that depend on this one.

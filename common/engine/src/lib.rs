@@ -1,1 +1,167 @@
+//! The engine: one code path for every job type and every queue.
+//!
+//! The state store is the truth; a queue message only says "task X may be runnable".
+//! Deliveries are at least once, so every step is idempotent and every effect is a
+//! conditional write:
+//!
+//! - **claim** ([`dispatch`]) is one conditional write that bumps the task's fencing
+//!   epoch; of two racing workers exactly one wins;
+//! - a **heartbeat** runs beside the work and renews the lease under the epoch; losing
+//!   it cancels the work (and kills its subprocesses);
+//! - every write a worker makes (events, results, effects) carries the epoch condition,
+//!   so a worker presumed dead that comes back is refused;
+//! - failures are **classified** before any retry ([`lifecycle`]); the attempt ceiling
+//!   ends in `dead` with the handler's compensating writes in the same transaction;
+//! - finishing a task makes its dependents runnable in the same transaction ([`dag`]);
+//! - the **reaper** ([`reaper`]) re-offers expired leases and lost messages.
+#![deny(missing_docs)]
 
+pub mod context;
+pub mod control;
+pub mod dag;
+pub mod dispatch;
+pub mod error;
+pub mod handler;
+pub mod lifecycle;
+pub mod plan;
+pub mod reaper;
+pub mod retry;
+pub mod worker;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tessera_core::ports::{Compute, EventLog, ObjectStore, Queue, StateStore};
+
+pub use context::TaskContext;
+pub use error::EngineError;
+pub use handler::{Registry, TaskError, TaskHandler, TaskOutput};
+pub use plan::{JobPlan, Submitted, TaskPlan};
+pub use retry::RetryPolicy;
+pub use worker::Worker;
+
+/// The adapters the engine runs on.
+#[derive(Clone)]
+pub struct Ports {
+    /// State: tasks, jobs, cache entries, anything a handler stores.
+    pub store: Arc<dyn StateStore>,
+    /// "Task X may be runnable" messages.
+    pub queue: Arc<dyn Queue>,
+    /// Progress events.
+    pub events: Arc<dyn EventLog>,
+    /// Blobs.
+    pub objects: Arc<dyn ObjectStore>,
+    /// Admission and subprocesses.
+    pub compute: Arc<dyn Compute>,
+}
+
+/// How the engine behaves.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The task queue's name.
+    pub queue: String,
+    /// How long a claim holds a task without a heartbeat.
+    pub lease: Duration,
+    /// How often the heartbeat renews the lease (well under `lease`).
+    pub heartbeat_every: Duration,
+    /// Back-off for transient failures.
+    pub retry: RetryPolicy,
+    /// Attempt ceiling for tasks that do not set one.
+    pub default_max_attempts: u32,
+    /// Who this worker is, for leases and logs.
+    pub owner: String,
+    /// The reaper leaves queued tasks alone until they have been due this long, so it
+    /// only re-offers tasks whose message was really lost.
+    pub reoffer_grace: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            queue: "tasks".into(),
+            lease: Duration::from_secs(30),
+            heartbeat_every: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+            default_max_attempts: 5,
+            owner: worker_identity(),
+            reoffer_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// This config with a lease of `lease` and a heartbeat every third of it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.heartbeat_every = lease / 3;
+        self
+    }
+}
+
+/// `host:pid:random`, unique per worker process start.
+pub fn worker_identity() -> String {
+    let host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "host".into());
+    format!(
+        "{}:{}:{:04x}",
+        host.trim(),
+        std::process::id(),
+        fastrand::u16(..)
+    )
+}
+
+/// Latencies the engine measured, for benchmarks.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    /// Claim latencies in microseconds (the conditional write and its read).
+    pub claim_micros: Mutex<Vec<u32>>,
+}
+
+/// The engine: ports, configuration and the task handlers.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) ports: Ports,
+    pub(crate) config: Arc<EngineConfig>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) stats: Option<Arc<EngineStats>>,
+}
+
+impl Engine {
+    /// An engine on `ports` running the handlers in `registry`.
+    pub fn new(ports: Ports, config: EngineConfig, registry: Registry) -> Self {
+        Engine {
+            ports,
+            config: Arc::new(config),
+            registry: Arc::new(registry),
+            stats: None,
+        }
+    }
+
+    /// Record latencies into `stats`.
+    pub fn with_stats(mut self, stats: Arc<EngineStats>) -> Self {
+        self.stats = Some(stats);
+        self
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &Ports {
+        &self.ports
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Create the task queue if it does not exist.
+    pub async fn ensure_queue(&self) -> Result<(), EngineError> {
+        let settings = tessera_core::ports::QueueSettings {
+            visibility: self.config.lease,
+            max_receives: 50,
+        };
+        self.ports
+            .queue
+            .ensure(&self.config.queue, settings)
+            .await?;
+        Ok(())
+    }
+}

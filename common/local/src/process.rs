@@ -33,6 +33,16 @@ fn wait_for(pid: libc::pid_t) -> std::io::Result<Exit> {
     }
 }
 
+/// Kills the process group when dropped: if the future running the process is dropped
+/// (its task was cancelled from outside), the processes still die.
+struct GroupGuard(libc::pid_t);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
 fn kill_group(pgid: libc::pid_t) {
     // SAFETY: signalling a process group we created; ESRCH (already gone) is fine.
     unsafe {
@@ -81,6 +91,7 @@ pub async fn run(
         source,
     })?;
     let pid = child.id() as libc::pid_t;
+    let _guard = GroupGuard(pid);
 
     let (line_tx, mut line_rx) = mpsc::unbounded_channel::<(Stream, String)>();
     let mut readers = Vec::new();

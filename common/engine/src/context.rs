@@ -1,0 +1,170 @@
+//! What a handler sees while it runs: its task, its job, the ports, fenced event
+//! emission, cancellation, and subprocesses that die with the task.
+
+use crate::handler::TaskError;
+use crate::{Engine, Ports};
+use std::time::Instant;
+use tessera_core::event::{EventKind, Phase};
+use tessera_core::job::Job;
+use tessera_core::ports::compute::{LineSink, ProcessReport, ProcessSpec};
+use tessera_core::ports::event_log::Fence;
+use tessera_core::records;
+use tessera_core::task::Task;
+use tokio_util::sync::CancellationToken;
+
+/// The running task's view of the world.
+pub struct TaskContext {
+    pub(crate) engine: Engine,
+    pub(crate) task: Task,
+    pub(crate) job: Job,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl TaskContext {
+    /// The task as claimed (running, with this worker's epoch).
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// The job, as read when the task was claimed.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// The adapters.
+    pub fn ports(&self) -> &Ports {
+        &self.engine.ports
+    }
+
+    /// The fence every write of this run must carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            task: self.task.id,
+            epoch: self.task.epoch,
+        }
+    }
+
+    /// Cancelled when the lease is lost (taken over, revoked by a forced cancel).
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Store a progress event under the fence.
+    pub async fn emit(&self, kind: EventKind) -> Result<(), TaskError> {
+        self.engine
+            .ports
+            .events
+            .append(
+                self.task.job_id,
+                Some(self.task.id),
+                kind,
+                Some(self.fence()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Announce a phase; returns when it started, for [`Self::phase_completed`].
+    pub async fn phase_started(&self, phase: Phase) -> Result<Instant, TaskError> {
+        self.emit(EventKind::PhaseStarted { phase }).await?;
+        Ok(Instant::now())
+    }
+
+    /// Report progress in a phase.
+    pub async fn progress(
+        &self,
+        phase: Phase,
+        current: u64,
+        total: Option<u64>,
+        rate: Option<f64>,
+    ) -> Result<(), TaskError> {
+        self.emit(EventKind::PhaseProgress {
+            phase,
+            current,
+            total,
+            rate,
+        })
+        .await
+    }
+
+    /// Close a phase.
+    pub async fn phase_completed(&self, phase: Phase, started: Instant) -> Result<(), TaskError> {
+        self.emit(EventKind::PhaseCompleted {
+            phase,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+        .await
+    }
+
+    /// Record a measured figure.
+    pub async fn metric(
+        &self,
+        name: &str,
+        value: f64,
+        unit: Option<&str>,
+    ) -> Result<(), TaskError> {
+        self.emit(EventKind::Metric {
+            name: name.into(),
+            value,
+            unit: unit.map(Into::into),
+        })
+        .await
+    }
+
+    /// A phase boundary: fails with a *cancelled* error when the job's cancel was
+    /// requested or this worker lost its lease. Work done so far stays.
+    pub async fn checkpoint(&self) -> Result<(), TaskError> {
+        if self.cancel.is_cancelled() {
+            return Err(TaskError::cancelled("the task's lease was lost or revoked"));
+        }
+        let job = self
+            .engine
+            .ports
+            .store
+            .get(&records::job_key(self.task.job_id))
+            .await?;
+        if let Some(item) = job
+            && records::job_from(&item)?.cancel.is_some()
+        {
+            return Err(TaskError::cancelled("the job was cancelled"));
+        }
+        Ok(())
+    }
+
+    /// Results of this task's dependencies, by task name.
+    pub async fn upstream_results(&self) -> Result<Vec<(String, serde_json::Value)>, TaskError> {
+        let mut out = Vec::with_capacity(self.task.depends_on.len());
+        for id in &self.task.depends_on {
+            let item = self
+                .engine
+                .ports
+                .store
+                .get(&records::task_key(*id))
+                .await?
+                .ok_or_else(|| {
+                    TaskError::poison(format!(
+                        "dependency {id} of task {} is missing",
+                        self.task.id
+                    ))
+                })?;
+            let t = records::task_from(&item)?;
+            out.push((t.name, t.result.unwrap_or(serde_json::Value::Null)));
+        }
+        Ok(out)
+    }
+
+    /// Run a subprocess that is killed (with its whole process group) when the task is
+    /// cancelled or loses its lease.
+    pub async fn run_process(
+        &self,
+        spec: ProcessSpec,
+        lines: LineSink<'_>,
+    ) -> Result<ProcessReport, TaskError> {
+        Ok(self
+            .engine
+            .ports
+            .compute
+            .run(spec, &self.cancel, lines)
+            .await?)
+    }
+}

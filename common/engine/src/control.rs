@@ -1,0 +1,243 @@
+//! Reading jobs and tasks, and the people's levers: cancel (cooperative or forced) and
+//! resume.
+
+use crate::lifecycle;
+use crate::{Engine, EngineError};
+use serde::Serialize;
+use std::time::Duration;
+use tessera_core::event::EventKind;
+use tessera_core::job::{CancelMode, CancelRequest, Job};
+use tessera_core::ports::state_store::{Condition, Index, Query, StoreError, Write};
+use tessera_core::records;
+use tessera_core::task::{Task, TaskState};
+use tessera_core::{JobId, Millis, TenantId};
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CancelReport {
+    /// Tasks cancelled by this call.
+    pub cancelled: usize,
+    /// Tasks still running that will stop at their next phase boundary.
+    pub stopping: usize,
+}
+
+/// What a resume did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ResumeReport {
+    /// Tasks put back in line.
+    pub requeued: usize,
+}
+
+impl Engine {
+    /// A job by id.
+    pub async fn job(&self, id: JobId) -> Result<Job, EngineError> {
+        match self.ports.store.get(&records::job_key(id)).await? {
+            Some(item) => Ok(records::job_from(&item)?),
+            None => Err(EngineError::NoSuchJob(id)),
+        }
+    }
+
+    /// A page of a tenant's jobs, oldest first; pass the cursor back for the next page.
+    pub async fn list_jobs(
+        &self,
+        tenant: &TenantId,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<Job>, Option<String>), EngineError> {
+        let mut q = Query::partition(
+            Index::ByParent,
+            records::tenant_jobs_partition(tenant),
+            limit,
+        );
+        q.after = after;
+        let page = self.ports.store.query(&q).await?;
+        let jobs = page
+            .items
+            .iter()
+            .map(records::job_from)
+            .collect::<Result<_, _>>()?;
+        Ok((jobs, page.next))
+    }
+
+    /// Every task of a job (read a page at a time).
+    pub async fn job_tasks(&self, id: JobId) -> Result<Vec<Task>, EngineError> {
+        let mut q = Query::partition(Index::ByParent, records::job_tasks_partition(id), 500);
+        let mut out = Vec::new();
+        loop {
+            let page = self.ports.store.query(&q).await?;
+            for item in &page.items {
+                out.push(records::task_from(item)?);
+            }
+            match page.next {
+                Some(c) => q.after = Some(c),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Cancel a job. Waiting and queued tasks are cancelled now. Running tasks stop at
+    /// their next checkpoint (cooperative) or lose their lease now, which kills their
+    /// subprocesses (force).
+    pub async fn cancel(&self, id: JobId, mode: CancelMode) -> Result<CancelReport, EngineError> {
+        loop {
+            let mut job = self.job(id).await?;
+            if job
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.mode == CancelMode::Force || mode == CancelMode::Cooperative)
+            {
+                break;
+            }
+            job.cancel = Some(CancelRequest {
+                mode,
+                at: Millis::now(),
+            });
+            match self
+                .ports
+                .store
+                .put(records::job_item(&job), Condition::Rev(job.rev))
+                .await
+            {
+                Ok(()) => break,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut report = CancelReport::default();
+        for mut task in self.job_tasks(id).await? {
+            loop {
+                let revoke = match task.state {
+                    TaskState::Waiting | TaskState::Queued => true,
+                    TaskState::Running => mode == CancelMode::Force,
+                    _ => false,
+                };
+                if !revoke {
+                    if task.state == TaskState::Running {
+                        report.stopping += 1;
+                    }
+                    break;
+                }
+                let why = match mode {
+                    CancelMode::Force => "job cancelled (forced)",
+                    CancelMode::Cooperative => "job cancelled",
+                };
+                let next = lifecycle::cancelled(&task, Millis::now(), why);
+                let writes = vec![
+                    Write::Put {
+                        item: records::task_item(&next),
+                        condition: Condition::Rev(task.rev),
+                    },
+                    Write::Add {
+                        key: records::job_key(id),
+                        field: "cancelled".into(),
+                        delta: 1,
+                    },
+                ];
+                match self.ports.store.transact(writes).await {
+                    Ok(()) => {
+                        report.cancelled += 1;
+                        break;
+                    }
+                    Err(StoreError::Conflict { .. }) => {
+                        let item = self
+                            .ports
+                            .store
+                            .get(&records::task_key(task.id))
+                            .await?
+                            .ok_or(EngineError::NoSuchTask(task.id))?;
+                        task = records::task_from(&item)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let message = format!(
+            "job cancelled ({mode:?}): {} tasks cancelled, {} stopping at their next checkpoint",
+            report.cancelled, report.stopping
+        );
+        self.ports
+            .events
+            .append(id, None, EventKind::Warning { message }, None)
+            .await?;
+        tracing::info!(job_id = %id, ?mode, cancelled = report.cancelled, stopping = report.stopping, "job cancelled");
+        Ok(report)
+    }
+
+    /// Put a job's failed, dead and cancelled tasks back in line (attempts start over,
+    /// epochs keep growing so old workers stay fenced) and clear its cancel request.
+    pub async fn resume(&self, id: JobId) -> Result<ResumeReport, EngineError> {
+        loop {
+            let mut job = self.job(id).await?;
+            if job.cancel.is_none() {
+                break;
+            }
+            job.cancel = None;
+            match self
+                .ports
+                .store
+                .put(records::job_item(&job), Condition::Rev(job.rev))
+                .await
+            {
+                Ok(()) => break,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut report = ResumeReport::default();
+        for mut task in self.job_tasks(id).await? {
+            loop {
+                let Some(counter) = lifecycle::job_counter(task.state)
+                    .filter(|_| task.state != TaskState::Succeeded)
+                else {
+                    break;
+                };
+                let next = lifecycle::resumed(&task, Millis::now());
+                let writes = vec![
+                    Write::Put {
+                        item: records::task_item(&next),
+                        condition: Condition::Rev(task.rev),
+                    },
+                    Write::Add {
+                        key: records::job_key(id),
+                        field: counter.into(),
+                        delta: -1,
+                    },
+                ];
+                match self.ports.store.transact(writes).await {
+                    Ok(()) => {
+                        report.requeued += 1;
+                        if next.state == TaskState::Queued {
+                            self.offer(&next, Duration::ZERO).await?;
+                        }
+                        break;
+                    }
+                    Err(StoreError::Conflict { .. }) => {
+                        let item = self
+                            .ports
+                            .store
+                            .get(&records::task_key(task.id))
+                            .await?
+                            .ok_or(EngineError::NoSuchTask(task.id))?;
+                        task = records::task_from(&item)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if report.requeued > 0 {
+            self.ports
+                .events
+                .append(
+                    id,
+                    None,
+                    EventKind::LogLine {
+                        line: format!("job resumed: {} tasks requeued", report.requeued),
+                    },
+                    None,
+                )
+                .await?;
+        }
+        tracing::info!(job_id = %id, requeued = report.requeued, "job resumed");
+        Ok(report)
+    }
+}

@@ -1,0 +1,539 @@
+//! One delivery, end to end: parse, admit, claim, run beside a heartbeat, then record
+//! success or a classified failure under the fencing epoch.
+
+use crate::context::TaskContext;
+use crate::handler::{TaskError, TaskOutput};
+use crate::lifecycle::{self, ClaimDecision};
+use crate::plan::TaskMessage;
+use crate::{Engine, EngineError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_core::event::EventKind;
+use tessera_core::ports::compute::ResourceDemand;
+use tessera_core::ports::event_log::{EventLogError, Fence};
+use tessera_core::ports::queue::{Delivery, QueueError};
+use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
+use tessera_core::records;
+use tessera_core::task::{Task, TaskState};
+use tessera_core::{ErrorClass, Millis};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// What became of one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// The task ran; this is its state afterwards.
+    Ran(TaskState),
+    /// Nothing to do (finished, waiting, running elsewhere, not due yet).
+    Skipped(&'static str),
+    /// The message was archived as poison.
+    Poison(String),
+    /// This worker lost the lease while running; nothing was written.
+    LostLease,
+}
+
+/// The result of a claim attempt.
+#[derive(Debug)]
+pub enum Claim {
+    /// This worker now holds the task at `task.epoch`.
+    Claimed(Task),
+    /// The task was not claimable; why.
+    Skipped(&'static str, Option<Millis>),
+}
+
+/// Most rounds a claim or a completion retries after losing a race on another item.
+const RACE_ROUNDS: usize = 64;
+
+impl Engine {
+    /// Handle one queue delivery completely, deleting or archiving its message.
+    pub async fn handle_delivery(&self, d: &Delivery) -> Result<Handled, EngineError> {
+        let queue = &self.config.queue;
+        let msg: TaskMessage = match serde_json::from_str(&d.body) {
+            Ok(m) => m,
+            Err(e) => {
+                let why = format!("unparsable task message: {e}");
+                tracing::warn!(message_id = %d.message_id, error = %why, "archiving poison message");
+                self.ports.queue.archive(queue, &d.receipt, &why).await?;
+                return Ok(Handled::Poison(why));
+            }
+        };
+        let span = tracing::info_span!("task", task_id = %msg.task, job_id = %msg.job, message_id = %d.message_id);
+        async {
+            let Some(item) = self.ports.store.get(&records::task_key(msg.task)).await? else {
+                let why = format!("task {} does not exist", msg.task);
+                tracing::warn!(error = %why, "archiving poison message");
+                self.ports.queue.archive(queue, &d.receipt, &why).await?;
+                return Ok(Handled::Poison(why));
+            };
+            let task = records::task_from(&item)?;
+            let keeper = self.keep_hidden(d.receipt.clone());
+            let outcome = self.claim_and_run(task).await;
+            keeper.cancel();
+            let (handled, delay) = outcome?;
+            let ack = match delay {
+                Some(d_) => self.ports.queue.extend(queue, &d.receipt, d_).await,
+                None => self.ports.queue.delete(queue, &d.receipt).await,
+            };
+            match ack {
+                Ok(()) | Err(QueueError::StaleReceipt(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(handled)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Keep a delivery hidden while this worker works on it; stops on cancel.
+    fn keep_hidden(&self, receipt: String) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let (engine, s) = (self.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = s.cancelled() => return,
+                    _ = tokio::time::sleep(engine.config.heartbeat_every) => {
+                        let q = &engine.config.queue;
+                        if engine.ports.queue.extend(q, &receipt, engine.config.lease).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        stop
+    }
+
+    /// Admit, claim and run; returns what happened and, when the message should come
+    /// back later instead of being deleted, after how long.
+    async fn claim_and_run(&self, task: Task) -> Result<(Handled, Option<Duration>), EngineError> {
+        let _permit = if task.resource_class.is_heavy()
+            && matches!(task.state, TaskState::Queued | TaskState::Running)
+        {
+            let demand = ResourceDemand {
+                class: task.resource_class,
+                memory_bytes: task
+                    .memory_estimate
+                    .unwrap_or_else(|| task.resource_class.memory_bytes()),
+            };
+            match self
+                .ports
+                .compute
+                .admit(demand, &CancellationToken::new())
+                .await
+            {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Cannot ever fit here: a resource failure, retried one class up.
+                    let claimed = match self.claim(task).await? {
+                        Claim::Claimed(t) => t,
+                        Claim::Skipped(why, _) => return Ok((Handled::Skipped(why), None)),
+                    };
+                    let state = self
+                        .fail(&claimed, TaskError::from_classified(e), None)
+                        .await?;
+                    return Ok((state, None));
+                }
+            }
+        } else {
+            None
+        };
+        match self.claim(task).await? {
+            Claim::Claimed(t) => Ok((self.execute(t).await?, None)),
+            Claim::Skipped(why, Some(until)) => {
+                Ok((Handled::Skipped(why), Some(until.since(Millis::now()))))
+            }
+            Claim::Skipped(why, None) => Ok((Handled::Skipped(why), None)),
+        }
+    }
+
+    /// Claim a task: one conditional write that bumps its epoch. Re-reads and decides
+    /// again after losing a race.
+    pub async fn claim(&self, mut task: Task) -> Result<Claim, EngineError> {
+        for _ in 0..RACE_ROUNDS {
+            let started = Instant::now();
+            let now = Millis::now();
+            match lifecycle::decide_claim(&task, now, &self.config.owner, self.config.lease) {
+                ClaimDecision::Claim(mut next) => {
+                    let mut writes = vec![Write::Put {
+                        item: records::task_item(&next),
+                        condition: Condition::Rev(task.rev),
+                    }];
+                    if task.attempts == 0 {
+                        writes.push(Write::Add {
+                            key: records::job_key(task.job_id),
+                            field: "started".into(),
+                            delta: 1,
+                        });
+                    }
+                    match self.ports.store.transact(writes).await {
+                        Ok(()) => {
+                            next.rev = task.rev + 1;
+                            if let Some(stats) = &self.stats {
+                                stats
+                                    .claim_micros
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push(started.elapsed().as_micros() as u32);
+                            }
+                            tracing::debug!(epoch = next.epoch, attempt = next.attempts, "claimed");
+                            return Ok(Claim::Claimed(next));
+                        }
+                        Err(StoreError::Conflict { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                ClaimDecision::Exhausted(dead) => {
+                    match self
+                        .finish_dead(&task, dead, Condition::Rev(task.rev))
+                        .await
+                    {
+                        Ok(()) => return Ok(Claim::Skipped("attempt ceiling reached: dead", None)),
+                        Err(EngineError::Store(StoreError::Conflict { .. })) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                ClaimDecision::NotDue(at) => return Ok(Claim::Skipped("backing off", Some(at))),
+                ClaimDecision::Busy(_) => {
+                    return Ok(Claim::Skipped("running under another lease", None));
+                }
+                ClaimDecision::Waiting => {
+                    return Ok(Claim::Skipped("waiting for dependencies", None));
+                }
+                ClaimDecision::Finished => return Ok(Claim::Skipped("already finished", None)),
+            }
+            match self.ports.store.get(&records::task_key(task.id)).await? {
+                Some(item) => task = records::task_from(&item)?,
+                None => return Err(EngineError::NoSuchTask(task.id)),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "claim of task {} lost {RACE_ROUNDS} races in a row",
+            task.id
+        ))
+        .into())
+    }
+
+    /// Write a dead task (with its handler's compensations and the job counter) in one
+    /// transaction conditioned on `condition`.
+    pub(crate) async fn finish_dead(
+        &self,
+        old: &Task,
+        dead: Task,
+        condition: Condition,
+    ) -> Result<(), EngineError> {
+        let mut writes = vec![
+            Write::Put {
+                item: records::task_item(&dead),
+                condition,
+            },
+            Write::Add {
+                key: records::job_key(dead.job_id),
+                field: "dead".into(),
+                delta: 1,
+            },
+        ];
+        if let Some(h) = self.registry.get(&dead.kind) {
+            writes.extend(h.compensate(old));
+        }
+        self.ports.store.transact(writes).await?;
+        let message = dead
+            .last_error
+            .as_ref()
+            .map_or_else(String::new, |e| e.message.clone());
+        tracing::warn!(task_id = %dead.id, job_id = %dead.job_id, epoch = dead.epoch, error = %message, "task dead");
+        self.emit_unfenced(
+            &dead,
+            EventKind::Error {
+                class: ErrorClass::Transient,
+                message: format!("task `{}` is dead: {message}", dead.name),
+            },
+        )
+        .await;
+        Ok(())
+    }
+
+    pub(crate) async fn emit_unfenced(&self, task: &Task, kind: EventKind) {
+        if let Err(e) = self
+            .ports
+            .events
+            .append(task.job_id, Some(task.id), kind, None)
+            .await
+        {
+            tracing::warn!(task_id = %task.id, error = %e, "could not store event");
+        }
+    }
+
+    /// Run a claimed task beside its heartbeat and record the outcome.
+    pub async fn execute(&self, claimed: Task) -> Result<Handled, EngineError> {
+        let job = match self
+            .ports
+            .store
+            .get(&records::job_key(claimed.job_id))
+            .await?
+        {
+            Some(item) => records::job_from(&item)?,
+            None => {
+                let state = self
+                    .fail(
+                        &claimed,
+                        TaskError::poison(format!(
+                            "job {} of this task does not exist",
+                            claimed.job_id
+                        )),
+                        None,
+                    )
+                    .await?;
+                return Ok(state);
+            }
+        };
+        let cancel = CancellationToken::new();
+        let lost = Arc::new(Mutex::new(false));
+        let stop_beat = CancellationToken::new();
+        let beat = tokio::spawn(self.clone().heartbeat(
+            claimed.clone(),
+            cancel.clone(),
+            stop_beat.clone(),
+            lost.clone(),
+        ));
+
+        let ctx = TaskContext {
+            engine: self.clone(),
+            task: claimed.clone(),
+            job,
+            cancel: cancel.clone(),
+        };
+        let result = self.run_handler(&ctx).await;
+        stop_beat.cancel();
+        let _ = beat.await;
+        if *lost.lock().unwrap_or_else(|p| p.into_inner()) {
+            tracing::warn!(
+                epoch = claimed.epoch,
+                "lease lost while running; this worker writes nothing more"
+            );
+            return Ok(Handled::LostLease);
+        }
+        match result {
+            Ok(out) => self.complete(&claimed, out).await,
+            Err(e) => self.fail(&claimed, e, Some(ctx.fence())).await,
+        }
+    }
+
+    async fn run_handler(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let task = &ctx.task;
+        if let Some(key) = &task.cache_key
+            && let Some(hit) = self.ports.store.get(&records::cache_key(key)).await?
+        {
+            tracing::info!(cache_key = %key, "cache hit: completing with the cached result");
+            return Ok(TaskOutput::result(
+                hit.body.get("result").cloned().unwrap_or_default(),
+            ));
+        }
+        let Some(handler) = self.registry.get(&task.kind) else {
+            return Err(TaskError::poison(format!(
+                "no handler for task kind `{}` in this worker (it knows: {})",
+                task.kind,
+                self.registry.kinds().join(", ")
+            )));
+        };
+        tokio::select! {
+            r = handler.run(ctx) => r,
+            _ = ctx.cancel.cancelled() => Err(TaskError::cancelled("the task's lease was lost or revoked")),
+        }
+    }
+
+    /// Renew the lease under the epoch until stopped; on a refused renewal, mark the
+    /// lease lost and cancel the work.
+    async fn heartbeat(
+        self,
+        claimed: Task,
+        cancel: CancellationToken,
+        stop: CancellationToken,
+        lost: Arc<Mutex<bool>>,
+    ) {
+        let mut current = claimed;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.config.heartbeat_every) => {}
+            }
+            let next = lifecycle::renewed(&current, Millis::now(), self.config.lease);
+            match self
+                .ports
+                .store
+                .put(records::task_item(&next), records::fenced(current.epoch))
+                .await
+            {
+                Ok(()) => current = next,
+                Err(StoreError::Conflict { .. }) => {
+                    *lost.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                    tracing::warn!(task_id = %current.id, epoch = current.epoch, "heartbeat refused: lease lost or revoked; cancelling the work");
+                    cancel.cancel();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(task_id = %current.id, error = %e, "heartbeat failed; will retry")
+                }
+            }
+        }
+    }
+
+    /// Record success under the fence, with the handler's writes, the cache entry and
+    /// the first dependents, in one transaction.
+    async fn complete(&self, claimed: &Task, out: TaskOutput) -> Result<Handled, EngineError> {
+        let fixed = 2 + out.writes.len() + usize::from(claimed.cache_key.is_some());
+        if fixed >= MAX_TRANSACTION_ITEMS {
+            let e = TaskError::permanent(format!(
+                "the handler asked for {} writes with its result; at most {} fit",
+                out.writes.len(),
+                MAX_TRANSACTION_ITEMS - 3
+            ));
+            return self.fail(claimed, e, None).await;
+        }
+        let room = MAX_TRANSACTION_ITEMS - fixed;
+        for _ in 0..RACE_ROUNDS {
+            let now = Millis::now();
+            let mut done = lifecycle::succeeded(claimed, out.result.clone(), now);
+            let first = done.dependents.len().min(room);
+            let (dep_writes, runnable) = self
+                .dependent_writes(claimed.id, &done.dependents[..first], now)
+                .await?;
+            done.advance_pending = done.dependents[first..].to_vec();
+            let mut writes = vec![
+                Write::Put {
+                    item: records::task_item(&done),
+                    condition: records::fenced(claimed.epoch),
+                },
+                Write::Add {
+                    key: records::job_key(claimed.job_id),
+                    field: "succeeded".into(),
+                    delta: 1,
+                },
+            ];
+            if let Some(key) = &claimed.cache_key {
+                let entry = serde_json::json!({ "result": out.result, "task": claimed.id });
+                writes.push(Write::Put {
+                    item: Item::new(records::cache_key(key), entry),
+                    condition: Condition::None,
+                });
+            }
+            let handler_writes = writes.len()..writes.len() + out.writes.len();
+            writes.extend(out.writes.iter().cloned());
+            writes.extend(dep_writes);
+            match self.ports.store.transact(writes).await {
+                Ok(()) => {
+                    tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, "task succeeded");
+                    for r in &runnable {
+                        self.offer(r, Duration::ZERO).await?;
+                    }
+                    if !done.advance_pending.is_empty() {
+                        self.advance(claimed.id).await?;
+                    }
+                    return Ok(Handled::Ran(TaskState::Succeeded));
+                }
+                Err(StoreError::Conflict { index: 0, .. }) => return Ok(Handled::LostLease),
+                Err(StoreError::Conflict { index, .. }) if handler_writes.contains(&index) => {
+                    let e = TaskError::transient(format!(
+                        "write #{} of the task's result conflicted with stored state",
+                        index - handler_writes.start
+                    ));
+                    return self.fail(claimed, e, None).await;
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "completion of task {} lost {RACE_ROUNDS} races in a row",
+            claimed.id
+        ))
+        .into())
+    }
+
+    /// Record a classified failure under the fence: retry, escalate, fail, kill or
+    /// cancel, with the job counter and (when dead) the compensations in the same
+    /// transaction.
+    async fn fail(
+        &self,
+        claimed: &Task,
+        err: TaskError,
+        fence: Option<Fence>,
+    ) -> Result<Handled, EngineError> {
+        let now = Millis::now();
+        let next = lifecycle::failed(
+            claimed,
+            err.class,
+            &err.message,
+            now,
+            &self.config.retry,
+            fastrand::f64(),
+        );
+        let fence = fence.unwrap_or(Fence {
+            task: claimed.id,
+            epoch: claimed.epoch,
+        });
+        let event = if next.state == TaskState::Queued {
+            let why = if next.resource_class != claimed.resource_class {
+                format!("retrying in resource class {:?}", next.resource_class)
+            } else {
+                format!(
+                    "retrying in {:.1} s",
+                    next.not_before.since(now).as_secs_f64()
+                )
+            };
+            EventKind::Warning {
+                message: format!(
+                    "task `{}` attempt {} failed ({}): {}; {why}",
+                    claimed.name, claimed.attempts, err.class, err.message
+                ),
+            }
+        } else {
+            EventKind::Error {
+                class: err.class,
+                message: format!(
+                    "task `{}` {}: {}",
+                    claimed.name,
+                    next.state,
+                    next.last_error.as_ref().map_or("", |e| e.message.as_str())
+                ),
+            }
+        };
+        match self
+            .ports
+            .events
+            .append(claimed.job_id, Some(claimed.id), event, Some(fence))
+            .await
+        {
+            Ok(_) => {}
+            Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
+            Err(e) => return Err(e.into()),
+        }
+        let mut writes = vec![Write::Put {
+            item: records::task_item(&next),
+            condition: records::fenced(claimed.epoch),
+        }];
+        if let Some(counter) = lifecycle::job_counter(next.state) {
+            writes.push(Write::Add {
+                key: records::job_key(claimed.job_id),
+                field: counter.into(),
+                delta: 1,
+            });
+        }
+        if next.state == TaskState::Dead
+            && let Some(h) = self.registry.get(&claimed.kind)
+        {
+            writes.extend(h.compensate(claimed));
+        }
+        match self.ports.store.transact(writes).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict { index: 0, .. }) => return Ok(Handled::LostLease),
+            Err(e) => return Err(e.into()),
+        }
+        tracing::warn!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, class = %err.class, state = %next.state, error = %err.message, "task failed");
+        if next.state == TaskState::Queued {
+            self.offer(&next, next.not_before.since(Millis::now()))
+                .await?;
+        }
+        Ok(Handled::Ran(next.state))
+    }
+}

@@ -1,0 +1,149 @@
+//! Task handlers: what a task kind does, and how it reports failure.
+
+use crate::context::TaskContext;
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tessera_core::ports::state_store::Write;
+use tessera_core::task::Task;
+use tessera_core::{Classify, ErrorClass};
+
+/// A classified failure returned by a handler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct TaskError {
+    /// What the engine does with it.
+    pub class: ErrorClass,
+    /// What failed and what to do about it.
+    pub message: String,
+}
+
+impl TaskError {
+    /// Might succeed unchanged later.
+    pub fn transient(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Transient,
+            message: m.into(),
+        }
+    }
+    /// Out of memory or time: retry one resource class up.
+    pub fn resource(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Resource,
+            message: m.into(),
+        }
+    }
+    /// Bad input: fail now.
+    pub fn permanent(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Permanent,
+            message: m.into(),
+        }
+    }
+    /// Cannot even be interpreted: archive now.
+    pub fn poison(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Poison,
+            message: m.into(),
+        }
+    }
+    /// Stopped on request.
+    pub fn cancelled(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Cancelled,
+            message: m.into(),
+        }
+    }
+
+    /// Wrap any classified error, keeping its class.
+    pub fn from_classified<E: Classify + std::fmt::Display>(e: E) -> Self {
+        TaskError {
+            class: e.class(),
+            message: e.to_string(),
+        }
+    }
+}
+
+macro_rules! from_classified {
+    ($($t:ty),*) => {$(
+        impl From<$t> for TaskError {
+            fn from(e: $t) -> Self {
+                TaskError::from_classified(e)
+            }
+        }
+    )*};
+}
+from_classified!(
+    tessera_core::ports::StoreError,
+    tessera_core::ports::ObjectStoreError,
+    tessera_core::ports::QueueError,
+    tessera_core::ports::EventLogError,
+    tessera_core::ports::ComputeError,
+    tessera_core::spec::SpecError,
+    crate::EngineError
+);
+
+/// What a successful run produces.
+#[derive(Debug, Clone, Default)]
+pub struct TaskOutput {
+    /// The task's result, kept on the task and given to its dependents.
+    pub result: serde_json::Value,
+    /// Extra writes committed in the same transaction as the success, under the fence:
+    /// effects that must happen exactly when the task is recorded as done.
+    pub writes: Vec<Write>,
+}
+
+impl TaskOutput {
+    /// A result with no extra writes.
+    pub fn result(result: serde_json::Value) -> Self {
+        TaskOutput {
+            result,
+            writes: Vec::new(),
+        }
+    }
+}
+
+/// What a task kind does.
+#[async_trait]
+pub trait TaskHandler: Send + Sync + 'static {
+    /// Do the work. Long work calls [`TaskContext::checkpoint`] at phase boundaries
+    /// and runs subprocesses through the context so cancel can stop them.
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError>;
+
+    /// Writes that undo what must not stay visible when the task ends as dead (for
+    /// example unpublishing a photo). They commit in the same transaction as `dead`.
+    fn compensate(&self, _task: &Task) -> Vec<Write> {
+        Vec::new()
+    }
+}
+
+/// Handlers by task kind.
+#[derive(Default, Clone)]
+pub struct Registry {
+    handlers: HashMap<String, Arc<dyn TaskHandler>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register `handler` for `kind` (replacing any earlier one).
+    pub fn register(&mut self, kind: &str, handler: impl TaskHandler) -> &mut Self {
+        self.handlers.insert(kind.to_string(), Arc::new(handler));
+        self
+    }
+
+    /// The handler for `kind`.
+    pub fn get(&self, kind: &str) -> Option<Arc<dyn TaskHandler>> {
+        self.handlers.get(kind).cloned()
+    }
+
+    /// Registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<String> {
+        let mut k: Vec<_> = self.handlers.keys().cloned().collect();
+        k.sort();
+        k
+    }
+}

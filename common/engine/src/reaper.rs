@@ -1,0 +1,99 @@
+//! The reaper: the safety net under at-least-once delivery.
+//!
+//! - A running task whose lease expired belonged to a worker presumed dead: it goes back
+//!   to queued (that attempt counts), or to dead on its final attempt.
+//! - A queued task that has been due for longer than the grace period lost its message
+//!   (a crash between a commit and a send): it is offered again. Duplicates are
+//!   harmless; only one claim can win.
+//! - A succeeded task with dependents not yet told (a crash inside a large fan-out)
+//!   finishes advancing.
+//!
+//! Scheduled by EventBridge on AWS; a loop beside each local worker.
+
+use crate::{Engine, EngineError};
+use serde::Serialize;
+use std::time::Duration;
+use tessera_core::Millis;
+use tessera_core::ports::state_store::{Condition, Index, Query, StoreError};
+use tessera_core::records;
+use tessera_core::task::TaskState;
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReapReport {
+    /// Expired leases put back in line.
+    pub requeued: usize,
+    /// Expired leases on the final attempt, now dead.
+    pub dead: usize,
+    /// Queued tasks offered again.
+    pub reoffered: usize,
+    /// Dependents advanced for crashed fan-outs.
+    pub advanced: usize,
+}
+
+impl Engine {
+    /// One pass over what is due at `now`, at most `limit` items of each kind.
+    pub async fn reap_once(&self, now: Millis, limit: usize) -> Result<ReapReport, EngineError> {
+        let mut report = ReapReport::default();
+        let due_before = |at: Millis| {
+            let mut q = Query::partition(Index::ByDue, String::new(), limit);
+            q.sk_max = Some(format!("{}#~", at.sort_key()));
+            q
+        };
+
+        let mut q = due_before(now);
+        q.pk = records::due_partition(TaskState::Running);
+        for item in self.ports.store.query(&q).await?.items {
+            let task = records::task_from(&item)?;
+            let expired = task.lease.as_ref().is_none_or(|l| l.expires_at <= now);
+            if task.state != TaskState::Running || !expired {
+                continue;
+            }
+            let back = crate::lifecycle::lapsed(&task, now);
+            if back.state == TaskState::Dead {
+                match self
+                    .finish_dead(&task, back, Condition::Rev(task.rev))
+                    .await
+                {
+                    Ok(()) => report.dead += 1,
+                    Err(EngineError::Store(StoreError::Conflict { .. })) => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            match self
+                .ports
+                .store
+                .put(records::task_item(&back), Condition::Rev(task.rev))
+                .await
+            {
+                Ok(()) => {
+                    report.requeued += 1;
+                    tracing::info!(task_id = %task.id, job_id = %task.job_id, epoch = task.epoch, "expired lease re-offered");
+                    self.offer(&back, Duration::ZERO).await?;
+                }
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        let grace_cutoff = Millis(now.0 - self.config.reoffer_grace.as_millis() as i64);
+        let mut q = due_before(grace_cutoff);
+        q.pk = records::due_partition(TaskState::Queued);
+        for item in self.ports.store.query(&q).await?.items {
+            let task = records::task_from(&item)?;
+            if task.state == TaskState::Queued {
+                self.offer(&task, Duration::ZERO).await?;
+                report.reoffered += 1;
+            }
+        }
+
+        let mut q = due_before(grace_cutoff);
+        q.pk = "DUE#advance".into();
+        for item in self.ports.store.query(&q).await?.items {
+            let task = records::task_from(&item)?;
+            report.advanced += self.advance(task.id).await?;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,91 @@
+//! The worker loop: receive deliveries, handle each on its own task up to a
+//! concurrency limit, run the reaper on a timer, and on shutdown finish what is in
+//! flight.
+
+use crate::Engine;
+use crate::dispatch::Handled;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_core::Millis;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// A worker: one engine, several deliveries at a time.
+pub struct Worker {
+    engine: Engine,
+    concurrency: usize,
+    reap_every: Option<Duration>,
+}
+
+impl Worker {
+    /// A worker running up to `concurrency` tasks at once, reaping every `reap_every`
+    /// (none: leave reaping to someone else).
+    pub fn new(engine: Engine, concurrency: usize, reap_every: Option<Duration>) -> Self {
+        Worker {
+            engine,
+            concurrency: concurrency.max(1),
+            reap_every,
+        }
+    }
+
+    /// Run until `shutdown` is cancelled, then wait for the tasks in flight.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.concurrency));
+        let mut reap = tokio::time::interval(self.reap_every.unwrap_or(Duration::from_secs(3600)));
+        reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let queue = self.engine.config.queue.clone();
+        tracing::info!(owner = %self.engine.config.owner, concurrency = self.concurrency, "worker started");
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = reap.tick(), if self.reap_every.is_some() => {
+                    match self.engine.reap_once(Millis::now(), 200).await {
+                        Ok(r) if r != Default::default() => tracing::info!(?r, "reaper pass"),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
+                    }
+                    continue;
+                }
+                p = slots.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            };
+            let free = slots.available_permits() + 1;
+            let batch = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                b = self.engine.ports.queue.receive(&queue, free, Duration::from_millis(500)) => b,
+            };
+            let deliveries = match batch {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let mut permit = Some(first);
+            for d in deliveries {
+                let p = match permit.take() {
+                    Some(p) => p,
+                    None => slots
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .expect("semaphore is never closed"),
+                };
+                let engine = self.engine.clone();
+                tokio::spawn(async move {
+                    match engine.handle_delivery(&d).await {
+                        Ok(Handled::Ran(state)) => tracing::debug!(%state, "delivery handled"),
+                        Ok(other) => tracing::debug!(?other, "delivery handled"),
+                        // The message stays and comes back after its visibility timeout.
+                        Err(e) => {
+                            tracing::warn!(error = %e, message_id = %d.message_id, "delivery failed; it will be retried")
+                        }
+                    }
+                    drop(p);
+                });
+            }
+        }
+        let _ = slots.acquire_many(self.concurrency as u32).await;
+        tracing::info!(owner = %self.engine.config.owner, "worker stopped");
+    }
+}

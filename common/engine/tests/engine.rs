@@ -1,0 +1,629 @@
+//! The engine end to end on the embedded adapters: DAG order, retries by class,
+//! ceilings with compensation, fencing, heartbeats, cancel, cache, fan-out, reaper.
+
+mod support;
+
+use async_trait::async_trait;
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use support::{Harness, plan, run_until_done};
+use tessera_core::event::{EventKind, Phase};
+use tessera_core::job::{CancelMode, JobStatus};
+use tessera_core::ports::compute::ProcessSpec;
+use tessera_core::ports::state_store::{Condition, Item, ItemKey, Write};
+use tessera_core::task::{ResourceClass, Task, TaskState};
+use tessera_core::{ErrorClass, Millis};
+use tessera_engine::dispatch::{Claim, Handled};
+use tessera_engine::{Registry, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
+
+const LEASE: Duration = Duration::from_millis(900);
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Appends its name to the results of its dependencies.
+struct Concat;
+
+#[async_trait]
+impl TaskHandler for Concat {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let started = ctx.phase_started(Phase::Checksum).await?;
+        let mut parts: Vec<String> = ctx
+            .upstream_results()
+            .await?
+            .into_iter()
+            .map(|(_, v)| v.as_str().unwrap_or_default().to_string())
+            .collect();
+        parts.sort();
+        parts.push(ctx.task().name.clone());
+        ctx.phase_completed(Phase::Checksum, started).await?;
+        Ok(TaskOutput::result(json!(parts.join("+"))))
+    }
+}
+
+/// Fails with `class` the first `times` attempts, then succeeds; counts runs.
+struct Flaky {
+    class: ErrorClass,
+    times: u32,
+    runs: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl TaskHandler for Flaky {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        if n <= self.times {
+            return Err(TaskError {
+                class: self.class,
+                message: format!("planned failure {n}"),
+            });
+        }
+        Ok(TaskOutput::result(
+            json!({ "class": ctx.task().resource_class }),
+        ))
+    }
+
+    fn compensate(&self, task: &Task) -> Vec<Write> {
+        vec![Write::Put {
+            item: Item::new(
+                ItemKey::new(format!("UNPUBLISHED#{}", task.id), "X"),
+                json!({ "why": "dead" }),
+            ),
+            condition: Condition::None,
+        }]
+    }
+}
+
+/// Sleeps in small steps, checking for cancel at each step.
+struct Sleeper {
+    ms: u64,
+}
+
+#[async_trait]
+impl TaskHandler for Sleeper {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let steps = self.ms / 50;
+        for _ in 0..steps {
+            ctx.checkpoint().await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(TaskOutput::result(json!("slept")))
+    }
+}
+
+/// Runs `sleep 30` as a subprocess and records its pid.
+struct Subprocess {
+    pid: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl TaskHandler for Subprocess {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let pid = self.pid.clone();
+        let spec = ProcessSpec::new("sh", ["-c", "echo $$; exec sleep 30"]);
+        let report = ctx
+            .run_process(spec, &move |_, line: &str| {
+                if let Ok(p) = line.trim().parse() {
+                    pid.store(p, Ordering::SeqCst);
+                }
+            })
+            .await?;
+        if report.success() {
+            Ok(TaskOutput::result(json!("done")))
+        } else {
+            Err(TaskError::cancelled("killed"))
+        }
+    }
+}
+
+fn registry_with(kind: &str, h: impl TaskHandler) -> Registry {
+    let mut r = Registry::new();
+    r.register(kind, h);
+    r
+}
+
+async fn task_named(engine: &tessera_engine::Engine, job: tessera_core::JobId, name: &str) -> Task {
+    engine
+        .job_tasks(job)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dag_runs_in_dependency_order_and_events_have_no_gaps() {
+    let h = Harness::new();
+    let engine = h.engine(registry_with("concat", Concat), LEASE).await;
+    let t = |n: &str| TaskPlan::new(n, "concat", json!(null));
+    let job = engine
+        .submit(plan(
+            "dag",
+            vec![
+                t("d").after(["b", "c"]),
+                t("b").after(["a"]),
+                t("c").after(["a"]),
+                t("a"),
+            ],
+        ))
+        .await
+        .unwrap();
+    assert!(!job.existing);
+    let done = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(done.status(), JobStatus::Succeeded);
+    let d = task_named(&engine, job.job_id, "d").await;
+    assert_eq!(
+        d.result,
+        Some(json!("a+b+a+c+d")),
+        "d saw b and c, which each saw a"
+    );
+    let events = engine
+        .ports()
+        .events
+        .read_after(job.job_id, 0, 1000)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 8, "two phase events per task");
+    assert!(
+        events
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == i as u64 + 1),
+        "gap-free from 1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_identical_spec_returns_the_existing_job() {
+    let h = Harness::new();
+    let engine = h.engine(registry_with("concat", Concat), LEASE).await;
+    let p = plan("same", vec![TaskPlan::new("a", "concat", json!(null))]);
+    let first = engine.submit(p.clone()).await.unwrap();
+    let mut again = p.clone();
+    again.priority = 50;
+    again.spec["priority"] = json!(50);
+    let second = engine.submit(again).await.unwrap();
+    assert_eq!(second.job_id, first.job_id);
+    assert!(second.existing);
+    let mut other = p;
+    other.spec["label"] = json!("different");
+    assert_ne!(engine.submit(other).await.unwrap().job_id, first.job_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_are_handled_by_class() {
+    let h = Harness::new();
+    let cases = [
+        (
+            ErrorClass::Transient,
+            2,
+            TaskState::Succeeded,
+            3,
+            ResourceClass::Small,
+        ),
+        (
+            ErrorClass::Resource,
+            2,
+            TaskState::Succeeded,
+            3,
+            ResourceClass::Large,
+        ),
+        (
+            ErrorClass::Permanent,
+            1,
+            TaskState::Failed,
+            1,
+            ResourceClass::Small,
+        ),
+        (
+            ErrorClass::Poison,
+            1,
+            TaskState::Dead,
+            1,
+            ResourceClass::Small,
+        ),
+        (
+            ErrorClass::Cancelled,
+            1,
+            TaskState::Cancelled,
+            1,
+            ResourceClass::Small,
+        ),
+    ];
+    for (class, times, state, runs_expected, final_class) in cases {
+        let runs = Arc::new(AtomicU32::new(0));
+        let engine = h
+            .engine(
+                registry_with(
+                    "flaky",
+                    Flaky {
+                        class,
+                        times,
+                        runs: runs.clone(),
+                    },
+                ),
+                LEASE,
+            )
+            .await;
+        let job = engine
+            .submit(plan(
+                &format!("{class}"),
+                vec![TaskPlan::new("f", "flaky", json!(null))],
+            ))
+            .await
+            .unwrap();
+        run_until_done(&engine, job.job_id, WAIT).await;
+        let t = task_named(&engine, job.job_id, "f").await;
+        assert_eq!(t.state, state, "{class}");
+        assert_eq!(runs.load(Ordering::SeqCst), runs_expected, "{class}: runs");
+        assert_eq!(
+            t.resource_class, final_class,
+            "{class}: a resource failure grows the class, others keep it"
+        );
+        if state != TaskState::Succeeded {
+            assert_eq!(t.last_error.as_ref().unwrap().class, class);
+        }
+        let events = engine
+            .ports()
+            .events
+            .read_after(job.job_id, 0, 100)
+            .await
+            .unwrap();
+        assert!(
+            !events.is_empty(),
+            "{class}: failures are reported as events"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_attempt_ceiling_ends_in_dead_with_compensation() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let engine = h
+        .engine(
+            registry_with(
+                "flaky",
+                Flaky {
+                    class: ErrorClass::Transient,
+                    times: 100,
+                    runs: runs.clone(),
+                },
+            ),
+            LEASE,
+        )
+        .await;
+    let mut tp = TaskPlan::new("f", "flaky", json!(null));
+    tp.max_attempts = Some(3);
+    let job = engine.submit(plan("ceiling", vec![tp])).await.unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    let t = task_named(&engine, job.job_id, "f").await;
+    assert_eq!(
+        (t.state, t.attempts, runs.load(Ordering::SeqCst)),
+        (TaskState::Dead, 3, 3)
+    );
+    assert_eq!(j.status(), JobStatus::Failed);
+    assert_eq!(j.counters.dead, 1);
+    let comp = engine
+        .ports()
+        .store
+        .get(&ItemKey::new(format!("UNPUBLISHED#{}", t.id), "X"))
+        .await
+        .unwrap();
+    assert!(
+        comp.is_some(),
+        "the compensating write committed with the dead state"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_presumed_dead_is_fenced_out() {
+    let h = Harness::new();
+    let a = h
+        .engine(registry_with("concat", Concat), Duration::from_millis(200))
+        .await;
+    let b = h
+        .engine(registry_with("concat", Concat), Duration::from_millis(200))
+        .await;
+    let job = a
+        .submit(plan(
+            "fence",
+            vec![TaskPlan::new("x", "concat", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let t = task_named(&a, job.job_id, "x").await;
+    let Claim::Claimed(held_by_a) = a.claim(t.clone()).await.unwrap() else {
+        panic!("a claims")
+    };
+    // b cannot take a valid lease.
+    let Claim::Skipped(why, _) = b.claim(held_by_a.clone()).await.unwrap() else {
+        panic!("b must not claim a live lease")
+    };
+    assert!(why.contains("another lease"));
+    // a stalls past its lease (no heartbeat); b takes over at the next epoch.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Claim::Claimed(held_by_b) = b.claim(held_by_a.clone()).await.unwrap() else {
+        panic!("b claims an expired lease")
+    };
+    assert_eq!(held_by_b.epoch, held_by_a.epoch + 1);
+    // a wakes up: its run and its events are refused; b's succeed.
+    assert_eq!(
+        a.execute(held_by_a.clone()).await.unwrap(),
+        Handled::LostLease
+    );
+    assert_eq!(
+        b.execute(held_by_b).await.unwrap(),
+        Handled::Ran(TaskState::Succeeded)
+    );
+    let events = a
+        .ports()
+        .events
+        .read_after(job.job_id, 0, 100)
+        .await
+        .unwrap();
+    assert!(events.iter().all(|e| e.task_id == Some(t.id)));
+    assert_eq!(
+        events.len(),
+        2,
+        "only the current epoch's phase events are stored"
+    );
+    let done = task_named(&a, job.job_id, "x").await;
+    assert_eq!((done.state, done.attempts), (TaskState::Succeeded, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeats_keep_a_long_task_alive() {
+    let h = Harness::new();
+    let engine = h
+        .engine(
+            registry_with("sleep", Sleeper { ms: 2500 }),
+            Duration::from_millis(600),
+        )
+        .await;
+    let job = engine
+        .submit(plan("long", vec![TaskPlan::new("s", "sleep", json!(null))]))
+        .await
+        .unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.status(), JobStatus::Succeeded);
+    let t = task_named(&engine, job.job_id, "s").await;
+    assert_eq!(
+        (t.attempts, t.epoch),
+        (1, 1),
+        "a task that outlives its lease but heartbeats is never re-claimed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cooperative_cancel_stops_at_a_checkpoint_and_cancels_the_rest() {
+    let h = Harness::new();
+    let engine = h
+        .engine(registry_with("sleep", Sleeper { ms: 20_000 }), LEASE)
+        .await;
+    let job = engine
+        .submit(plan(
+            "cancel",
+            vec![
+                TaskPlan::new("s", "sleep", json!(null)),
+                TaskPlan::new("after", "sleep", json!(null)).after(["s"]),
+            ],
+        ))
+        .await
+        .unwrap();
+    let e2 = engine.clone();
+    let runner = tokio::spawn(async move { run_until_done(&e2, job.job_id, WAIT).await });
+    while task_named(&engine, job.job_id, "s").await.state != TaskState::Running {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = engine
+        .cancel(job.job_id, CancelMode::Cooperative)
+        .await
+        .unwrap();
+    assert_eq!((report.cancelled, report.stopping), (1, 1));
+    let j = runner.await.unwrap();
+    assert_eq!(j.status(), JobStatus::Cancelled);
+    assert_eq!(
+        task_named(&engine, job.job_id, "s").await.state,
+        TaskState::Cancelled
+    );
+
+    // Resume puts both back in line; with a short sleeper they now finish.
+    let quick = h
+        .engine(registry_with("sleep", Sleeper { ms: 50 }), LEASE)
+        .await;
+    assert_eq!(quick.resume(job.job_id).await.unwrap().requeued, 2);
+    assert_eq!(
+        run_until_done(&quick, job.job_id, WAIT).await.status(),
+        JobStatus::Succeeded
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forced_cancel_kills_the_subprocess() {
+    let h = Harness::new();
+    let pid = Arc::new(AtomicU32::new(0));
+    let engine = h
+        .engine(
+            registry_with("proc", Subprocess { pid: pid.clone() }),
+            Duration::from_millis(600),
+        )
+        .await;
+    let job = engine
+        .submit(plan("force", vec![TaskPlan::new("p", "proc", json!(null))]))
+        .await
+        .unwrap();
+    let e2 = engine.clone();
+    let runner = tokio::spawn(async move { run_until_done(&e2, job.job_id, WAIT).await });
+    while pid.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let p = pid.load(Ordering::SeqCst);
+    assert!(
+        std::path::Path::new(&format!("/proc/{p}")).exists(),
+        "the subprocess runs"
+    );
+    engine.cancel(job.job_id, CancelMode::Force).await.unwrap();
+    let j = runner.await.unwrap();
+    assert_eq!(j.status(), JobStatus::Cancelled);
+    // The heartbeat notices the revoked lease within a beat and kills the group.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{p}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{p}")).exists(),
+        "no subprocess outlives a forced cancel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cached_key_completes_without_running() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let engine = h
+        .engine(
+            registry_with(
+                "flaky",
+                Flaky {
+                    class: ErrorClass::Transient,
+                    times: 0,
+                    runs: runs.clone(),
+                },
+            ),
+            LEASE,
+        )
+        .await;
+    let cached = |label: &str| {
+        let mut t = TaskPlan::new("c", "flaky", json!(null));
+        t.cache_key = Some("features:abc".into());
+        plan(label, vec![t])
+    };
+    let one = engine.submit(cached("one")).await.unwrap();
+    run_until_done(&engine, one.job_id, WAIT).await;
+    let two = engine.submit(cached("two")).await.unwrap();
+    assert_eq!(
+        run_until_done(&engine, two.job_id, WAIT).await.status(),
+        JobStatus::Succeeded
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the second task used the cached result"
+    );
+    assert_eq!(
+        task_named(&engine, two.job_id, "c").await.result,
+        task_named(&engine, one.job_id, "c").await.result
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fan_out_larger_than_a_transaction_reaches_every_dependent() {
+    let h = Harness::new();
+    let engine = h.engine(registry_with("concat", Concat), LEASE).await;
+    let mut tasks = vec![TaskPlan::new("root", "concat", json!(null))];
+    tasks.extend(
+        (0..250)
+            .map(|i| TaskPlan::new(format!("leaf{i:03}"), "concat", json!(null)).after(["root"])),
+    );
+    tasks.push(
+        TaskPlan::new("sink", "concat", json!(null)).after((0..250).map(|i| format!("leaf{i:03}"))),
+    );
+    let job = engine.submit(plan("fan", tasks)).await.unwrap();
+    let j = run_until_done(&engine, job.job_id, Duration::from_secs(120)).await;
+    assert_eq!(j.status(), JobStatus::Succeeded);
+    assert_eq!(j.counters.succeeded, 252);
+    let sink = task_named(&engine, job.job_id, "sink").await;
+    assert_eq!(
+        sink.result
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .matches("leaf")
+            .count(),
+        250
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_requeues_expired_leases_and_kills_at_the_ceiling() {
+    let h = Harness::new();
+    let engine = h
+        .engine(registry_with("concat", Concat), Duration::from_millis(100))
+        .await;
+    let mut two = TaskPlan::new("twice", "concat", json!(null));
+    two.max_attempts = Some(2);
+    let mut one = TaskPlan::new("once", "concat", json!(null));
+    one.max_attempts = Some(1);
+    let job = engine.submit(plan("reap", vec![two, one])).await.unwrap();
+    for name in ["twice", "once"] {
+        let t = task_named(&engine, job.job_id, name).await;
+        assert!(matches!(engine.claim(t).await.unwrap(), Claim::Claimed(_)));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let r = engine.reap_once(Millis::now(), 100).await.unwrap();
+    assert_eq!((r.requeued, r.dead), (1, 1));
+    let once = task_named(&engine, job.job_id, "once").await;
+    assert_eq!(once.state, TaskState::Dead);
+    assert!(once.last_error.unwrap().message.contains("presumed dead"));
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!((j.counters.succeeded, j.counters.dead), (1, 1));
+    assert_eq!(task_named(&engine, job.job_id, "twice").await.attempts, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn poison_messages_and_unknown_kinds_are_archived_on_the_first_try() {
+    let h = Harness::new();
+    let engine = h.engine(Registry::new(), LEASE).await;
+    engine
+        .ports()
+        .queue
+        .send("tasks", "{not json", Duration::ZERO)
+        .await
+        .unwrap();
+    let missing = serde_json::json!({ "task": tessera_core::TaskId::new(), "job": tessera_core::JobId::new() }).to_string();
+    engine
+        .ports()
+        .queue
+        .send("tasks", &missing, Duration::ZERO)
+        .await
+        .unwrap();
+    let job = engine
+        .submit(plan(
+            "unknown",
+            vec![TaskPlan::new("u", "no-such-kind", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.counters.dead, 1);
+    let t = task_named(&engine, job.job_id, "u").await;
+    assert_eq!((t.state, t.attempts), (TaskState::Dead, 1));
+    assert!(
+        t.last_error
+            .unwrap()
+            .message
+            .contains("no handler for task kind `no-such-kind`")
+    );
+    assert_eq!(
+        engine.ports().queue.depth("tasks").await.unwrap().dead,
+        2,
+        "both bad messages are in the dead-letter queue"
+    );
+    let events = engine
+        .ports()
+        .events
+        .read_after(job.job_id, 0, 10)
+        .await
+        .unwrap();
+    assert!(matches!(
+        events[0].kind,
+        EventKind::Error {
+            class: ErrorClass::Poison,
+            ..
+        }
+    ));
+}

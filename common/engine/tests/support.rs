@@ -1,0 +1,89 @@
+//! Builds an engine on real embedded adapters in a temporary state directory.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_core::ports::event_log::StoreEventLog;
+use tessera_core::ports::state_store::StateStore;
+use tessera_engine::{
+    Engine, EngineConfig, JobPlan, Ports, Registry, RetryPolicy, TaskPlan, Worker,
+};
+use tessera_local::{
+    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
+    StateDir,
+};
+use tokio_util::sync::CancellationToken;
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub state: StateDir,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        Harness { dir, state }
+    }
+
+    /// A fresh engine (own connections, like another process) on the shared directory.
+    pub async fn engine(&self, registry: Registry, lease: Duration) -> Engine {
+        let store: Arc<dyn StateStore> =
+            Arc::new(SqliteStateStore::open(&self.state.state_db()).unwrap());
+        let gate = MemoryGate::new(FixedMemory(64 << 30), 64 << 30, 0, 4);
+        let ports = Ports {
+            store: store.clone(),
+            queue: Arc::new(SqliteQueue::open(&self.state.queue_db()).unwrap()),
+            events: Arc::new(StoreEventLog::new(store)),
+            objects: Arc::new(
+                FolderObjectStore::new(self.state.objects(), self.state.tmp()).unwrap(),
+            ),
+            compute: Arc::new(LocalCompute::new(gate)),
+        };
+        let mut config = EngineConfig::default().with_lease(lease);
+        config.retry = RetryPolicy {
+            base: Duration::from_millis(50),
+            cap: Duration::from_millis(200),
+        };
+        config.reoffer_grace = Duration::from_millis(500);
+        let engine = Engine::new(ports, config, registry);
+        engine.ensure_queue().await.unwrap();
+        engine
+    }
+}
+
+pub fn plan(label: &str, tasks: Vec<TaskPlan>) -> JobPlan {
+    JobPlan {
+        tenant: tessera_core::TenantId::local(),
+        project: None,
+        kind: "test".into(),
+        label: label.into(),
+        spec: serde_json::json!({ "label": label, "nonce": tessera_core::JobId::new().to_string() }),
+        priority: 0,
+        tasks,
+    }
+}
+
+/// Run a worker until the job is finished (or the timeout passes).
+pub async fn run_until_done(
+    engine: &Engine,
+    job: tessera_core::JobId,
+    timeout: Duration,
+) -> tessera_core::job::Job {
+    let stop = CancellationToken::new();
+    let worker = Worker::new(engine.clone(), 4, Some(Duration::from_millis(200)));
+    let s = stop.clone();
+    let handle = tokio::spawn(async move { worker.run(s).await });
+    let deadline = tokio::time::Instant::now() + timeout;
+    let job = loop {
+        let j = engine.job(job).await.unwrap();
+        if j.finished() >= j.tasks_total || tokio::time::Instant::now() > deadline {
+            break j;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.cancel();
+    handle.await.unwrap();
+    job
+}
