@@ -1,1 +1,75 @@
-fn main() {}
+//! `tessera`: the command line of embedded mode, the worker entrypoint, job control,
+//! events and benchmarks. This is a binary edge: errors become `anyhow` here and are
+//! printed with what to do next.
+
+mod commands;
+mod embedded;
+mod output;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Tessera turns photo uploads into privacy-safe published photos and 3D reconstructions.
+#[derive(Parser, Debug)]
+#[command(name = "tessera", version, about, propagate_version = true)]
+pub struct Cli {
+    /// State directory of embedded mode (SQLite state, queue, object store).
+    #[arg(long, global = true, env = "TESSERA_STATE", default_value = ".tessera")]
+    pub state: PathBuf,
+    /// Print machine-readable JSON instead of text and progress bars.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log filter (`info`, `tessera_engine=debug`, …); logs go to stderr.
+    #[arg(long, global = true, env = "TESSERA_LOG", default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a worker on the state directory until interrupted.
+    Worker(commands::worker::Args),
+    /// List, show, cancel and resume jobs.
+    #[command(subcommand)]
+    Jobs(commands::jobs::JobsCommand),
+    /// Print a job's progress events, optionally following new ones.
+    Events(commands::events::Args),
+    /// Run the demo job on a folder of photos (the sample by default) and wait for it.
+    Demo(commands::demo::Args),
+    /// Measure the engine.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var_os("TESSERA_LOG_JSON").is_some() {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! `tessera demo [DIR]`: upload a folder of photos into embedded mode, run the demo job
+//! through the engine with in-process workers, show progress, write the manifest.
+
+use crate::embedded;
+use crate::output::{emit, event_line};
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tessera_core::TenantId;
+use tessera_core::job::{CancelMode, JobStatus};
+use tessera_engine::Worker;
+use tessera_jobs::demo::DemoSpec;
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of photos.
+    #[arg(default_value = "sample/images")]
+    pub dir: PathBuf,
+    /// Folder to write `manifest.json` into.
+    #[arg(long, default_value = "out/demo")]
+    pub out: PathBuf,
+    /// Tasks run at once in this process.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+}
+
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "tif", "tiff", "webp", "bmp", "gif"];
+
+/// Image files directly in `dir`, sorted by name.
+pub fn list_images(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !dir.exists() {
+        bail!(
+            "folder {} does not exist; give a folder of photos (the sample is sample/images)",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        bail!("{} is not a folder; give a folder of photos", dir.display());
+    }
+    let mut out = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("cannot read folder {}", dir.display()))?
+    {
+        let path = entry?.path();
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        if path.is_file() && ext.is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.as_str())) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "folder {} holds no photos (looked for {}); add some or pick another folder",
+            dir.display(),
+            IMAGE_EXTENSIONS.join(", ")
+        );
+    }
+    Ok(out)
+}
+
+/// Key an upload by its content, so the same photos make the same job.
+fn upload_key(path: &Path, bytes: &[u8]) -> String {
+    let digest = hex::encode(Sha256::digest(bytes));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("image");
+    let key = format!("uploads/{}/{name}", &digest[..32]);
+    if tessera_core::ports::object_store::validate_key(&key).is_ok() {
+        key
+    } else {
+        format!("uploads/{}/image", &digest[..32])
+    }
+}
+
+pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCode> {
+    let images = list_images(&args.dir)?;
+    let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(10))).await?;
+    let started = Instant::now();
+    let mut keys = Vec::with_capacity(images.len());
+    for path in &images {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let key = upload_key(path, &bytes);
+        if engine.ports().objects.head(&key).await?.is_none() {
+            engine.ports().objects.put(&key, bytes.into()).await?;
+        }
+        keys.push(key);
+    }
+    let set_id = hex::encode(Sha256::digest(keys.join("\n").as_bytes()));
+    let spec = DemoSpec {
+        images: keys,
+        manifest_key: format!("demo/{}/manifest.json", &set_id[..32]),
+    };
+    let plan = spec.plan(
+        TenantId::local(),
+        None,
+        &format!("demo: {}", args.dir.display()),
+    )?;
+    let submitted = engine.submit(plan).await?;
+    let job_id = submitted.job_id;
+    if submitted.existing && !json {
+        eprintln!("these photos were submitted before as job {job_id}; showing that job");
+    }
+
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        engine.clone(),
+        args.workers as usize,
+        Some(Duration::from_secs(2)),
+    );
+    let s = stop.clone();
+    let worker_task = tokio::spawn(async move { worker.run(s).await });
+
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}",
+        )
+        .expect("valid template"),
+    );
+    let interrupted = super::interrupted();
+    tokio::pin!(interrupted);
+    let mut cancels = 0;
+    let mut seen = 0;
+    let job = loop {
+        let job = engine.job(job_id).await?;
+        bar.set_length(job.tasks_total as u64);
+        bar.set_position(job.finished() as u64);
+        for e in engine.ports().events.read_after(job_id, seen, 200).await? {
+            seen = e.seq;
+            bar.set_message(
+                event_line(&e)
+                    .split_whitespace()
+                    .skip(2)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        }
+        if job.finished() >= job.tasks_total {
+            break job;
+        }
+        tokio::select! {
+            _ = &mut interrupted => {
+                cancels += 1;
+                let mode = if cancels == 1 { CancelMode::Cooperative } else { CancelMode::Force };
+                bar.println(format!("cancelling job {job_id} ({mode:?}); interrupt again to force"));
+                engine.cancel(job_id, mode).await?;
+                interrupted.set(super::interrupted());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    };
+    bar.finish_and_clear();
+    stop.cancel();
+    let _ = worker_task.await;
+
+    let status = job.status();
+    let mut summary = serde_json::json!({
+        "job_id": job_id, "status": status, "existing": submitted.existing, "images": images.len(),
+        "elapsed_s": started.elapsed().as_secs_f64(), "events": seen,
+    });
+    if status == JobStatus::Succeeded {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("cannot create output folder {}", args.out.display()))?;
+        let manifest_path = args.out.join("manifest.json");
+        engine
+            .ports()
+            .objects
+            .get_to_file(&spec.manifest_key, &manifest_path)
+            .await?;
+        let manifest: tessera_jobs::demo::Manifest =
+            serde_json::from_slice(&std::fs::read(&manifest_path)?)?;
+        summary["manifest"] = serde_json::json!(manifest_path);
+        summary["total_bytes"] = manifest.total_bytes.into();
+        summary["total_megapixels"] = manifest.total_megapixels.into();
+        emit(json, &summary, || {
+            format!(
+                "job {job_id} succeeded: {} photos, {:.1} MB, {:.1} megapixels, {} events, {:.1} s\nmanifest: {}\nreplay the events: tessera events {job_id}",
+                manifest.images.len(),
+                manifest.total_bytes as f64 / 1e6,
+                manifest.total_megapixels,
+                seen,
+                started.elapsed().as_secs_f64(),
+                manifest_path.display()
+            )
+        });
+        Ok(ExitCode::SUCCESS)
+    } else {
+        emit(json, &summary, || {
+            format!(
+                "job {job_id} {status}; see `tessera jobs show {job_id}` and `tessera events {job_id}`"
+            )
+        });
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,58 @@
+//! `tessera events JOB [--after N] [--follow]`.
+
+use crate::embedded;
+use crate::output::event_line;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_core::job::JobStatus;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Job id.
+    pub job: String,
+    /// Only events with a sequence number above this.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    /// Keep printing new events until the job finishes (or Ctrl-C).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCode> {
+    let id = super::parse_job(&args.job)?;
+    let (_dir, engine) = embedded::engine(state, None).await?;
+    engine.job(id).await?;
+    let mut after = args.after;
+    let interrupted = super::interrupted();
+    tokio::pin!(interrupted);
+    loop {
+        let batch = engine.ports().events.read_after(id, after, 500).await?;
+        for e in &batch {
+            if json {
+                println!("{}", serde_json::to_string(e)?);
+            } else {
+                println!("{}", event_line(e));
+            }
+            after = e.seq;
+        }
+        if batch.len() == 500 {
+            continue;
+        }
+        if !args.follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let job = engine.job(id).await?;
+        let finished = matches!(
+            job.status(),
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        ) && job.finished() >= job.tasks_total;
+        if finished && engine.ports().events.last_seq(id).await? == after {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::select! {
+            _ = &mut interrupted => return Ok(ExitCode::SUCCESS),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
