@@ -1,1 +1,64 @@
+//! Helpers for the workspace-level tests: they run the real `tessera` binary, built by
+//! `cargo test --workspace` (or `cargo build -p tessera-cli`) next to the test binary.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `tessera` binary under test: `$TESSERA_BIN`, or the one in this target directory.
+pub fn tessera_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TESSERA_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let bin = profile_dir.join("tessera");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p tessera-cli` (or `cargo test --workspace`) first",
+        bin.display()
+    );
+    bin
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the repo root")
+        .to_path_buf()
+}
+
+/// Run `tessera --state STATE ARGS…` and capture its output.
+pub fn tessera(state: &Path, args: &[&str]) -> Output {
+    Command::new(tessera_bin())
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .env_remove("TESSERA_STATE")
+        .output()
+        .expect("run tessera")
+}
+
+/// Standard error as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Standard output as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Standard output parsed as one JSON value.
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            stdout(o),
+            stderr(o)
+        )
+    })
+}

@@ -23,6 +23,9 @@ pub struct Args {
     /// Folder to write `manifest.json` into.
     #[arg(long, default_value = "out/demo")]
     pub out: PathBuf,
+    /// Only submit the job and print its id; `tessera worker` runs it.
+    #[arg(long)]
+    pub submit_only: bool,
     /// Tasks run at once in this process.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
@@ -103,6 +106,10 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
     )?;
     let submitted = engine.submit(plan).await?;
     let job_id = submitted.job_id;
+    if args.submit_only {
+        emit(json, &submitted, || job_id.to_string());
+        return Ok(ExitCode::SUCCESS);
+    }
     if submitted.existing && !json {
         eprintln!("these photos were submitted before as job {job_id}; showing that job");
     }

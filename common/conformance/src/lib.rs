@@ -134,33 +134,24 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         .await
         .unwrap();
     store
-        .transact(vec![Write::Add {
-            key: a.clone(),
-            field: "n".into(),
-            delta: 4,
-        }])
+        .transact(vec![Write::add(a.clone(), "n", 4)])
         .await
         .unwrap();
     store
         .transact(vec![Write::Add {
             key: a.clone(),
-            field: "fresh".into(),
-            delta: -2,
+            deltas: vec![("fresh".into(), -2), ("n".into(), 10)],
         }])
         .await
         .unwrap();
     let got = store.get(&a).await.unwrap().unwrap();
     assert_eq!(
         (got.body["n"].as_i64(), got.body["fresh"].as_i64()),
-        (Some(5), Some(-2))
+        (Some(15), Some(-2))
     );
     assert!(
         store
-            .transact(vec![Write::Add {
-                key: b.clone(),
-                field: "n".into(),
-                delta: 1
-            }])
+            .transact(vec![Write::add(b.clone(), "n", 1)])
             .await
             .unwrap_err()
             .is_conflict()

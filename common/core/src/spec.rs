@@ -245,7 +245,7 @@ impl ReconstructionSpec {
                 "image_set",
                 "is empty; give a dataset id or an object-store prefix holding the images",
             );
-        } else if !self.image_set.parse::<crate::DatasetId>().is_ok()
+        } else if self.image_set.parse::<crate::DatasetId>().is_err()
             && crate::ports::object_store::validate_key(self.image_set.trim_end_matches('/'))
                 .is_err()
         {

@@ -182,7 +182,7 @@ pub struct Task {
     pub deps_pending: BTreeSet<TaskId>,
     /// Tasks that depend on this one.
     pub dependents: Vec<TaskId>,
-    /// Dependents not yet told that this task succeeded. Non-empty only between the
+    /// Dependents not yet told how this task ended. Non-empty only between the
     /// success write and the last follow-up write of a fan-out larger than one
     /// transaction; the reaper finishes it if the worker died in between.
     #[serde(default)]
@@ -204,7 +204,7 @@ impl Task {
         match self.state {
             TaskState::Queued => Some(self.not_before),
             TaskState::Running => self.lease.as_ref().map(|l| l.expires_at),
-            TaskState::Succeeded if !self.advance_pending.is_empty() => self.finished_at,
+            s if s.is_terminal() && !self.advance_pending.is_empty() => self.finished_at,
             _ => None,
         }
     }

@@ -122,23 +122,15 @@ impl Engine {
                     CancelMode::Cooperative => "job cancelled",
                 };
                 let next = lifecycle::cancelled(&task, Millis::now(), why);
-                let writes = vec![
-                    Write::Put {
-                        item: records::task_item(&next),
-                        condition: Condition::Rev(task.rev),
-                    },
-                    Write::Add {
-                        key: records::job_key(id),
-                        field: "cancelled".into(),
-                        delta: 1,
-                    },
-                ];
-                match self.ports.store.transact(writes).await {
+                match self
+                    .commit_terminal(next, Condition::Rev(task.rev), Vec::new())
+                    .await?
+                {
                     Ok(()) => {
                         report.cancelled += 1;
                         break;
                     }
-                    Err(StoreError::Conflict { .. }) => {
+                    Err(_) => {
                         let item = self
                             .ports
                             .store
@@ -147,7 +139,6 @@ impl Engine {
                             .ok_or(EngineError::NoSuchTask(task.id))?;
                         task = records::task_from(&item)?;
                     }
-                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -185,23 +176,16 @@ impl Engine {
         }
         let mut report = ResumeReport::default();
         for mut task in self.job_tasks(id).await? {
-            loop {
-                let Some(counter) = lifecycle::job_counter(task.state)
-                    .filter(|_| task.state != TaskState::Succeeded)
-                else {
-                    break;
-                };
+            while let Some(counter) =
+                lifecycle::job_counter(task.state).filter(|_| task.state != TaskState::Succeeded)
+            {
                 let next = lifecycle::resumed(&task, Millis::now());
                 let writes = vec![
                     Write::Put {
                         item: records::task_item(&next),
                         condition: Condition::Rev(task.rev),
                     },
-                    Write::Add {
-                        key: records::job_key(id),
-                        field: counter.into(),
-                        delta: -1,
-                    },
+                    Write::add(records::job_key(id), counter, -1),
                 ];
                 match self.ports.store.transact(writes).await {
                     Ok(()) => {

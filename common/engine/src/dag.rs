@@ -1,54 +1,175 @@
-//! DAG advancement: a task that succeeds tells its dependents, in the same transaction
-//! as its own success when they fit, and in idempotent follow-ups when they do not.
+//! DAG advancement: when a task ends, its dependents learn of it in the same
+//! transaction as its own final state when they fit, and in idempotent follow-ups when
+//! they do not.
 //!
-//! Each dependent keeps the set of dependencies still pending; removing a parent from it
-//! is conditioned on the dependent's revision and is a no-op when already done, so a
-//! follow-up repeated by the reaper after a crash changes nothing twice.
+//! - A success removes the parent from each dependent's pending set; the dependent whose
+//!   set empties becomes queued.
+//! - Any other end (failed, dead, cancelled) cancels the dependents still waiting, with
+//!   the reason, and they tell theirs in turn, so a job always reaches a terminal state.
+//!
+//! Each dependent write is conditioned on the dependent's revision and is a no-op when
+//! already applied, so a follow-up repeated by the reaper after a crash changes nothing
+//! twice.
 
+use crate::lifecycle;
 use crate::{Engine, EngineError};
 use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
 use tessera_core::{Millis, TaskId};
 
-/// Dependents advanced per follow-up transaction (one slot is the parent itself).
-pub(crate) const FOLLOW_UP_CHUNK: usize = MAX_TRANSACTION_ITEMS - 1;
+/// Most rounds a commit retries after losing a race on a dependent.
+const RACE_ROUNDS: usize = 64;
+
+/// What telling a batch of dependents takes.
+#[derive(Default)]
+pub(crate) struct Fanout {
+    /// Conditional writes of the dependents.
+    pub writes: Vec<Write>,
+    /// Dependents that become queued (to offer after the commit).
+    pub runnable: Vec<Task>,
+    /// Dependents cancelled because the parent did not succeed (to cascade after the
+    /// commit).
+    pub cancelled: Vec<TaskId>,
+}
+
+/// Where a terminal commit's condition failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The task's own condition (fence or revision).
+    Task,
+    /// The n-th extra write.
+    Extra(usize),
+}
 
 impl Engine {
-    /// Writes that record `parent`'s success on each of `dependents`, and the dependents
-    /// those writes make runnable.
+    /// The writes that tell `dependents` how `parent` ended.
     pub(crate) async fn dependent_writes(
         &self,
-        parent: TaskId,
+        parent: &Task,
         dependents: &[TaskId],
         now: Millis,
-    ) -> Result<(Vec<Write>, Vec<Task>), EngineError> {
-        let mut writes = Vec::new();
-        let mut runnable = Vec::new();
+    ) -> Result<Fanout, EngineError> {
+        let mut fan = Fanout::default();
         for id in dependents {
             let Some(item) = self.ports.store.get(&records::task_key(*id)).await? else {
-                tracing::warn!(task_id = %id, parent = %parent, "dependent task is missing; skipping it");
+                tracing::warn!(task_id = %id, parent = %parent.id, "dependent task is missing; skipping it");
                 continue;
             };
             let mut d = records::task_from(&item)?;
-            if !d.deps_pending.remove(&parent) {
-                continue;
-            }
-            if d.deps_pending.is_empty() && d.state == TaskState::Waiting {
-                d.state = TaskState::Queued;
-                d.not_before = now;
-                runnable.push(d.clone());
-            }
-            writes.push(Write::Put {
-                item: records::task_item(&d),
+            let next = if parent.state == TaskState::Succeeded {
+                if !d.deps_pending.remove(&parent.id) {
+                    continue;
+                }
+                if d.deps_pending.is_empty() && d.state == TaskState::Waiting {
+                    d.state = TaskState::Queued;
+                    d.not_before = now;
+                    fan.runnable.push(d.clone());
+                }
+                d
+            } else {
+                if !matches!(d.state, TaskState::Waiting | TaskState::Queued) {
+                    continue;
+                }
+                let mut c = lifecycle::cancelled(
+                    &d,
+                    now,
+                    &format!("upstream task `{}` {}", parent.name, parent.state),
+                );
+                c.advance_pending = c.dependents.clone();
+                fan.cancelled.push(c.id);
+                c
+            };
+            fan.writes.push(Write::Put {
+                item: records::task_item(&next),
                 condition: Condition::Rev(item.rev),
             });
         }
-        Ok((writes, runnable))
+        Ok(fan)
     }
 
-    /// Finish telling the dependents of a succeeded task (its `advance_pending`), a
-    /// chunk per transaction. Safe to run concurrently and repeatedly.
+    /// Commit `next`, a terminal version of a task, under `condition`, together with
+    /// `extra` writes, the job counter for its state and the first dependents it fits;
+    /// then finish the fan-out. This is the one place a task ends.
+    pub(crate) async fn commit_terminal(
+        &self,
+        mut next: Task,
+        condition: Condition,
+        extra: Vec<Write>,
+    ) -> Result<Result<(), Refused>, EngineError> {
+        debug_assert!(next.state.is_terminal());
+        let fixed = 2 + extra.len();
+        if fixed >= MAX_TRANSACTION_ITEMS {
+            return Err(EngineError::Refused(format!(
+                "task {} ends with {} extra writes; at most {} fit in one transaction",
+                next.id,
+                extra.len(),
+                MAX_TRANSACTION_ITEMS - 3
+            )));
+        }
+        let room = MAX_TRANSACTION_ITEMS - fixed;
+        let counter = lifecycle::job_counter(next.state).expect("terminal states have a counter");
+        for _ in 0..RACE_ROUNDS {
+            let first = next.dependents.len().min(room);
+            let fan = self
+                .dependent_writes(&next, &next.dependents[..first], Millis::now())
+                .await?;
+            next.advance_pending = next.dependents[first..].to_vec();
+            let mut deltas = vec![(counter.to_string(), 1)];
+            if !fan.cancelled.is_empty() {
+                add_delta(&mut deltas, "cancelled", fan.cancelled.len() as i64);
+            }
+            let mut writes = vec![
+                Write::Put {
+                    item: records::task_item(&next),
+                    condition: condition.clone(),
+                },
+                Write::Add {
+                    key: records::job_key(next.job_id),
+                    deltas,
+                },
+            ];
+            writes.extend(extra.iter().cloned());
+            writes.extend(fan.writes);
+            match self.ports.store.transact(writes).await {
+                Ok(()) => {
+                    self.after_fanout(&fan.runnable, &fan.cancelled).await?;
+                    if !next.advance_pending.is_empty() {
+                        self.advance(next.id).await?;
+                    }
+                    return Ok(Ok(()));
+                }
+                Err(StoreError::Conflict { index: 0, .. }) => return Ok(Err(Refused::Task)),
+                Err(StoreError::Conflict { index, .. }) if (2..fixed).contains(&index) => {
+                    return Ok(Err(Refused::Extra(index - 2)));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "ending task {} lost {RACE_ROUNDS} races in a row",
+            next.id
+        ))
+        .into())
+    }
+
+    async fn after_fanout(
+        &self,
+        runnable: &[Task],
+        cancelled: &[TaskId],
+    ) -> Result<(), EngineError> {
+        for r in runnable {
+            self.offer(r, std::time::Duration::ZERO).await?;
+        }
+        for c in cancelled {
+            Box::pin(self.advance(*c)).await?;
+        }
+        Ok(())
+    }
+
+    /// Finish telling the dependents of an ended task (its `advance_pending`), a chunk
+    /// per transaction. Safe to run concurrently and repeatedly.
     pub async fn advance(&self, task_id: TaskId) -> Result<usize, EngineError> {
         let mut advanced = 0;
         loop {
@@ -56,31 +177,39 @@ impl Engine {
                 return Err(EngineError::NoSuchTask(task_id));
             };
             let mut t = records::task_from(&item)?;
-            if t.state != TaskState::Succeeded || t.advance_pending.is_empty() {
+            if !t.state.is_terminal() || t.advance_pending.is_empty() {
                 return Ok(advanced);
             }
-            let n = t.advance_pending.len().min(FOLLOW_UP_CHUNK);
+            let n = t.advance_pending.len().min(MAX_TRANSACTION_ITEMS - 2);
             let chunk: Vec<TaskId> = t.advance_pending.drain(..n).collect();
-            let (mut writes, runnable) = self
-                .dependent_writes(task_id, &chunk, Millis::now())
-                .await?;
-            writes.insert(
-                0,
-                Write::Put {
-                    item: records::task_item(&t),
-                    condition: Condition::Rev(item.rev),
-                },
-            );
+            let fan = self.dependent_writes(&t, &chunk, Millis::now()).await?;
+            let mut writes = vec![Write::Put {
+                item: records::task_item(&t),
+                condition: Condition::Rev(item.rev),
+            }];
+            if !fan.cancelled.is_empty() {
+                writes.push(Write::add(
+                    records::job_key(t.job_id),
+                    "cancelled",
+                    fan.cancelled.len() as i64,
+                ));
+            }
+            writes.extend(fan.writes);
             match self.ports.store.transact(writes).await {
                 Ok(()) => {
                     advanced += chunk.len();
-                    for r in &runnable {
-                        self.offer(r, std::time::Duration::ZERO).await?;
-                    }
+                    self.after_fanout(&fan.runnable, &fan.cancelled).await?;
                 }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+fn add_delta(deltas: &mut Vec<(String, i64)>, field: &str, n: i64) {
+    match deltas.iter_mut().find(|(f, _)| f == field) {
+        Some((_, d)) => *d += n,
+        None => deltas.push((field.to_string(), n)),
     }
 }

@@ -2,6 +2,7 @@
 //! success or a classified failure under the fencing epoch.
 
 use crate::context::TaskContext;
+use crate::dag::Refused;
 use crate::handler::{TaskError, TaskOutput};
 use crate::lifecycle::{self, ClaimDecision};
 use crate::plan::TaskMessage;
@@ -32,8 +33,10 @@ pub enum Handled {
     LostLease,
 }
 
-/// The result of a claim attempt.
+/// The result of a claim attempt. Returned once per claim and never stored, so the
+/// size difference between the variants does not matter.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Claim {
     /// This worker now holds the task at `task.epoch`.
     Claimed(Task),
@@ -160,11 +163,7 @@ impl Engine {
                         condition: Condition::Rev(task.rev),
                     }];
                     if task.attempts == 0 {
-                        writes.push(Write::Add {
-                            key: records::job_key(task.job_id),
-                            field: "started".into(),
-                            delta: 1,
-                        });
+                        writes.push(Write::add(records::job_key(task.job_id), "started", 1));
                     }
                     match self.ports.store.transact(writes).await {
                         Ok(()) => {
@@ -188,8 +187,10 @@ impl Engine {
                         .finish_dead(&task, dead, Condition::Rev(task.rev))
                         .await
                     {
-                        Ok(()) => return Ok(Claim::Skipped("attempt ceiling reached: dead", None)),
-                        Err(EngineError::Store(StoreError::Conflict { .. })) => {}
+                        Ok(true) => {
+                            return Ok(Claim::Skipped("attempt ceiling reached: dead", None));
+                        }
+                        Ok(false) => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -214,29 +215,27 @@ impl Engine {
         .into())
     }
 
-    /// Write a dead task (with its handler's compensations and the job counter) in one
-    /// transaction conditioned on `condition`.
+    /// End a task as dead (with its handler's compensations, the job counter and its
+    /// dependents) conditioned on `condition`.
+    /// Returns `false` when the condition no longer held (someone else changed the task).
     pub(crate) async fn finish_dead(
         &self,
         old: &Task,
         dead: Task,
         condition: Condition,
-    ) -> Result<(), EngineError> {
-        let mut writes = vec![
-            Write::Put {
-                item: records::task_item(&dead),
-                condition,
-            },
-            Write::Add {
-                key: records::job_key(dead.job_id),
-                field: "dead".into(),
-                delta: 1,
-            },
-        ];
-        if let Some(h) = self.registry.get(&dead.kind) {
-            writes.extend(h.compensate(old));
+    ) -> Result<bool, EngineError> {
+        let compensations = self
+            .registry
+            .get(&dead.kind)
+            .map(|h| h.compensate(old))
+            .unwrap_or_default();
+        if self
+            .commit_terminal(dead.clone(), condition, compensations)
+            .await?
+            .is_err()
+        {
+            return Ok(false);
         }
-        self.ports.store.transact(writes).await?;
         let message = dead
             .last_error
             .as_ref()
@@ -250,7 +249,7 @@ impl Engine {
             },
         )
         .await;
-        Ok(())
+        Ok(true)
     }
 
     pub(crate) async fn emit_unfenced(&self, task: &Task, kind: EventKind) {
@@ -378,76 +377,47 @@ impl Engine {
         }
     }
 
-    /// Record success under the fence, with the handler's writes, the cache entry and
-    /// the first dependents, in one transaction.
+    /// Record success under the fence, with the cache entry and the handler's writes,
+    /// in the one transaction that ends the task.
     async fn complete(&self, claimed: &Task, out: TaskOutput) -> Result<Handled, EngineError> {
-        let fixed = 2 + out.writes.len() + usize::from(claimed.cache_key.is_some());
-        if fixed >= MAX_TRANSACTION_ITEMS {
+        let done = lifecycle::succeeded(claimed, out.result.clone(), Millis::now());
+        let mut extra = out.writes;
+        if let Some(key) = &claimed.cache_key {
+            let entry = serde_json::json!({ "result": out.result, "task": claimed.id });
+            extra.insert(
+                0,
+                Write::Put {
+                    item: Item::new(records::cache_key(key), entry),
+                    condition: Condition::None,
+                },
+            );
+        }
+        let cache_slots = usize::from(claimed.cache_key.is_some());
+        if extra.len() + 3 > MAX_TRANSACTION_ITEMS {
             let e = TaskError::permanent(format!(
                 "the handler asked for {} writes with its result; at most {} fit",
-                out.writes.len(),
-                MAX_TRANSACTION_ITEMS - 3
+                extra.len() - cache_slots,
+                MAX_TRANSACTION_ITEMS - 3 - cache_slots
             ));
             return self.fail(claimed, e, None).await;
         }
-        let room = MAX_TRANSACTION_ITEMS - fixed;
-        for _ in 0..RACE_ROUNDS {
-            let now = Millis::now();
-            let mut done = lifecycle::succeeded(claimed, out.result.clone(), now);
-            let first = done.dependents.len().min(room);
-            let (dep_writes, runnable) = self
-                .dependent_writes(claimed.id, &done.dependents[..first], now)
-                .await?;
-            done.advance_pending = done.dependents[first..].to_vec();
-            let mut writes = vec![
-                Write::Put {
-                    item: records::task_item(&done),
-                    condition: records::fenced(claimed.epoch),
-                },
-                Write::Add {
-                    key: records::job_key(claimed.job_id),
-                    field: "succeeded".into(),
-                    delta: 1,
-                },
-            ];
-            if let Some(key) = &claimed.cache_key {
-                let entry = serde_json::json!({ "result": out.result, "task": claimed.id });
-                writes.push(Write::Put {
-                    item: Item::new(records::cache_key(key), entry),
-                    condition: Condition::None,
-                });
+        match self
+            .commit_terminal(done, records::fenced(claimed.epoch), extra)
+            .await?
+        {
+            Ok(()) => {
+                tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, "task succeeded");
+                Ok(Handled::Ran(TaskState::Succeeded))
             }
-            let handler_writes = writes.len()..writes.len() + out.writes.len();
-            writes.extend(out.writes.iter().cloned());
-            writes.extend(dep_writes);
-            match self.ports.store.transact(writes).await {
-                Ok(()) => {
-                    tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, "task succeeded");
-                    for r in &runnable {
-                        self.offer(r, Duration::ZERO).await?;
-                    }
-                    if !done.advance_pending.is_empty() {
-                        self.advance(claimed.id).await?;
-                    }
-                    return Ok(Handled::Ran(TaskState::Succeeded));
-                }
-                Err(StoreError::Conflict { index: 0, .. }) => return Ok(Handled::LostLease),
-                Err(StoreError::Conflict { index, .. }) if handler_writes.contains(&index) => {
-                    let e = TaskError::transient(format!(
-                        "write #{} of the task's result conflicted with stored state",
-                        index - handler_writes.start
-                    ));
-                    return self.fail(claimed, e, None).await;
-                }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+            Err(Refused::Task) => Ok(Handled::LostLease),
+            Err(Refused::Extra(i)) => {
+                let e = TaskError::transient(format!(
+                    "write #{} of the task's result conflicted with stored state",
+                    i.saturating_sub(cache_slots)
+                ));
+                self.fail(claimed, e, None).await
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "completion of task {} lost {RACE_ROUNDS} races in a row",
-            claimed.id
-        ))
-        .into())
     }
 
     /// Record a classified failure under the fence: retry, escalate, fail, kill or
@@ -508,26 +478,29 @@ impl Engine {
             Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
             Err(e) => return Err(e.into()),
         }
-        let mut writes = vec![Write::Put {
-            item: records::task_item(&next),
-            condition: records::fenced(claimed.epoch),
-        }];
-        if let Some(counter) = lifecycle::job_counter(next.state) {
-            writes.push(Write::Add {
-                key: records::job_key(claimed.job_id),
-                field: counter.into(),
-                delta: 1,
-            });
-        }
-        if next.state == TaskState::Dead
-            && let Some(h) = self.registry.get(&claimed.kind)
-        {
-            writes.extend(h.compensate(claimed));
-        }
-        match self.ports.store.transact(writes).await {
-            Ok(()) => {}
-            Err(StoreError::Conflict { index: 0, .. }) => return Ok(Handled::LostLease),
-            Err(e) => return Err(e.into()),
+        if next.state.is_terminal() {
+            let compensations = match (next.state, self.registry.get(&claimed.kind)) {
+                (TaskState::Dead, Some(h)) => h.compensate(claimed),
+                _ => Vec::new(),
+            };
+            if self
+                .commit_terminal(next.clone(), records::fenced(claimed.epoch), compensations)
+                .await?
+                .is_err()
+            {
+                return Ok(Handled::LostLease);
+            }
+        } else {
+            match self
+                .ports
+                .store
+                .put(records::task_item(&next), records::fenced(claimed.epoch))
+                .await
+            {
+                Ok(()) => {}
+                Err(StoreError::Conflict { .. }) => return Ok(Handled::LostLease),
+                Err(e) => return Err(e.into()),
+            }
         }
         tracing::warn!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, class = %err.class, state = %next.state, error = %err.message, "task failed");
         if next.state == TaskState::Queued {

@@ -210,6 +210,7 @@ pub fn resumed(task: &Task, now: Millis) -> Task {
     t.not_before = now;
     t.lease = None;
     t.finished_at = None;
+    t.advance_pending.clear();
     t
 }
 

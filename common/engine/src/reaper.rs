@@ -55,8 +55,8 @@ impl Engine {
                     .finish_dead(&task, back, Condition::Rev(task.rev))
                     .await
                 {
-                    Ok(()) => report.dead += 1,
-                    Err(EngineError::Store(StoreError::Conflict { .. })) => {}
+                    Ok(true) => report.dead += 1,
+                    Ok(false) => {}
                     Err(e) => return Err(e),
                 }
                 continue;

@@ -627,3 +627,74 @@ async fn poison_messages_and_unknown_kinds_are_archived_on_the_first_try() {
         }
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_task_cancels_what_depends_on_it_and_the_job_still_ends() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut r = registry_with("concat", Concat);
+    r.register(
+        "flaky",
+        Flaky {
+            class: ErrorClass::Permanent,
+            times: 1,
+            runs: runs.clone(),
+        },
+    );
+    let engine = h.engine(r, LEASE).await;
+    let c = |n: &str| TaskPlan::new(n, "concat", json!(null));
+    let job = engine
+        .submit(plan(
+            "cascade",
+            vec![
+                TaskPlan::new("bad", "flaky", json!(null)),
+                c("ok"),
+                c("mid").after(["bad", "ok"]),
+                c("leaf").after(["mid"]),
+                c("other").after(["ok"]),
+            ],
+        ))
+        .await
+        .unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.finished(), 5, "every task reaches a terminal state");
+    assert_eq!(j.status(), JobStatus::Failed);
+    assert_eq!(
+        (
+            j.counters.succeeded,
+            j.counters.failed,
+            j.counters.cancelled
+        ),
+        (2, 1, 2)
+    );
+    let leaf = task_named(&engine, job.job_id, "leaf").await;
+    assert_eq!(leaf.state, TaskState::Cancelled);
+    assert!(
+        leaf.last_error
+            .unwrap()
+            .message
+            .contains("upstream task `mid` cancelled")
+    );
+    assert!(
+        task_named(&engine, job.job_id, "mid")
+            .await
+            .last_error
+            .unwrap()
+            .message
+            .contains("upstream task `bad` failed")
+    );
+
+    // Resume: the failed task runs again (and now succeeds), the cancelled ones follow.
+    assert_eq!(engine.resume(job.job_id).await.unwrap().requeued, 3);
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.status(), JobStatus::Succeeded);
+    let leaf = task_named(&engine, job.job_id, "leaf").await;
+    assert_eq!(leaf.state, TaskState::Succeeded);
+    assert!(
+        leaf.result
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .ends_with("ok+mid+leaf")
+    );
+}

@@ -208,23 +208,25 @@ fn apply(conn: &mut Connection, writes: &[Write]) -> Result<(), StoreError> {
                     return Err(conflict(index, key));
                 }
             }
-            Write::Add { key, field, delta } => {
+            Write::Add { key, deltas } => {
                 let Some(mut cur) = current else {
                     return Err(conflict(index, key));
                 };
                 let obj = cur.body.as_object_mut().ok_or_else(|| {
                     StoreError::Corrupt(format!("item {} body is not an object", key.pk))
                 })?;
-                let old = match obj.get(field) {
-                    None | Some(serde_json::Value::Null) => 0,
-                    Some(v) => v.as_i64().ok_or_else(|| {
-                        StoreError::Invalid(format!(
-                            "field `{field}` of {} / {} is not an integer",
-                            key.pk, key.sk
-                        ))
-                    })?,
-                };
-                obj.insert(field.clone(), (old + delta).into());
+                for (field, delta) in deltas {
+                    let old = match obj.get(field) {
+                        None | Some(serde_json::Value::Null) => 0,
+                        Some(v) => v.as_i64().ok_or_else(|| {
+                            StoreError::Invalid(format!(
+                                "field `{field}` of {} / {} is not an integer",
+                                key.pk, key.sk
+                            ))
+                        })?,
+                    };
+                    obj.insert(field.clone(), (old + delta).into());
+                }
                 write_item(&tx, &cur, cur.rev + 1)?;
             }
         }

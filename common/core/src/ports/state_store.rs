@@ -137,19 +137,25 @@ pub enum Write {
         /// Must hold.
         condition: Condition,
     },
-    /// Add `delta` to a numeric top-level field of an existing item (a missing field
-    /// counts as 0). Needs no read, so concurrent counters never conflict.
+    /// Add to numeric top-level fields of an existing item (a missing field counts as
+    /// 0). Needs no read, so concurrent counters never conflict.
     Add {
         /// Which item; it must exist.
         key: ItemKey,
-        /// The numeric field.
-        field: String,
-        /// What to add.
-        delta: i64,
+        /// Field and amount, each field once.
+        deltas: Vec<(String, i64)>,
     },
 }
 
 impl Write {
+    /// Add `delta` to one counter field of `key`.
+    pub fn add(key: ItemKey, field: &str, delta: i64) -> Self {
+        Write::Add {
+            key,
+            deltas: vec![(field.to_string(), delta)],
+        }
+    }
+
     /// The key this write touches.
     pub fn key(&self) -> &ItemKey {
         match self {

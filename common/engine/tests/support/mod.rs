@@ -21,6 +21,7 @@ pub struct Harness {
 }
 
 impl Harness {
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
