@@ -54,7 +54,7 @@ pub fn ports(dir: &Path) -> anyhow::Result<(StateDir, Ports)> {
 /// An engine on the state directory.
 pub async fn engine(dir: &Path, lease: Option<Duration>) -> anyhow::Result<(StateDir, Engine)> {
     let (state, ports) = ports(dir)?;
-    let mut config = EngineConfig::default();
+    let mut config = EngineConfig { scratch: state.work(), ..EngineConfig::default() };
     if let Some(l) = lease {
         config = config.with_lease(l);
         config.reoffer_grace = l * 4;

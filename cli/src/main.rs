@@ -36,6 +36,8 @@ pub enum Command {
     Jobs(commands::jobs::JobsCommand),
     /// Print a job's progress events, optionally following new ones.
     Events(commands::events::Args),
+    /// Reconstruct a folder of photos into a sparse 3D model (COLMAP), with exports.
+    Reconstruct(commands::reconstruct::Args),
     /// Run the demo job on a folder of photos (the sample by default) and wait for it.
     Demo(commands::demo::Args),
     /// Measure the engine.

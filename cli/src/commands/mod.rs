@@ -5,6 +5,7 @@ mod chaos;
 pub mod demo;
 pub mod events;
 pub mod jobs;
+pub mod reconstruct;
 pub mod worker;
 
 use crate::{Cli, Command};
@@ -17,6 +18,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs(c) => jobs::run(&cli.state, cli.json, c).await,
         Command::Events(a) => events::run(&cli.state, cli.json, a).await,
         Command::Demo(a) => demo::run(&cli.state, cli.json, a).await,
+        Command::Reconstruct(a) => reconstruct::run(&cli.state, cli.json, a).await,
         Command::Bench(c) => bench::run(cli.json, c).await,
     }
 }

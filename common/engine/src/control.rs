@@ -4,13 +4,14 @@
 use crate::lifecycle;
 use crate::{Engine, EngineError};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::Duration;
 use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, CancelRequest, Job};
 use tessera_core::ports::state_store::{Condition, Index, Query, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
-use tessera_core::{JobId, Millis, TenantId};
+use tessera_core::{JobId, Millis, TaskId, TenantId};
 
 /// What a cancel did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -174,40 +175,13 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
-        let mut report = ResumeReport::default();
-        for mut task in self.job_tasks(id).await? {
-            while let Some(counter) =
-                lifecycle::job_counter(task.state).filter(|_| task.state != TaskState::Succeeded)
-            {
-                let next = lifecycle::resumed(&task, Millis::now());
-                let writes = vec![
-                    Write::Put {
-                        item: records::task_item(&next),
-                        condition: Condition::Rev(task.rev),
-                    },
-                    Write::add(records::job_key(id), counter, -1),
-                ];
-                match self.ports.store.transact(writes).await {
-                    Ok(()) => {
-                        report.requeued += 1;
-                        if next.state == TaskState::Queued {
-                            self.offer(&next, Duration::ZERO).await?;
-                        }
-                        break;
-                    }
-                    Err(StoreError::Conflict { .. }) => {
-                        let item = self
-                            .ports
-                            .store
-                            .get(&records::task_key(task.id))
-                            .await?
-                            .ok_or(EngineError::NoSuchTask(task.id))?;
-                        task = records::task_from(&item)?;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
+        let again: Vec<Task> = self
+            .job_tasks(id)
+            .await?
+            .into_iter()
+            .filter(|t| matches!(t.state, TaskState::Failed | TaskState::Dead | TaskState::Cancelled))
+            .collect();
+        let report = self.requeue(id, again, &BTreeSet::new()).await?;
         if report.requeued > 0 {
             self.ports
                 .events
@@ -222,6 +196,52 @@ impl Engine {
                 .await?;
         }
         tracing::info!(job_id = %id, requeued = report.requeued, "job resumed");
+        Ok(report)
+    }
+
+    /// Run finished tasks of a job again — succeeded ones too, for when a stage's stored
+    /// output turned out to be damaged. A task whose dependency is also being re-run
+    /// waits for it again.
+    pub async fn rerun(&self, id: JobId, tasks: &[TaskId]) -> Result<ResumeReport, EngineError> {
+        let set: BTreeSet<TaskId> = tasks.iter().copied().collect();
+        let chosen: Vec<Task> = self.job_tasks(id).await?.into_iter().filter(|t| set.contains(&t.id)).collect();
+        let report = self.requeue(id, chosen, &set).await?;
+        self.ports
+            .events
+            .append(id, None, EventKind::LogLine { line: format!("{} tasks will run again", report.requeued) }, None)
+            .await?;
+        Ok(report)
+    }
+
+    async fn requeue(&self, id: JobId, tasks: Vec<Task>, rerun: &BTreeSet<TaskId>) -> Result<ResumeReport, EngineError> {
+        let mut report = ResumeReport::default();
+        for mut task in tasks {
+            while let Some(counter) = lifecycle::job_counter(task.state) {
+                let mut next = lifecycle::resumed(&task, Millis::now());
+                next.deps_pending.extend(task.depends_on.iter().filter(|d| rerun.contains(d)));
+                if !next.deps_pending.is_empty() {
+                    next.state = TaskState::Waiting;
+                }
+                let writes = vec![
+                    Write::Put { item: records::task_item(&next), condition: Condition::Rev(task.rev) },
+                    Write::add(records::job_key(id), counter, -1),
+                ];
+                match self.ports.store.transact(writes).await {
+                    Ok(()) => {
+                        report.requeued += 1;
+                        if next.state == TaskState::Queued {
+                            self.offer(&next, Duration::ZERO).await?;
+                        }
+                        break;
+                    }
+                    Err(StoreError::Conflict { .. }) => {
+                        let item = self.ports.store.get(&records::task_key(task.id)).await?.ok_or(EngineError::NoSuchTask(task.id))?;
+                        task = records::task_from(&item)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
         Ok(report)
     }
 }

@@ -69,6 +69,9 @@ pub struct EngineConfig {
     pub default_max_attempts: u32,
     /// Who this worker is, for leases and logs.
     pub owner: String,
+    /// Local scratch space for tasks (per job: `<scratch>/<job id>`): a state
+    /// directory's `work/` in embedded mode, `/tmp` in a Lambda or container.
+    pub scratch: std::path::PathBuf,
     /// The reaper leaves queued tasks alone until they have been due this long, so it
     /// only re-offers tasks whose message was really lost.
     pub reoffer_grace: Duration,
@@ -84,6 +87,7 @@ impl Default for EngineConfig {
             default_max_attempts: 5,
             owner: worker_identity(),
             reoffer_grace: Duration::from_secs(60),
+            scratch: std::env::temp_dir().join("tessera-scratch"),
         }
     }
 }

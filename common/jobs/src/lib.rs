@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod reconstruct;
 
 use tessera_engine::Registry;
 
@@ -13,5 +14,6 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     demo::register(&mut r);
     bench::register(&mut r);
+    reconstruct::register(&mut r);
     r
 }

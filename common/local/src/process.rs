@@ -79,6 +79,16 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // SAFETY: only async-signal-safe calls between fork and exec. If this worker dies
+    // (even by SIGKILL), the kernel kills the child too: no orphaned COLMAP.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }

@@ -15,6 +15,8 @@ impl StateDir {
         std::fs::create_dir_all(root.join("objects"))?;
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::create_dir_all(root.join("work"))?;
+        // Absolute, so subprocesses running in other working directories see the same paths.
+        let root = root.canonicalize()?;
         Ok(StateDir { root })
     }
 

@@ -3,7 +3,9 @@
 //! validated, measured and exported without asking COLMAP.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod camera;
+pub mod colmap;
 pub mod error;
 pub mod export;
 pub mod metrics;

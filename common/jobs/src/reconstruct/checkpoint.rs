@@ -1,0 +1,124 @@
+//! Stage checkpoints: a stage's output files go to the object store under
+//! `recon/<job>/<stage>/`, then a manifest with their SHA-256 is written *last*. A
+//! checkpoint exists only if its manifest does, and it is used only if every file is
+//! there with the recorded checksum and the stage's own semantic check passes (the
+//! database opens with the expected rows, the model parses).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use tessera_core::JobId;
+use tessera_core::ports::ObjectStore;
+use tessera_engine::TaskError;
+
+/// One file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointFile {
+    /// Path relative to the stage folder (`database.db`, `sparse/0/cameras.bin`).
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+}
+
+/// A sealed stage output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The stage.
+    pub stage: String,
+    /// Its files.
+    pub files: Vec<CheckpointFile>,
+    /// The stage's result.
+    pub result: serde_json::Value,
+}
+
+/// Object-store prefix of a stage's checkpoint.
+pub fn prefix(job: JobId, stage: &str) -> String {
+    format!("recon/{job}/{stage}")
+}
+
+/// Key of a stage's manifest.
+pub fn manifest_key(job: JobId, stage: &str) -> String {
+    format!("{}/manifest.json", prefix(job, stage))
+}
+
+/// SHA-256 of a local file, streamed.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(hex::encode(h.finalize()))
+}
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> TaskError {
+    TaskError::transient(format!("{what}: {e}"))
+}
+
+/// Upload `files` (relative to `dir`) and then the manifest.
+pub async fn publish(objects: &dyn ObjectStore, job: JobId, stage: &str, dir: &Path, files: &[&str], result: serde_json::Value) -> Result<Checkpoint, TaskError> {
+    let mut entries = Vec::new();
+    for name in files {
+        let path = dir.join(name);
+        let sha = sha256_file(&path).map_err(|e| io_err(&format!("hashing {}", path.display()), e))?;
+        let meta = objects.put_file(&format!("{}/{name}", prefix(job, stage)), &path).await?;
+        entries.push(CheckpointFile { name: name.to_string(), size: meta.size, sha256: sha });
+    }
+    let cp = Checkpoint { stage: stage.to_string(), files: entries, result };
+    let body = serde_json::to_vec_pretty(&cp).expect("serializable");
+    objects.put(&manifest_key(job, stage), body.into()).await?;
+    Ok(cp)
+}
+
+/// The stage's manifest, if one was sealed and parses.
+pub async fn manifest(objects: &dyn ObjectStore, job: JobId, stage: &str) -> Result<Option<Checkpoint>, TaskError> {
+    match objects.get(&manifest_key(job, stage)).await {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+        Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Make `dest_dir/<name>` hold the checkpoint's file, downloading it unless a local
+/// copy with the right checksum is already there. Fails (so the stage re-runs) when
+/// the stored copy does not match its manifest.
+pub async fn materialize(objects: &dyn ObjectStore, job: JobId, cp: &Checkpoint, name: &str, dest_dir: &Path) -> Result<PathBuf, TaskError> {
+    let entry = cp
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| TaskError::permanent(format!("checkpoint of stage `{}` has no file `{name}`", cp.stage)))?;
+    let dest = dest_dir.join(name);
+    if dest.is_file() && sha256_file(&dest).map(|s| s == entry.sha256).unwrap_or(false) {
+        return Ok(dest);
+    }
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_err("creating scratch folder", e))?;
+    }
+    objects.get_to_file(&format!("{}/{name}", prefix(job, &cp.stage)), &dest).await?;
+    let got = sha256_file(&dest).map_err(|e| io_err("hashing", e))?;
+    if got != entry.sha256 {
+        let _ = std::fs::remove_file(&dest);
+        return Err(TaskError::transient(format!(
+            "checkpoint file `{name}` of stage `{}` is corrupt (checksum {got}, manifest says {}); the stage must run again (`tessera reconstruct … --resume` re-runs it)",
+            cp.stage, entry.sha256
+        )));
+    }
+    Ok(dest)
+}
+
+/// Whether every file of the checkpoint is stored with its recorded checksum.
+pub async fn files_intact(objects: &dyn ObjectStore, job: JobId, cp: &Checkpoint) -> Result<bool, TaskError> {
+    for f in &cp.files {
+        let key = format!("{}/{}", prefix(job, &cp.stage), f.name);
+        let bytes = match objects.get(&key).await {
+            Ok(b) => b,
+            Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        if bytes.len() as u64 != f.size || hex::encode(Sha256::digest(&bytes)) != f.sha256 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

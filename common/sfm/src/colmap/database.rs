@@ -1,0 +1,71 @@
+//! What a COLMAP database holds, read directly (COLMAP's exit status alone cannot be
+//! trusted: 3.8 exits 0 having extracted nothing from an empty or all-corrupt folder).
+
+use rusqlite::{Connection, OpenFlags};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Counts that tell whether a stage did its work.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseStats {
+    /// Images in the database.
+    pub images: u64,
+    /// Cameras.
+    pub cameras: u64,
+    /// Images with at least one keypoint.
+    pub images_with_keypoints: u64,
+    /// Keypoints in all.
+    pub keypoints: u64,
+    /// Image pairs with raw matches.
+    pub matched_pairs: u64,
+    /// Raw matches in all.
+    pub matches: u64,
+    /// Pairs that passed geometric verification.
+    pub verified_pairs: u64,
+    /// Inlier matches of verified pairs.
+    pub inlier_matches: u64,
+    /// Names of images with no keypoints.
+    pub images_without_keypoints: Vec<String>,
+}
+
+/// Problems reading a database.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} is not a readable COLMAP database: {why}")]
+pub struct DatabaseError {
+    /// The file.
+    pub path: String,
+    /// What failed.
+    pub why: String,
+}
+
+impl tessera_core::Classify for DatabaseError {
+    fn class(&self) -> tessera_core::ErrorClass {
+        tessera_core::ErrorClass::Permanent
+    }
+}
+
+/// Read the counts (read-only; never modifies the file).
+pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
+    let err = |e: rusqlite::Error| DatabaseError { path: path.display().to_string(), why: e.to_string() };
+    if !path.is_file() {
+        return Err(DatabaseError { path: path.display().to_string(), why: "file does not exist".into() });
+    }
+    let c = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(err)?;
+    let one = |sql: &str| -> Result<u64, DatabaseError> { c.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n.max(0) as u64).map_err(err) };
+    let mut s = DatabaseStats {
+        images: one("SELECT count(*) FROM images")?,
+        cameras: one("SELECT count(*) FROM cameras")?,
+        images_with_keypoints: one("SELECT count(*) FROM keypoints WHERE rows > 0")?,
+        keypoints: one("SELECT coalesce(sum(rows), 0) FROM keypoints")?,
+        matched_pairs: one("SELECT count(*) FROM matches WHERE rows > 0")?,
+        matches: one("SELECT coalesce(sum(rows), 0) FROM matches")?,
+        verified_pairs: one("SELECT count(*) FROM two_view_geometries WHERE rows > 0 AND config BETWEEN 2 AND 6")?,
+        inlier_matches: one("SELECT coalesce(sum(rows), 0) FROM two_view_geometries WHERE config BETWEEN 2 AND 6")?,
+        images_without_keypoints: Vec::new(),
+    };
+    let mut stmt = c
+        .prepare("SELECT name FROM images WHERE image_id NOT IN (SELECT image_id FROM keypoints WHERE rows > 0) ORDER BY name")
+        .map_err(err)?;
+    s.images_without_keypoints = stmt.query_map([], |r| r.get(0)).map_err(err)?.collect::<Result<_, _>>().map_err(err)?;
+    Ok(s)
+}
