@@ -54,7 +54,10 @@ pub fn ports(dir: &Path) -> anyhow::Result<(StateDir, Ports)> {
 /// An engine on the state directory.
 pub async fn engine(dir: &Path, lease: Option<Duration>) -> anyhow::Result<(StateDir, Engine)> {
     let (state, ports) = ports(dir)?;
-    let mut config = EngineConfig { scratch: state.work(), ..EngineConfig::default() };
+    let mut config = EngineConfig {
+        scratch: state.work(),
+        ..EngineConfig::default()
+    };
     if let Some(l) = lease {
         config = config.with_lease(l);
         config.reoffer_grace = l * 4;
@@ -65,4 +68,18 @@ pub async fn engine(dir: &Path, lease: Option<Duration>) -> anyhow::Result<(Stat
         .await
         .context("cannot create the task queue")?;
     Ok((state, engine))
+}
+
+/// Whether a lease owner (`host:pid:suffix`, see `tessera_engine::worker_identity`) is a
+/// process on this host that no longer exists.
+pub fn local_owner_is_dead(owner: &str) -> bool {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let mut parts = owner.split(':');
+    let (Some(h), Some(pid)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    h == host.trim()
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists())
 }

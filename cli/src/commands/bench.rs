@@ -25,6 +25,26 @@ pub enum BenchCommand {
     },
     /// SIGKILL worker processes at random while tasks run, then check the invariants.
     Chaos(super::chaos::Args),
+    /// The same COLMAP commands run bare and through Tessera on the same photos.
+    Reconstruct(ReconstructBench),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ReconstructBench {
+    /// Folder of photos.
+    pub images: PathBuf,
+    /// Pairs for both runs.
+    #[arg(long, value_enum, default_value_t = super::reconstruct::Pairs::Sequential)]
+    pub pairs: super::reconstruct::Pairs,
+    /// Sequential overlap.
+    #[arg(long, default_value_t = 8)]
+    pub overlap: u32,
+    /// SIFT features per image.
+    #[arg(long, default_value_t = 4096)]
+    pub max_features: u32,
+    /// Longest image side for features.
+    #[arg(long, default_value_t = 1000)]
+    pub max_image_size: u32,
 }
 
 pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -33,6 +53,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             engine(json, tasks as usize, workers as usize).await
         }
         BenchCommand::Chaos(args) => super::chaos::run(json, args).await,
+        BenchCommand::Reconstruct(b) => reconstruct(json, b).await,
     }
 }
 
@@ -177,6 +198,166 @@ async fn engine(json: bool, tasks: usize, workers: usize) -> anyhow::Result<Exit
         )
     });
     Ok(if report.succeeded == tasks as i64 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[derive(Serialize)]
+struct ReconstructReport {
+    images: usize,
+    bare_s: f64,
+    tessera_s: f64,
+    ratio: f64,
+    bare_registered: usize,
+    tessera_registered: u64,
+    bare_points: usize,
+    tessera_points: u64,
+    colmap_version: String,
+}
+
+/// Run one COLMAP command bare, failing loudly.
+fn bare(args: &[String]) -> anyhow::Result<()> {
+    let out = std::process::Command::new(tessera_sfm::colmap::program())
+        .args(args)
+        .output()
+        .context("cannot run colmap")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "bare `colmap {}` failed: {}",
+            args[0],
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
+    use super::reconstruct::{Args, Ba, GeorefArg, Mapper, Pairs};
+    let files = super::demo::list_images(&b.images)?;
+    let backend =
+        tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
+    let scratch = Scratch::new("bench-reconstruct")?;
+    let args = Args {
+        images: b.images.clone(),
+        out: scratch.path().join("out"),
+        pairs: b.pairs,
+        overlap: b.overlap,
+        neighbors: 8,
+        vocab_tree: None,
+        mapper: Mapper::Incremental,
+        ba: Ba::Standard,
+        georef: GeorefArg::None,
+        export: vec!["colmap-bin".into()],
+        camera_model: "SIMPLE_RADIAL".into(),
+        max_features: b.max_features,
+        max_image_size: b.max_image_size,
+        resume: false,
+        workers: 1,
+        memory_limit: Vec::new(),
+    };
+    if matches!(b.pairs, Pairs::Vocabtree) {
+        anyhow::bail!("the bench runs exhaustive, sequential or spatial pairs");
+    }
+
+    // Bare: the same commands as a plain sequence, no Tessera.
+    let bare_dir = scratch.path().join("bare");
+    let images = bare_dir.join("images");
+    std::fs::create_dir_all(&images)?;
+    for f in &files {
+        std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
+    }
+    let spec = tessera_core::spec::ReconstructionSpec {
+        project: super::reconstruct::LOCAL_PROJECT.into(),
+        image_set: "bench".into(),
+        backend: tessera_core::spec::BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+        camera_model: tessera_core::spec::CameraModel::SimpleRadial,
+        max_features: b.max_features,
+        max_image_size: b.max_image_size,
+        pairs: match b.pairs {
+            Pairs::Exhaustive => tessera_core::spec::PairStrategy::Exhaustive,
+            Pairs::Spatial => tessera_core::spec::PairStrategy::Spatial {
+                max_neighbors: 8,
+                max_distance_m: 1000.0,
+            },
+            _ => tessera_core::spec::PairStrategy::Sequential { overlap: b.overlap },
+        },
+        mapper: tessera_core::spec::MapperKind::Incremental,
+        ba: tessera_core::spec::BaMode::Standard,
+        georef: tessera_core::spec::Georef::None,
+        exports: vec![],
+        priority: 0,
+    };
+    use tessera_sfm::colmap::commands;
+    let db = bare_dir.join("database.db");
+    let (sparse, adjusted) = (bare_dir.join("sparse"), bare_dir.join("adjusted"));
+    std::fs::create_dir_all(&sparse)?;
+    std::fs::create_dir_all(&adjusted)?;
+    let t0 = Instant::now();
+    bare(&commands::extract(&spec, &db, &images, backend.cuda))?;
+    bare(&commands::match_pairs(&spec, &db, backend.cuda, None))?;
+    let map = vec![
+        "mapper".to_string(),
+        "--database_path".into(),
+        db.display().to_string(),
+        "--image_path".into(),
+        images.display().to_string(),
+        "--output_path".into(),
+        sparse.display().to_string(),
+    ];
+    bare(&map)?;
+    let best = std::fs::read_dir(&sparse)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
+        .max_by_key(|(_, r)| r.images.len())
+        .context("bare COLMAP registered no images")?;
+    for args in commands::bundle_adjust(
+        tessera_core::spec::BaMode::Standard,
+        &best.0,
+        &adjusted,
+        &adjusted,
+    ) {
+        bare(&args)?;
+    }
+    let bare_s = t0.elapsed().as_secs_f64();
+    let bare_model = tessera_sfm::model_bin::read(&adjusted)?;
+
+    let t1 = Instant::now();
+    let report =
+        super::reconstruct::reconstruct(&scratch.path().join("state"), &args, false).await?;
+    let tessera_s = t1.elapsed().as_secs_f64();
+    let r = ReconstructReport {
+        images: files.len(),
+        bare_s,
+        tessera_s,
+        ratio: tessera_s / bare_s,
+        bare_registered: bare_model.images.len(),
+        tessera_registered: report.registered_images,
+        bare_points: bare_model.points.len(),
+        tessera_points: report.points,
+        colmap_version: backend.version.clone(),
+    };
+    emit(json, &r, || {
+        format!(
+            "{} photos: bare COLMAP {:.1} s ({} registered, {} points); Tessera {:.1} s ({} registered, {} points); ratio {:.3}",
+            r.images,
+            r.bare_s,
+            r.bare_registered,
+            r.bare_points,
+            r.tessera_s,
+            r.tessera_registered,
+            r.tessera_points,
+            r.ratio
+        )
+    });
+    Ok(if report.status == "succeeded" {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

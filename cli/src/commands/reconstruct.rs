@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use tessera_core::TenantId;
 use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, JobStatus};
-use tessera_core::spec::{BaMode, BackendSpec, CameraModel, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec};
+use tessera_core::spec::{
+    BaMode, BackendSpec, CameraModel, ExportFormat, Georef, MapperKind, PairStrategy,
+    ReconstructionSpec,
+};
 use tessera_engine::{Engine, Worker};
 use tessera_jobs::reconstruct::{self, Stage, checkpoint};
 use tokio_util::sync::CancellationToken;
@@ -106,7 +109,9 @@ pub struct Args {
 
 fn parse_limit(s: &str) -> Result<(String, u64), String> {
     let (stage, mb) = s.split_once('=').ok_or("use STAGE=MB, e.g. map=20")?;
-    let mb: u64 = mb.parse().map_err(|_| format!("`{mb}` is not a number of megabytes"))?;
+    let mb: u64 = mb
+        .parse()
+        .map_err(|_| format!("`{mb}` is not a number of megabytes"))?;
     Ok((stage.to_string(), mb))
 }
 
@@ -131,29 +136,53 @@ pub struct Report {
 
 fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpec> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
-        .map_err(|_| anyhow::anyhow!("--camera-model `{}` is not a COLMAP model (SIMPLE_RADIAL, PINHOLE, OPENCV, …)", args.camera_model))?;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "--camera-model `{}` is not a COLMAP model (SIMPLE_RADIAL, PINHOLE, OPENCV, …)",
+                args.camera_model
+            )
+        })?;
     let mut exports = Vec::new();
     for e in &args.export {
-        let f: ExportFormat = serde_json::from_value(serde_json::json!(e.trim()))
-            .map_err(|_| anyhow::anyhow!("--export `{e}` is not one of ply, nvm, colmap-text, colmap-bin, points-bin"))?;
+        let f: ExportFormat =
+            serde_json::from_value(serde_json::json!(e.trim())).map_err(|_| {
+                anyhow::anyhow!(
+                    "--export `{e}` is not one of ply, nvm, colmap-text, colmap-bin, points-bin"
+                )
+            })?;
         if !exports.contains(&f) {
             exports.push(f);
         }
     }
     let pairs = match args.pairs {
         Pairs::Exhaustive => PairStrategy::Exhaustive,
-        Pairs::Sequential => PairStrategy::Sequential { overlap: args.overlap },
-        Pairs::Spatial => PairStrategy::Spatial { max_neighbors: args.neighbors, max_distance_m: 1000.0 },
+        Pairs::Sequential => PairStrategy::Sequential {
+            overlap: args.overlap,
+        },
+        Pairs::Spatial => PairStrategy::Spatial {
+            max_neighbors: args.neighbors,
+            max_distance_m: 1000.0,
+        },
         Pairs::Vocabtree => {
-            let tree = args.vocab_tree.as_ref().context("--pairs vocabtree needs --vocab-tree FILE")?;
-            let tree = std::fs::canonicalize(tree).with_context(|| format!("vocabulary tree {} does not exist", tree.display()))?;
-            PairStrategy::VocabTree { tree: tree.display().to_string(), num_images: 20 }
+            let tree = args
+                .vocab_tree
+                .as_ref()
+                .context("--pairs vocabtree needs --vocab-tree FILE")?;
+            let tree = std::fs::canonicalize(tree)
+                .with_context(|| format!("vocabulary tree {} does not exist", tree.display()))?;
+            PairStrategy::VocabTree {
+                tree: tree.display().to_string(),
+                num_images: 20,
+            }
         }
     };
     let spec = ReconstructionSpec {
         project: LOCAL_PROJECT.into(),
         image_set,
-        backend: BackendSpec { name: "colmap".into(), version: None },
+        backend: BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
         camera_model,
         max_features: args.max_features,
         max_image_size: args.max_image_size,
@@ -170,7 +199,9 @@ fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpe
         georef: match args.georef {
             GeorefArg::None => Georef::None,
             GeorefArg::Gps => Georef::Gps { target_epsg: None },
-            GeorefArg::GpsEcef => Georef::Gps { target_epsg: Some(4978) },
+            GeorefArg::GpsEcef => Georef::Gps {
+                target_epsg: Some(4978),
+            },
         },
         exports,
         priority: 0,
@@ -184,27 +215,51 @@ fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpe
 async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(String, usize, f64)> {
     let mut entries = Vec::new();
     for path in files {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let name = path.file_name().and_then(|n| n.to_str()).context("photo names must be UTF-8")?.to_string();
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("photo names must be UTF-8")?
+            .to_string();
         entries.push((name, hex::encode(Sha256::digest(&bytes)), bytes));
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-    let manifest: String = entries.iter().map(|(n, s, _)| format!("{n}\t{s}\n")).collect();
-    let set = format!("images/{}", &hex::encode(Sha256::digest(manifest.as_bytes()))[..32]);
+    let manifest: String = entries
+        .iter()
+        .map(|(n, s, _)| format!("{n}\t{s}\n"))
+        .collect();
+    let set = format!(
+        "images/{}",
+        &hex::encode(Sha256::digest(manifest.as_bytes()))[..32]
+    );
     let mut mp = 0.0;
     let mut counted = 0;
     for (name, _, bytes) in &entries {
         let key = format!("{set}/{name}");
-        tessera_core::ports::object_store::validate_key(&key).with_context(|| format!("photo name `{name}` cannot be stored; rename it"))?;
+        tessera_core::ports::object_store::validate_key(&key)
+            .with_context(|| format!("photo name `{name}` cannot be stored; rename it"))?;
         if engine.ports().objects.head(&key).await?.is_none() {
-            engine.ports().objects.put(&key, bytes.clone().into()).await?;
+            engine
+                .ports()
+                .objects
+                .put(&key, bytes.clone().into())
+                .await?;
         }
         if let Ok(s) = imagesize::blob_size(bytes) {
             mp += (s.width * s.height) as f64 / 1e6;
             counted += 1;
         }
     }
-    Ok((set, entries.len(), if counted > 0 { mp / counted as f64 } else { 1.0 }))
+    Ok((
+        set,
+        entries.len(),
+        if counted > 0 {
+            mp / counted as f64
+        } else {
+            1.0
+        },
+    ))
 }
 
 /// Run (or continue) a reconstruction and write its outputs; `ui` shows progress bars.
@@ -212,45 +267,88 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let started = Instant::now();
     let files = super::demo::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
-    let backend = tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
+    let backend =
+        tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
     let (set, count, megapixels) = upload(&engine, &files).await?;
     let spec = spec_from(args, set)?;
     backend.check_spec(&spec)?;
-    let mut plan = reconstruct::plan(&spec, TenantId::local(), None, &format!("reconstruct {}", args.images.display()), count, megapixels)?;
+    let mut plan = reconstruct::plan(
+        &spec,
+        TenantId::local(),
+        None,
+        &format!("reconstruct {}", args.images.display()),
+        count,
+        megapixels,
+    )?;
     for (stage, mb) in &args.memory_limit {
-        let t = plan.tasks.iter_mut().find(|t| &t.name == stage).with_context(|| format!("--memory-limit names `{stage}`, which is not a stage of this job"))?;
+        let t = plan
+            .tasks
+            .iter_mut()
+            .find(|t| &t.name == stage)
+            .with_context(|| {
+                format!("--memory-limit names `{stage}`, which is not a stage of this job")
+            })?;
         t.memory_estimate = Some(mb * 1024 * 1024);
         t.resource_class = tessera_core::task::ResourceClass::Small;
     }
     let submitted = engine.submit(plan).await?;
     let job_id = submitted.job_id;
     if submitted.existing {
+        let released = engine
+            .release_dead_leases(job_id, embedded::local_owner_is_dead)
+            .await?;
+        if released > 0 && ui {
+            eprintln!("{released} stage(s) held by a worker that died are taken over");
+        }
         let job = engine.job(job_id).await?;
         let damaged = reconstruct::requeue_damaged(&engine, job_id).await?;
         if !damaged.is_empty() && ui {
-            eprintln!("checkpoints of {} are missing or damaged: those stages run again", damaged.join(", "));
+            eprintln!(
+                "checkpoints of {} are missing or damaged: those stages run again",
+                damaged.join(", ")
+            );
         }
         if matches!(job.status(), JobStatus::Failed | JobStatus::Cancelled) {
             if !args.resume {
-                bail!("this reconstruction (job {job_id}) ran before and ended {}; add --resume to continue it, or see `tessera jobs show {job_id}`", job.status());
+                bail!(
+                    "this reconstruction (job {job_id}) ran before and ended {}; add --resume to continue it, or see `tessera jobs show {job_id}`",
+                    job.status()
+                );
             }
             engine.resume(job_id).await?;
         }
     }
 
     let stop = CancellationToken::new();
-    let worker = Worker::new(engine.clone(), args.workers as usize, Some(Duration::from_secs(5)));
+    let worker = Worker::new(
+        engine.clone(),
+        args.workers as usize,
+        Some(Duration::from_secs(5)),
+    );
     let s = stop.clone();
     let worker_task = tokio::spawn(async move { worker.run(s).await });
-    let bars = if ui { MultiProgress::new() } else { MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()) };
+    let bars = if ui {
+        MultiProgress::new()
+    } else {
+        MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+    };
     let stages = bars.add(ProgressBar::new(0));
-    stages.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] stages {pos}/{len} {msg}").expect("template"));
+    stages.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] stages {pos}/{len} {msg}")
+            .expect("template"),
+    );
     let phase = bars.add(ProgressBar::new(0));
-    phase.set_style(ProgressStyle::with_template("  {bar:30} {pos}/{len} {msg}").expect("template"));
+    phase
+        .set_style(ProgressStyle::with_template("  {bar:30} {pos}/{len} {msg}").expect("template"));
     let interrupted = super::interrupted();
     tokio::pin!(interrupted);
     let mut cancels = 0;
-    let mut seen = engine.ports().events.last_seq(job_id).await?.saturating_sub(0);
+    let mut seen = engine
+        .ports()
+        .events
+        .last_seq(job_id)
+        .await?
+        .saturating_sub(0);
     seen = if submitted.existing { seen } else { 0 };
     let job = loop {
         let job = engine.job(job_id).await?;
@@ -265,14 +363,21 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
                     phase.set_length(0);
                     phase.set_message(p.to_string());
                 }
-                EventKind::PhaseProgress { phase: p, current, total, .. } => {
+                EventKind::PhaseProgress {
+                    phase: p,
+                    current,
+                    total,
+                    ..
+                } => {
                     phase.set_length(total.unwrap_or(0));
                     phase.set_position(*current);
                     phase.set_message(p.to_string());
                 }
                 EventKind::Warning { message } => stages.println(format!("warning: {message}")),
                 EventKind::Error { message, .. } => stages.println(format!("error: {message}")),
-                EventKind::SnapshotAvailable { snapshot, .. } => stages.println(format!("snapshot {snapshot} sealed")),
+                EventKind::SnapshotAvailable { snapshot, .. } => {
+                    stages.println(format!("snapshot {snapshot} sealed"))
+                }
                 _ => {}
             }
         }
@@ -294,21 +399,50 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     phase.finish_and_clear();
     stop.cancel();
     let _ = worker_task.await;
-    build_report(&engine, job_id, &job, backend.version.clone(), started, args).await
+    build_report(
+        &engine,
+        job_id,
+        &job,
+        backend.version.clone(),
+        started,
+        args,
+    )
+    .await
 }
 
-async fn build_report(engine: &Engine, job_id: tessera_core::JobId, job: &tessera_core::job::Job, version: String, started: Instant, args: &Args) -> anyhow::Result<Report> {
+async fn build_report(
+    engine: &Engine,
+    job_id: tessera_core::JobId,
+    job: &tessera_core::job::Job,
+    version: String,
+    started: Instant,
+    args: &Args,
+) -> anyhow::Result<Report> {
     let tasks = engine.job_tasks(job_id).await?;
     let mut stage_rows = Vec::new();
     let mut wall = 0.0;
-    for name in ["ingest", "extract", "match", "verify", "map", "bundle_adjust", "georeference", "export"] {
-        let Some(t) = tasks.iter().find(|t| t.name == name) else { continue };
+    for name in [
+        "ingest",
+        "extract",
+        "match",
+        "verify",
+        "map",
+        "bundle_adjust",
+        "georeference",
+        "export",
+    ] {
+        let Some(t) = tasks.iter().find(|t| t.name == name) else {
+            continue;
+        };
         let r = t.result.clone().unwrap_or_default();
         let skipped = r["skipped"].as_bool().unwrap_or(false);
         if !skipped {
             wall += r["wall_s"].as_f64().unwrap_or(0.0);
         }
-        let peak = [&r["process"], &r["passes"][0], &r["passes"][1]].iter().filter_map(|p| p["peak_rss_bytes"].as_u64()).max();
+        let peak = [&r["process"], &r["passes"][0], &r["passes"][1]]
+            .iter()
+            .filter_map(|p| p["peak_rss_bytes"].as_u64())
+            .max();
         stage_rows.push(serde_json::json!({
             "stage": name, "state": t.state, "attempts": t.attempts, "skipped": skipped,
             "wall_s": r["wall_s"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
@@ -336,12 +470,18 @@ async fn build_report(engine: &Engine, job_id: tessera_core::JobId, job: &tesser
         report.images = r["images"].as_array().map_or(0, Vec::len);
         report.rejected = r["rejected"].clone();
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create output folder {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output folder {}", args.out.display()))?;
     if job.status() == JobStatus::Succeeded {
         let objects = engine.ports().objects.as_ref();
-        let cp = checkpoint::manifest(objects, job_id, Stage::Export.name()).await.map_err(|e| anyhow::anyhow!(e.message))?.context("the export checkpoint is missing; run again with --resume")?;
+        let cp = checkpoint::manifest(objects, job_id, Stage::Export.name())
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?
+            .context("the export checkpoint is missing; run again with --resume")?;
         for f in &cp.files {
-            checkpoint::materialize(objects, job_id, &cp, &f.name, &args.out).await.map_err(|e| anyhow::anyhow!(e.message))?;
+            checkpoint::materialize(objects, job_id, &cp, &f.name, &args.out)
+                .await
+                .map_err(|e| anyhow::anyhow!(e.message))?;
             report.outputs.push(f.name.clone());
         }
         report.metrics = cp.result["model"].clone();
@@ -349,7 +489,8 @@ async fn build_report(engine: &Engine, job_id: tessera_core::JobId, job: &tesser
         report.points = report.metrics["points"].as_u64().unwrap_or(0);
     }
     let text = serde_json::to_vec_pretty(&report)?;
-    std::fs::write(args.out.join("report.json"), text).with_context(|| format!("cannot write {}", args.out.join("report.json").display()))?;
+    std::fs::write(args.out.join("report.json"), text)
+        .with_context(|| format!("cannot write {}", args.out.join("report.json").display()))?;
     Ok(report)
 }
 
@@ -364,16 +505,36 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
                 report.registered_images,
                 report.images,
                 report.points,
-                report.metrics["mean_reprojection_error"].as_f64().unwrap_or(0.0),
+                report.metrics["mean_reprojection_error"]
+                    .as_f64()
+                    .unwrap_or(0.0),
                 report.elapsed_s,
                 args.out.display(),
                 report.outputs.join(", "),
                 args.out.join("report.json").display()
             )
         } else {
-            let why: Vec<String> = report.stages.iter().filter_map(|s| s["last_error"]["message"].as_str().map(|m| format!("{}: {m}", s["stage"].as_str().unwrap_or("?")))).collect();
-            format!("reconstruction {} {}:\n  {}\nsee `tessera events {}`; continue with --resume", report.job_id, report.status, why.join("\n  "), report.job_id)
+            let why: Vec<String> = report
+                .stages
+                .iter()
+                .filter_map(|s| {
+                    s["last_error"]["message"]
+                        .as_str()
+                        .map(|m| format!("{}: {m}", s["stage"].as_str().unwrap_or("?")))
+                })
+                .collect();
+            format!(
+                "reconstruction {} {}:\n  {}\nsee `tessera events {}`; continue with --resume",
+                report.job_id,
+                report.status,
+                why.join("\n  "),
+                report.job_id
+            )
         }
     });
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -39,7 +39,11 @@ impl TaskContext {
     /// This job's local scratch directory (created on first use; may hold a previous
     /// attempt's files, so stages check what they find against their checkpoints).
     pub fn scratch_dir(&self) -> std::io::Result<std::path::PathBuf> {
-        let dir = self.engine.config.scratch.join(self.task.job_id.to_string());
+        let dir = self
+            .engine
+            .config
+            .scratch
+            .join(self.task.job_id.to_string());
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
     }

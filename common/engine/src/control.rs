@@ -179,7 +179,12 @@ impl Engine {
             .job_tasks(id)
             .await?
             .into_iter()
-            .filter(|t| matches!(t.state, TaskState::Failed | TaskState::Dead | TaskState::Cancelled))
+            .filter(|t| {
+                matches!(
+                    t.state,
+                    TaskState::Failed | TaskState::Dead | TaskState::Cancelled
+                )
+            })
             .collect();
         let report = self.requeue(id, again, &BTreeSet::new()).await?;
         if report.requeued > 0 {
@@ -204,26 +209,47 @@ impl Engine {
     /// waits for it again.
     pub async fn rerun(&self, id: JobId, tasks: &[TaskId]) -> Result<ResumeReport, EngineError> {
         let set: BTreeSet<TaskId> = tasks.iter().copied().collect();
-        let chosen: Vec<Task> = self.job_tasks(id).await?.into_iter().filter(|t| set.contains(&t.id)).collect();
+        let chosen: Vec<Task> = self
+            .job_tasks(id)
+            .await?
+            .into_iter()
+            .filter(|t| set.contains(&t.id))
+            .collect();
         let report = self.requeue(id, chosen, &set).await?;
         self.ports
             .events
-            .append(id, None, EventKind::LogLine { line: format!("{} tasks will run again", report.requeued) }, None)
+            .append(
+                id,
+                None,
+                EventKind::LogLine {
+                    line: format!("{} tasks will run again", report.requeued),
+                },
+                None,
+            )
             .await?;
         Ok(report)
     }
 
-    async fn requeue(&self, id: JobId, tasks: Vec<Task>, rerun: &BTreeSet<TaskId>) -> Result<ResumeReport, EngineError> {
+    async fn requeue(
+        &self,
+        id: JobId,
+        tasks: Vec<Task>,
+        rerun: &BTreeSet<TaskId>,
+    ) -> Result<ResumeReport, EngineError> {
         let mut report = ResumeReport::default();
         for mut task in tasks {
             while let Some(counter) = lifecycle::job_counter(task.state) {
                 let mut next = lifecycle::resumed(&task, Millis::now());
-                next.deps_pending.extend(task.depends_on.iter().filter(|d| rerun.contains(d)));
+                next.deps_pending
+                    .extend(task.depends_on.iter().filter(|d| rerun.contains(d)));
                 if !next.deps_pending.is_empty() {
                     next.state = TaskState::Waiting;
                 }
                 let writes = vec![
-                    Write::Put { item: records::task_item(&next), condition: Condition::Rev(task.rev) },
+                    Write::Put {
+                        item: records::task_item(&next),
+                        condition: Condition::Rev(task.rev),
+                    },
                     Write::add(records::job_key(id), counter, -1),
                 ];
                 match self.ports.store.transact(writes).await {
@@ -235,7 +261,12 @@ impl Engine {
                         break;
                     }
                     Err(StoreError::Conflict { .. }) => {
-                        let item = self.ports.store.get(&records::task_key(task.id)).await?.ok_or(EngineError::NoSuchTask(task.id))?;
+                        let item = self
+                            .ports
+                            .store
+                            .get(&records::task_key(task.id))
+                            .await?
+                            .ok_or(EngineError::NoSuchTask(task.id))?;
                         task = records::task_from(&item)?;
                     }
                     Err(e) => return Err(e.into()),

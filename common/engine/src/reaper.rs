@@ -97,3 +97,53 @@ impl Engine {
         Ok(report)
     }
 }
+
+impl Engine {
+    /// Put back in line the running tasks of `job` whose lease holder `is_dead` says is
+    /// gone, without waiting for the lease to lapse. Embedded mode knows its own
+    /// workers: a holder on this host whose process no longer exists is dead for sure.
+    pub async fn release_dead_leases(
+        &self,
+        job: tessera_core::JobId,
+        is_dead: impl Fn(&str) -> bool,
+    ) -> Result<usize, EngineError> {
+        let mut released = 0;
+        for task in self.job_tasks(job).await? {
+            let Some(lease) = task
+                .lease
+                .as_ref()
+                .filter(|_| task.state == TaskState::Running)
+            else {
+                continue;
+            };
+            if !is_dead(&lease.owner) {
+                continue;
+            }
+            let back = crate::lifecycle::lapsed(&task, Millis::now());
+            if back.state == TaskState::Dead {
+                if self
+                    .finish_dead(&task, back, Condition::Rev(task.rev))
+                    .await?
+                {
+                    released += 1;
+                }
+                continue;
+            }
+            match self
+                .ports
+                .store
+                .put(records::task_item(&back), Condition::Rev(task.rev))
+                .await
+            {
+                Ok(()) => {
+                    released += 1;
+                    tracing::info!(task_id = %task.id, job_id = %job, owner = %lease.owner, "lease of a dead local worker released");
+                    self.offer(&back, Duration::ZERO).await?;
+                }
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(released)
+    }
+}

@@ -49,7 +49,12 @@ impl BackendInfo {
         if self.capabilities.contains(cap) {
             Ok(())
         } else {
-            Err(Unsupported { backend: self.name.clone(), version: self.version.clone(), capability: cap.into(), hint: hint.into() })
+            Err(Unsupported {
+                backend: self.name.clone(),
+                version: self.version.clone(),
+                capability: cap.into(),
+                hint: hint.into(),
+            })
         }
     }
 
@@ -65,14 +70,20 @@ impl BackendInfo {
         match spec.mapper {
             MapperKind::Incremental => self.require("map.incremental", "")?,
             MapperKind::Hierarchical => self.require("map.hierarchical", "")?,
-            MapperKind::Global => self.require("map.global", "use `incremental`, or a CUDA COLMAP >= 3.14 worker")?,
+            MapperKind::Global => self.require(
+                "map.global",
+                "use `incremental`, or a CUDA COLMAP >= 3.14 worker",
+            )?,
         }
         match spec.ba {
             BaMode::Standard => self.require("ba.standard", "")?,
             BaMode::TwoStage => self.require("ba.two_stage", "")?,
         }
         for e in &spec.exports {
-            let name = serde_json::to_value(e).ok().and_then(|v| v.as_str().map(|s| s.replace('-', "_"))).unwrap_or_default();
+            let name = serde_json::to_value(e)
+                .ok()
+                .and_then(|v| v.as_str().map(|s| s.replace('-', "_")))
+                .unwrap_or_default();
             self.require(&format!("export.{name}"), "")?;
         }
         Ok(())

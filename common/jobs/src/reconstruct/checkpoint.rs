@@ -56,22 +56,44 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> TaskError {
 }
 
 /// Upload `files` (relative to `dir`) and then the manifest.
-pub async fn publish(objects: &dyn ObjectStore, job: JobId, stage: &str, dir: &Path, files: &[&str], result: serde_json::Value) -> Result<Checkpoint, TaskError> {
+pub async fn publish(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    stage: &str,
+    dir: &Path,
+    files: &[&str],
+    result: serde_json::Value,
+) -> Result<Checkpoint, TaskError> {
     let mut entries = Vec::new();
     for name in files {
         let path = dir.join(name);
-        let sha = sha256_file(&path).map_err(|e| io_err(&format!("hashing {}", path.display()), e))?;
-        let meta = objects.put_file(&format!("{}/{name}", prefix(job, stage)), &path).await?;
-        entries.push(CheckpointFile { name: name.to_string(), size: meta.size, sha256: sha });
+        let sha =
+            sha256_file(&path).map_err(|e| io_err(&format!("hashing {}", path.display()), e))?;
+        let meta = objects
+            .put_file(&format!("{}/{name}", prefix(job, stage)), &path)
+            .await?;
+        entries.push(CheckpointFile {
+            name: name.to_string(),
+            size: meta.size,
+            sha256: sha,
+        });
     }
-    let cp = Checkpoint { stage: stage.to_string(), files: entries, result };
+    let cp = Checkpoint {
+        stage: stage.to_string(),
+        files: entries,
+        result,
+    };
     let body = serde_json::to_vec_pretty(&cp).expect("serializable");
     objects.put(&manifest_key(job, stage), body.into()).await?;
     Ok(cp)
 }
 
 /// The stage's manifest, if one was sealed and parses.
-pub async fn manifest(objects: &dyn ObjectStore, job: JobId, stage: &str) -> Result<Option<Checkpoint>, TaskError> {
+pub async fn manifest(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    stage: &str,
+) -> Result<Option<Checkpoint>, TaskError> {
     match objects.get(&manifest_key(job, stage)).await {
         Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
         Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => Ok(None),
@@ -82,20 +104,33 @@ pub async fn manifest(objects: &dyn ObjectStore, job: JobId, stage: &str) -> Res
 /// Make `dest_dir/<name>` hold the checkpoint's file, downloading it unless a local
 /// copy with the right checksum is already there. Fails (so the stage re-runs) when
 /// the stored copy does not match its manifest.
-pub async fn materialize(objects: &dyn ObjectStore, job: JobId, cp: &Checkpoint, name: &str, dest_dir: &Path) -> Result<PathBuf, TaskError> {
-    let entry = cp
-        .files
-        .iter()
-        .find(|f| f.name == name)
-        .ok_or_else(|| TaskError::permanent(format!("checkpoint of stage `{}` has no file `{name}`", cp.stage)))?;
+pub async fn materialize(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    cp: &Checkpoint,
+    name: &str,
+    dest_dir: &Path,
+) -> Result<PathBuf, TaskError> {
+    let entry = cp.files.iter().find(|f| f.name == name).ok_or_else(|| {
+        TaskError::permanent(format!(
+            "checkpoint of stage `{}` has no file `{name}`",
+            cp.stage
+        ))
+    })?;
     let dest = dest_dir.join(name);
-    if dest.is_file() && sha256_file(&dest).map(|s| s == entry.sha256).unwrap_or(false) {
+    if dest.is_file()
+        && sha256_file(&dest)
+            .map(|s| s == entry.sha256)
+            .unwrap_or(false)
+    {
         return Ok(dest);
     }
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent).map_err(|e| io_err("creating scratch folder", e))?;
     }
-    objects.get_to_file(&format!("{}/{name}", prefix(job, &cp.stage)), &dest).await?;
+    objects
+        .get_to_file(&format!("{}/{name}", prefix(job, &cp.stage)), &dest)
+        .await?;
     let got = sha256_file(&dest).map_err(|e| io_err("hashing", e))?;
     if got != entry.sha256 {
         let _ = std::fs::remove_file(&dest);
@@ -108,7 +143,11 @@ pub async fn materialize(objects: &dyn ObjectStore, job: JobId, cp: &Checkpoint,
 }
 
 /// Whether every file of the checkpoint is stored with its recorded checksum.
-pub async fn files_intact(objects: &dyn ObjectStore, job: JobId, cp: &Checkpoint) -> Result<bool, TaskError> {
+pub async fn files_intact(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    cp: &Checkpoint,
+) -> Result<bool, TaskError> {
     for f in &cp.files {
         let key = format!("{}/{}", prefix(job, &cp.stage), f.name);
         let bytes = match objects.get(&key).await {

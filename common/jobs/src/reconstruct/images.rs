@@ -41,20 +41,26 @@ pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
     if bytes.is_empty() {
         return Err(format!("`{name}` is empty (0 bytes)"));
     }
-    let kind = imagesize::image_type(bytes).map_err(|_| format!("`{name}` is not an image (unknown or damaged header)"))?;
-    let size = imagesize::blob_size(bytes).map_err(|e| format!("`{name}` has a damaged header: {e}"))?;
+    let kind = imagesize::image_type(bytes)
+        .map_err(|_| format!("`{name}` is not an image (unknown or damaged header)"))?;
+    let size =
+        imagesize::blob_size(bytes).map_err(|e| format!("`{name}` has a damaged header: {e}"))?;
     let (w, h) = (size.width as u64, size.height as u64);
     if w == 0 || h == 0 {
         return Err(format!("`{name}` claims {w}x{h} pixels"));
     }
     if w.saturating_mul(h) > MAX_PIXELS {
-        return Err(format!("`{name}` claims {w}x{h} pixels, more than the {MAX_PIXELS} accepted; downscale it"));
+        return Err(format!(
+            "`{name}` claims {w}x{h} pixels, more than the {MAX_PIXELS} accepted; downscale it"
+        ));
     }
     if matches!(kind, imagesize::ImageType::Jpeg) {
         // A complete JPEG ends with the EOI marker (possibly followed by padding).
         let tail = &bytes[bytes.len().saturating_sub(64 * 1024)..];
         if !tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
-            return Err(format!("`{name}` is a truncated JPEG (no end-of-image marker); re-copy or re-export it"));
+            return Err(format!(
+                "`{name}` is a truncated JPEG (no end-of-image marker); re-copy or re-export it"
+            ));
         }
     }
     Ok((w, h))
@@ -68,7 +74,11 @@ fn rational(f: &exif::Field, i: usize) -> Option<f64> {
 }
 
 fn dms(f: &exif::Field) -> Option<f64> {
-    Some(rational(f, 0)? + rational(f, 1).unwrap_or(0.0) / 60.0 + rational(f, 2).unwrap_or(0.0) / 3600.0)
+    Some(
+        rational(f, 0)?
+            + rational(f, 1).unwrap_or(0.0) / 60.0
+            + rational(f, 2).unwrap_or(0.0) / 3600.0,
+    )
 }
 
 fn ascii_ref(e: &exif::Exif, tag: exif::Tag) -> Option<char> {
@@ -83,14 +93,31 @@ pub fn exif_facts(bytes: &[u8]) -> (Option<f64>, Option<Gps>) {
     let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(bytes)) else {
         return (None, None);
     };
-    let focal = e.get_field(exif::Tag::FocalLength, exif::In::PRIMARY).and_then(|f| rational(f, 0)).filter(|f| *f > 0.0);
-    let lat = e.get_field(exif::Tag::GPSLatitude, exif::In::PRIMARY).and_then(dms);
-    let lon = e.get_field(exif::Tag::GPSLongitude, exif::In::PRIMARY).and_then(dms);
+    let focal = e
+        .get_field(exif::Tag::FocalLength, exif::In::PRIMARY)
+        .and_then(|f| rational(f, 0))
+        .filter(|f| *f > 0.0);
+    let lat = e
+        .get_field(exif::Tag::GPSLatitude, exif::In::PRIMARY)
+        .and_then(dms);
+    let lon = e
+        .get_field(exif::Tag::GPSLongitude, exif::In::PRIMARY)
+        .and_then(dms);
     let gps = match (lat, lon) {
         (Some(lat), Some(lon)) => {
-            let lat = if ascii_ref(&e, exif::Tag::GPSLatitudeRef) == Some('S') { -lat } else { lat };
-            let lon = if ascii_ref(&e, exif::Tag::GPSLongitudeRef) == Some('W') { -lon } else { lon };
-            let alt = e.get_field(exif::Tag::GPSAltitude, exif::In::PRIMARY).and_then(|f| rational(f, 0));
+            let lat = if ascii_ref(&e, exif::Tag::GPSLatitudeRef) == Some('S') {
+                -lat
+            } else {
+                lat
+            };
+            let lon = if ascii_ref(&e, exif::Tag::GPSLongitudeRef) == Some('W') {
+                -lon
+            } else {
+                lon
+            };
+            let alt = e
+                .get_field(exif::Tag::GPSAltitude, exif::In::PRIMARY)
+                .and_then(|f| rational(f, 0));
             (lat.abs() <= 90.0 && lon.abs() <= 180.0).then_some(Gps { lat, lon, alt })
         }
         _ => None,
@@ -105,15 +132,30 @@ mod tests {
     #[test]
     fn hostile_files_are_named_and_refused() {
         assert!(check("a.jpg", b"").unwrap_err().contains("empty"));
-        assert!(check("a.jpg", b"hello, I am text").unwrap_err().contains("not an image"));
-        let sample = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../sample/images/IMG_9380.jpg")).unwrap();
+        assert!(
+            check("a.jpg", b"hello, I am text")
+                .unwrap_err()
+                .contains("not an image")
+        );
+        let sample = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../sample/images/IMG_9380.jpg"
+        ))
+        .unwrap();
         assert_eq!(check("ok.jpg", &sample), Ok((800, 600)));
         let truncated = &sample[..sample.len() / 2];
-        assert!(check("t.jpg", truncated).unwrap_err().contains("truncated JPEG"));
+        assert!(
+            check("t.jpg", truncated)
+                .unwrap_err()
+                .contains("truncated JPEG")
+        );
         let (focal, gps) = exif_facts(&sample);
         assert_eq!(focal, Some(4.5));
         let gps = gps.unwrap();
-        assert!((gps.lat - 30.171).abs() < 0.01 && (gps.lon + 98.09).abs() < 0.01, "{gps:?}");
+        assert!(
+            (gps.lat - 30.171).abs() < 0.01 && (gps.lon + 98.09).abs() < 0.01,
+            "{gps:?}"
+        );
         assert_eq!(exif_facts(b"garbage"), (None, None));
     }
 }

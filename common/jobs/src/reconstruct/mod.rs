@@ -61,7 +61,14 @@ impl Stage {
 
     /// The stages a spec runs, in order.
     pub fn planned(spec: &ReconstructionSpec) -> Vec<Stage> {
-        let mut s = vec![Stage::Ingest, Stage::Extract, Stage::Match, Stage::Verify, Stage::Map, Stage::BundleAdjust];
+        let mut s = vec![
+            Stage::Ingest,
+            Stage::Extract,
+            Stage::Match,
+            Stage::Verify,
+            Stage::Map,
+            Stage::BundleAdjust,
+        ];
         if spec.georef != Georef::None {
             s.push(Stage::Georeference);
         }
@@ -72,12 +79,23 @@ impl Stage {
 
 /// Plan a reconstruction: one task per stage, each after the previous one, sized by
 /// the memory model for `images` photos of `megapixels` each.
-pub fn plan(spec: &ReconstructionSpec, tenant: TenantId, project: Option<ProjectId>, label: &str, images: usize, megapixels: f64) -> Result<JobPlan, SpecError> {
+pub fn plan(
+    spec: &ReconstructionSpec,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    label: &str,
+    images: usize,
+    megapixels: f64,
+) -> Result<JobPlan, SpecError> {
     spec.validate()?;
     let stages = Stage::planned(spec);
     let mut tasks = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
-        let mut t = TaskPlan::new(stage.name(), stage.kind(), serde_json::json!({ "stage": stage }));
+        let mut t = TaskPlan::new(
+            stage.name(),
+            stage.kind(),
+            serde_json::json!({ "stage": stage }),
+        );
         if i > 0 {
             t = t.after([stages[i - 1].name()]);
         }
@@ -100,9 +118,15 @@ pub fn plan(spec: &ReconstructionSpec, tenant: TenantId, project: Option<Project
 
 /// Before resuming a job: succeeded stages whose checkpoint is missing or damaged, and
 /// every stage after them, must run again. Returns the names put back in line.
-pub async fn requeue_damaged(engine: &Engine, job: tessera_core::JobId) -> Result<Vec<String>, EngineError> {
+pub async fn requeue_damaged(
+    engine: &Engine,
+    job: tessera_core::JobId,
+) -> Result<Vec<String>, EngineError> {
     let tasks = engine.job_tasks(job).await?;
-    let mut order: Vec<_> = tasks.iter().filter(|t| t.kind.starts_with("sfm.")).collect();
+    let mut order: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.kind.starts_with("sfm."))
+        .collect();
     order.sort_by_key(|t| t.depends_on.len() + stage_index(&t.name));
     let mut rerun = Vec::new();
     let mut damaged = false;
@@ -110,7 +134,9 @@ pub async fn requeue_damaged(engine: &Engine, job: tessera_core::JobId) -> Resul
         if !damaged && t.state == TaskState::Succeeded {
             let objects = engine.ports().objects.as_ref();
             let ok = match checkpoint::manifest(objects, job, &t.name).await {
-                Ok(Some(cp)) => checkpoint::files_intact(objects, job, &cp).await.unwrap_or(false),
+                Ok(Some(cp)) => checkpoint::files_intact(objects, job, &cp)
+                    .await
+                    .unwrap_or(false),
                 _ => false,
             };
             damaged = !ok;
@@ -119,7 +145,11 @@ pub async fn requeue_damaged(engine: &Engine, job: tessera_core::JobId) -> Resul
             rerun.push(t.id);
         }
     }
-    let names: Vec<String> = tasks.iter().filter(|t| rerun.contains(&t.id)).map(|t| t.name.clone()).collect();
+    let names: Vec<String> = tasks
+        .iter()
+        .filter(|t| rerun.contains(&t.id))
+        .map(|t| t.name.clone())
+        .collect();
     if !rerun.is_empty() {
         engine.rerun(job, &rerun).await?;
     }
@@ -127,12 +157,34 @@ pub async fn requeue_damaged(engine: &Engine, job: tessera_core::JobId) -> Resul
 }
 
 fn stage_index(name: &str) -> usize {
-    ["ingest", "extract", "match", "verify", "map", "bundle_adjust", "georeference", "export"].iter().position(|n| *n == name).unwrap_or(99) * 1000
+    [
+        "ingest",
+        "extract",
+        "match",
+        "verify",
+        "map",
+        "bundle_adjust",
+        "georeference",
+        "export",
+    ]
+    .iter()
+    .position(|n| *n == name)
+    .unwrap_or(99)
+        * 1000
 }
 
 /// Register the stage handlers.
 pub fn register(r: &mut Registry) {
-    for stage in [Stage::Ingest, Stage::Extract, Stage::Match, Stage::Verify, Stage::Map, Stage::BundleAdjust, Stage::Georeference, Stage::Export] {
+    for stage in [
+        Stage::Ingest,
+        Stage::Extract,
+        Stage::Match,
+        Stage::Verify,
+        Stage::Map,
+        Stage::BundleAdjust,
+        Stage::Georeference,
+        Stage::Export,
+    ] {
         r.register(&stage.kind(), stages::StageHandler::new(stage));
     }
 }

@@ -63,12 +63,22 @@ struct Run<'a> {
 impl TaskHandler for StageHandler {
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: ReconstructionSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
-        let run = Run { ctx, spec, scratch: ctx.scratch_dir().map_err(io("creating the scratch folder"))?, job: ctx.task().job_id };
+        let run = Run {
+            ctx,
+            spec,
+            scratch: ctx
+                .scratch_dir()
+                .map_err(io("creating the scratch folder"))?,
+            job: ctx.task().job_id,
+        };
         let name = self.stage.name();
         if let Some(cp) = checkpoint::manifest(ctx.ports().objects.as_ref(), run.job, name).await?
             && checkpoint::files_intact(ctx.ports().objects.as_ref(), run.job, &cp).await?
         {
-            ctx.emit(EventKind::LogLine { line: format!("{name}: its checkpoint validates; skipping the stage") }).await?;
+            ctx.emit(EventKind::LogLine {
+                line: format!("{name}: its checkpoint validates; skipping the stage"),
+            })
+            .await?;
             let mut result = cp.result;
             result["skipped"] = json!(true);
             return Ok(TaskOutput::result(result));
@@ -88,7 +98,12 @@ impl TaskHandler for StageHandler {
         result["stage"] = json!(name);
         result["skipped"] = json!(false);
         result["wall_s"] = json!(started.elapsed().as_secs_f64());
-        ctx.metric(&format!("{name}_wall_s"), started.elapsed().as_secs_f64(), Some("s")).await?;
+        ctx.metric(
+            &format!("{name}_wall_s"),
+            started.elapsed().as_secs_f64(),
+            Some("s"),
+        )
+        .await?;
         Ok(TaskOutput::result(result))
     }
 }
@@ -101,7 +116,8 @@ impl Run<'_> {
     }
 
     fn photos(cp: &Checkpoint) -> Result<Vec<PhotoFacts>, TaskError> {
-        serde_json::from_value(cp.result["images"].clone()).map_err(|e| TaskError::permanent(format!("ingest checkpoint is unreadable: {e}")))
+        serde_json::from_value(cp.result["images"].clone())
+            .map_err(|e| TaskError::permanent(format!("ingest checkpoint is unreadable: {e}")))
     }
 
     /// Make `scratch/images` hold exactly the accepted photos, verified by checksum.
@@ -118,7 +134,11 @@ impl Run<'_> {
         }
         for p in &photos {
             let path = dir.join(&p.name);
-            if !(path.is_file() && checkpoint::sha256_file(&path).map(|s| s == p.sha256).unwrap_or(false)) {
+            if !(path.is_file()
+                && checkpoint::sha256_file(&path)
+                    .map(|s| s == p.sha256)
+                    .unwrap_or(false))
+            {
                 self.ctx.ports().objects.get_to_file(&p.key, &path).await?;
             }
         }
@@ -126,11 +146,21 @@ impl Run<'_> {
     }
 
     /// Run COLMAP, turning its lines into events; classify how it ended.
-    async fn colmap(&self, args: Vec<String>, phase: Phase, total: Option<u64>) -> Result<ProcessReport, TaskError> {
+    async fn colmap(
+        &self,
+        args: Vec<String>,
+        phase: Phase,
+        total: Option<u64>,
+    ) -> Result<ProcessReport, TaskError> {
         let command = args.first().cloned().unwrap_or_default();
         let mut spec = ProcessSpec::new(colmap::program(), args);
         spec.cwd = Some(self.scratch.clone());
-        spec.rss_limit = Some(self.ctx.task().memory_estimate.unwrap_or_else(|| self.ctx.task().resource_class.memory_bytes()));
+        spec.rss_limit = Some(
+            self.ctx
+                .task()
+                .memory_estimate
+                .unwrap_or_else(|| self.ctx.task().resource_class.memory_bytes()),
+        );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let sink = move |_s: Stream, line: &str| {
             let _ = tx.send(line.to_string());
@@ -146,7 +176,11 @@ impl Run<'_> {
             let mut last_progress = Instant::now() - Duration::from_secs(1);
             let mut handle = async |line: String, tail: &mut VecDeque<String>| {
                 match progress::parse(&line, total) {
-                    Some(progress::LineEvent::Progress { phase, current, total }) => {
+                    Some(progress::LineEvent::Progress {
+                        phase,
+                        current,
+                        total,
+                    }) => {
                         let last = total == Some(current);
                         if last || last_progress.elapsed() >= Duration::from_millis(250) {
                             last_progress = Instant::now();
@@ -189,25 +223,55 @@ impl Run<'_> {
         let (report, tail) = tokio::join!(run, drain);
         let report = report?;
         let stage = self.ctx.task().name.clone();
-        self.ctx.metric(&format!("{stage}.{command}_peak_rss_bytes"), report.peak_rss_bytes as f64, Some("bytes")).await?;
-        self.ctx.metric(&format!("{stage}.{command}_cpu_s"), report.cpu.as_secs_f64(), Some("s")).await?;
+        self.ctx
+            .metric(
+                &format!("{stage}.{command}_peak_rss_bytes"),
+                report.peak_rss_bytes as f64,
+                Some("bytes"),
+            )
+            .await?;
+        self.ctx
+            .metric(
+                &format!("{stage}.{command}_cpu_s"),
+                report.cpu.as_secs_f64(),
+                Some("s"),
+            )
+            .await?;
         let tail: Vec<String> = tail.into_iter().collect();
         let said = tail.join(" | ");
         match (report.killed_for, report.exit_code, report.signal) {
-            (Some(KillReason::Cancelled), ..) => return Err(TaskError::cancelled(format!("COLMAP {command} was stopped by cancel"))),
+            (Some(KillReason::Cancelled), ..) => {
+                return Err(TaskError::cancelled(format!(
+                    "COLMAP {command} was stopped by cancel"
+                )));
+            }
             (Some(KillReason::RssLimit), ..) => {
                 return Err(TaskError::resource(format!(
                     "COLMAP {command} exceeded the memory limit of its resource class ({:?}); retrying one class up",
                     self.ctx.task().resource_class
                 )));
             }
-            (Some(KillReason::Timeout), ..) => return Err(TaskError::resource(format!("COLMAP {command} ran past its time limit"))),
-            (None, _, Some(9)) => return Err(TaskError::resource(format!("COLMAP {command} was killed by SIGKILL (the kernel's out-of-memory killer?)"))),
+            (Some(KillReason::Timeout), ..) => {
+                return Err(TaskError::resource(format!(
+                    "COLMAP {command} ran past its time limit"
+                )));
+            }
+            (None, _, Some(9)) => {
+                return Err(TaskError::resource(format!(
+                    "COLMAP {command} was killed by SIGKILL (the kernel's out-of-memory killer?)"
+                )));
+            }
             (None, Some(134), _) | (None, _, Some(6)) => {
-                return Err(TaskError::permanent(format!("COLMAP {command} aborted (exit 134) — usually empty or unusable input; it said: {said}")));
+                return Err(TaskError::permanent(format!(
+                    "COLMAP {command} aborted (exit 134) — usually empty or unusable input; it said: {said}"
+                )));
             }
             (None, Some(0), _) => {}
-            (None, code, sig) => return Err(TaskError::permanent(format!("COLMAP {command} failed (exit {code:?}, signal {sig:?}); it said: {said}"))),
+            (None, code, sig) => {
+                return Err(TaskError::permanent(format!(
+                    "COLMAP {command} failed (exit {code:?}, signal {sig:?}); it said: {said}"
+                )));
+            }
         }
         self.ctx.phase_completed(phase, started).await?;
         Ok(report)
@@ -217,8 +281,22 @@ impl Run<'_> {
         json!({ "exit_code": r.exit_code, "wall_s": r.wall.as_secs_f64(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu.as_secs_f64() })
     }
 
-    async fn publish(&self, stage: Stage, dir: &Path, files: &[&str], result: Value) -> Result<Value, TaskError> {
-        checkpoint::publish(self.ctx.ports().objects.as_ref(), self.job, stage.name(), dir, files, result.clone()).await?;
+    async fn publish(
+        &self,
+        stage: Stage,
+        dir: &Path,
+        files: &[&str],
+        result: Value,
+    ) -> Result<Value, TaskError> {
+        checkpoint::publish(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            stage.name(),
+            dir,
+            files,
+            result.clone(),
+        )
+        .await?;
         Ok(result)
     }
 
@@ -246,24 +324,46 @@ impl Run<'_> {
             match images::check(&name, &bytes) {
                 Ok((width, height)) => {
                     let (focal_mm, gps) = images::exif_facts(&bytes);
-                    std::fs::write(dir.join(&name), &bytes).map_err(io(format!("writing {name}")))?;
-                    accepted.push(PhotoFacts { name, key: key.clone(), sha256: hex::encode(Sha256::digest(&bytes)), width, height, focal_mm, gps });
+                    std::fs::write(dir.join(&name), &bytes)
+                        .map_err(io(format!("writing {name}")))?;
+                    accepted.push(PhotoFacts {
+                        name,
+                        key: key.clone(),
+                        sha256: hex::encode(Sha256::digest(&bytes)),
+                        width,
+                        height,
+                        focal_mm,
+                        gps,
+                    });
                 }
                 Err(why) => {
-                    self.ctx.emit(EventKind::Warning { message: format!("skipping {why}") }).await?;
+                    self.ctx
+                        .emit(EventKind::Warning {
+                            message: format!("skipping {why}"),
+                        })
+                        .await?;
                     rejected.push(json!({ "name": name, "why": why }));
                 }
             }
-            self.ctx.progress(Phase::Ingest, i as u64 + 1, Some(total), None).await?;
+            self.ctx
+                .progress(Phase::Ingest, i as u64 + 1, Some(total), None)
+                .await?;
         }
         if accepted.len() < 2 {
-            let why: Vec<String> = rejected.iter().filter_map(|r| r["why"].as_str().map(str::to_owned)).collect();
+            let why: Vec<String> = rejected
+                .iter()
+                .filter_map(|r| r["why"].as_str().map(str::to_owned))
+                .collect();
             return Err(TaskError::permanent(format!(
                 "a reconstruction needs at least 2 photos; `{}` holds {} usable of {} files{}",
                 self.spec.image_set,
                 accepted.len(),
                 total,
-                if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) }
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", why.join("; "))
+                }
             )));
         }
         let with_gps = accepted.iter().filter(|p| p.gps.is_some()).count();
@@ -279,33 +379,64 @@ impl Run<'_> {
                 accepted.len()
             )));
         }
-        let megapixels = accepted.iter().map(|p| (p.width * p.height) as f64 / 1e6).sum::<f64>() / accepted.len() as f64;
-        self.ctx.metric("images_accepted", accepted.len() as f64, None).await?;
+        let megapixels = accepted
+            .iter()
+            .map(|p| (p.width * p.height) as f64 / 1e6)
+            .sum::<f64>()
+            / accepted.len() as f64;
+        self.ctx
+            .metric("images_accepted", accepted.len() as f64, None)
+            .await?;
         let result = json!({ "images": accepted, "rejected": rejected, "mean_megapixels": megapixels, "with_gps": with_gps });
         self.publish(Stage::Ingest, &dir, &[], result).await
     }
 
     async fn extract(&self) -> Result<Value, TaskError> {
         let backend = backend()?;
-        backend.check_spec(&self.spec).map_err(TaskError::from_classified)?;
+        backend
+            .check_spec(&self.spec)
+            .map_err(TaskError::from_classified)?;
         let (images, photos) = self.ensure_images().await?;
         let dir = self.scratch.join("extract");
         fresh_dir(&dir)?;
         let db = dir.join("database.db");
-        let report = self.colmap(commands::extract(&self.spec, &db, &images, backend.cuda), Phase::FeatureExtraction, Some(photos.len() as u64)).await?;
+        let report = self
+            .colmap(
+                commands::extract(&self.spec, &db, &images, backend.cuda),
+                Phase::FeatureExtraction,
+                Some(photos.len() as u64),
+            )
+            .await?;
         let stats = database::stats(&db).map_err(TaskError::from_classified)?;
         if stats.images == 0 {
-            return Err(TaskError::permanent(format!("COLMAP read none of the {} photos (it exited {:?}); are they decodable images?", photos.len(), report.exit_code)));
+            return Err(TaskError::permanent(format!(
+                "COLMAP read none of the {} photos (it exited {:?}); are they decodable images?",
+                photos.len(),
+                report.exit_code
+            )));
         }
         if stats.images_with_keypoints < 2 {
-            return Err(TaskError::permanent(format!("COLMAP found features in only {} of {} photos; they may be blank or too small", stats.images_with_keypoints, stats.images)));
+            return Err(TaskError::permanent(format!(
+                "COLMAP found features in only {} of {} photos; they may be blank or too small",
+                stats.images_with_keypoints, stats.images
+            )));
         }
         if !stats.images_without_keypoints.is_empty() {
-            self.ctx.emit(EventKind::Warning { message: format!("no features in: {}", stats.images_without_keypoints.join(", ")) }).await?;
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!(
+                        "no features in: {}",
+                        stats.images_without_keypoints.join(", ")
+                    ),
+                })
+                .await?;
         }
-        self.ctx.metric("keypoints", stats.keypoints as f64, None).await?;
+        self.ctx
+            .metric("keypoints", stats.keypoints as f64, None)
+            .await?;
         let result = json!({ "database": stats, "process": Self::report_json(&report), "colmap_version": backend.version });
-        self.publish(Stage::Extract, &dir, &["database.db"], result).await
+        self.publish(Stage::Extract, &dir, &["database.db"], result)
+            .await
     }
 
     async fn match_pairs(&self) -> Result<Value, TaskError> {
@@ -314,12 +445,20 @@ impl Run<'_> {
         let extract = self.upstream(Stage::Extract).await?;
         let dir = self.scratch.join("match");
         fresh_dir(&dir)?;
-        let db = checkpoint::materialize(self.ctx.ports().objects.as_ref(), self.job, &extract, "database.db", &dir).await?;
+        let db = checkpoint::materialize(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            &extract,
+            "database.db",
+            &dir,
+        )
+        .await?;
         let tree = match &self.spec.pairs {
             PairStrategy::VocabTree { tree, .. } => {
                 let local = dir.join("vocab_tree.bin");
                 if Path::new(tree).is_file() {
-                    std::fs::copy(tree, &local).map_err(io(format!("copying vocabulary tree {tree}")))?;
+                    std::fs::copy(tree, &local)
+                        .map_err(io(format!("copying vocabulary tree {tree}")))?;
                 } else {
                     self.ctx.ports().objects.get_to_file(tree, &local).await?;
                 }
@@ -327,14 +466,25 @@ impl Run<'_> {
             }
             _ => None,
         };
-        let report = self.colmap(commands::match_pairs(&self.spec, &db, backend.cuda, tree.as_deref()), Phase::Matching, Some(photos.len() as u64)).await?;
+        let report = self
+            .colmap(
+                commands::match_pairs(&self.spec, &db, backend.cuda, tree.as_deref()),
+                Phase::Matching,
+                Some(photos.len() as u64),
+            )
+            .await?;
         let stats = database::stats(&db).map_err(TaskError::from_classified)?;
         if stats.matched_pairs == 0 {
-            return Err(TaskError::permanent("no pair of photos matched: they do not overlap, or the pair strategy chose no pairs (try `--pairs exhaustive`)"));
+            return Err(TaskError::permanent(
+                "no pair of photos matched: they do not overlap, or the pair strategy chose no pairs (try `--pairs exhaustive`)",
+            ));
         }
-        self.ctx.metric("matched_pairs", stats.matched_pairs as f64, None).await?;
+        self.ctx
+            .metric("matched_pairs", stats.matched_pairs as f64, None)
+            .await?;
         let result = json!({ "database": stats, "process": Self::report_json(&report) });
-        self.publish(Stage::Match, &dir, &["database.db"], result).await
+        self.publish(Stage::Match, &dir, &["database.db"], result)
+            .await
     }
 
     async fn verify(&self) -> Result<Value, TaskError> {
@@ -342,7 +492,14 @@ impl Run<'_> {
         let dir = self.scratch.join("verify");
         fresh_dir(&dir)?;
         let started = self.ctx.phase_started(Phase::GeometricVerification).await?;
-        let db = checkpoint::materialize(self.ctx.ports().objects.as_ref(), self.job, &matched, "database.db", &dir).await?;
+        let db = checkpoint::materialize(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            &matched,
+            "database.db",
+            &dir,
+        )
+        .await?;
         let stats = database::stats(&db).map_err(TaskError::from_classified)?;
         if stats.verified_pairs == 0 {
             return Err(TaskError::permanent(format!(
@@ -350,9 +507,15 @@ impl Run<'_> {
                 stats.matched_pairs
             )));
         }
-        self.ctx.metric("verified_pairs", stats.verified_pairs as f64, None).await?;
-        self.ctx.metric("inlier_matches", stats.inlier_matches as f64, None).await?;
-        self.ctx.phase_completed(Phase::GeometricVerification, started).await?;
+        self.ctx
+            .metric("verified_pairs", stats.verified_pairs as f64, None)
+            .await?;
+        self.ctx
+            .metric("inlier_matches", stats.inlier_matches as f64, None)
+            .await?;
+        self.ctx
+            .phase_completed(Phase::GeometricVerification, started)
+            .await?;
         let result = json!({ "verified_pairs": stats.verified_pairs, "matched_pairs": stats.matched_pairs, "inlier_matches": stats.inlier_matches });
         self.publish(Stage::Verify, &dir, &[], result).await
     }
@@ -363,26 +526,52 @@ impl Run<'_> {
         let matched = self.upstream(Stage::Match).await?;
         let dir = self.scratch.join("map");
         std::fs::create_dir_all(&dir).map_err(io("creating map folder"))?;
-        let db = checkpoint::materialize(self.ctx.ports().objects.as_ref(), self.job, &matched, "database.db", &dir).await?;
+        let db = checkpoint::materialize(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            &matched,
+            "database.db",
+            &dir,
+        )
+        .await?;
         let sparse = dir.join("sparse");
         fresh_dir(&sparse)?;
         let live = dir.join("snapshots_live");
         fresh_dir(&live)?;
         let resume_from = self.latest_snapshot(&dir).await?;
         if let Some((seq, _)) = &resume_from {
-            self.ctx.emit(EventKind::LogLine { line: format!("map: continuing from sealed snapshot {seq}") }).await?;
+            self.ctx
+                .emit(EventKind::LogLine {
+                    line: format!("map: continuing from sealed snapshot {seq}"),
+                })
+                .await?;
         }
         let hierarchical = self.spec.mapper == MapperKind::Hierarchical;
         if self.spec.mapper == MapperKind::Global {
-            backend.require("map.global", "use `incremental`, or a CUDA COLMAP >= 3.14 worker").map_err(TaskError::from_classified)?;
+            backend
+                .require(
+                    "map.global",
+                    "use `incremental`, or a CUDA COLMAP >= 3.14 worker",
+                )
+                .map_err(TaskError::from_classified)?;
         }
         let every = (photos.len() as u32 / 4).clamp(2, 50);
-        let args = commands::map(hierarchical, &db, &images, &sparse, &live, every, resume_from.as_ref().map(|(_, p)| p.as_path()));
+        let args = commands::map(
+            hierarchical,
+            &db,
+            &images,
+            &sparse,
+            &live,
+            every,
+            resume_from.as_ref().map(|(_, p)| p.as_path()),
+        );
         let sealer = self.seal_snapshots(&live, &dir, resume_from.as_ref().map_or(0, |(s, _)| *s));
         let (report, sealed) = {
             let stop = tokio_util::sync::CancellationToken::new();
             let run = async {
-                let r = self.colmap(args, Phase::IncrementalRegister, Some(photos.len() as u64)).await;
+                let r = self
+                    .colmap(args, Phase::IncrementalRegister, Some(photos.len() as u64))
+                    .await;
                 stop.cancel();
                 r
             };
@@ -397,7 +586,11 @@ impl Run<'_> {
                 models.push((path, metrics::compute(&rec)));
             }
         }
-        models.sort_by(|a, b| b.1.registered_images.cmp(&a.1.registered_images).then(b.1.points.cmp(&a.1.points)));
+        models.sort_by(|a, b| {
+            b.1.registered_images
+                .cmp(&a.1.registered_images)
+                .then(b.1.points.cmp(&a.1.points))
+        });
         let Some((best, best_metrics)) = models.first().cloned() else {
             return Err(TaskError::permanent(format!(
                 "the mapper registered none of the {} photos: no initial pair with enough overlap was found",
@@ -421,8 +614,16 @@ impl Run<'_> {
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
             std::fs::copy(best.join(f), model_dir.join(f)).map_err(io(format!("copying {f}")))?;
         }
-        self.ctx.metric("registered_images", best_metrics.registered_images as f64, None).await?;
-        self.ctx.metric("points", best_metrics.points as f64, None).await?;
+        self.ctx
+            .metric(
+                "registered_images",
+                best_metrics.registered_images as f64,
+                None,
+            )
+            .await?;
+        self.ctx
+            .metric("points", best_metrics.points as f64, None)
+            .await?;
         let result = json!({
             "model": best_metrics,
             "models": models.iter().map(|(_, m)| m).collect::<Vec<_>>(),
@@ -431,28 +632,55 @@ impl Run<'_> {
             "resumed_from_snapshot": resume_from.map(|(s, _)| s),
             "process": Self::report_json(&report),
         });
-        self.publish(Stage::Map, &dir, &["model/cameras.bin", "model/images.bin", "model/points3D.bin"], result).await
+        self.publish(
+            Stage::Map,
+            &dir,
+            &[
+                "model/cameras.bin",
+                "model/images.bin",
+                "model/points3D.bin",
+            ],
+            result,
+        )
+        .await
     }
 
     /// The latest sealed snapshot in the object store, materialised locally.
     async fn latest_snapshot(&self, dir: &Path) -> Result<Option<(u64, PathBuf)>, TaskError> {
         let objects = self.ctx.ports().objects.clone();
-        let prefix = format!("{}/snapshots/", checkpoint::prefix(self.job, Stage::Map.name()));
+        let prefix = format!(
+            "{}/snapshots/",
+            checkpoint::prefix(self.job, Stage::Map.name())
+        );
         let (list, _) = objects.list(&prefix, None, 10_000).await?;
         let latest = list
             .iter()
-            .filter_map(|m| m.key.strip_prefix(&prefix)?.strip_suffix("/.complete")?.parse::<u64>().ok())
+            .filter_map(|m| {
+                m.key
+                    .strip_prefix(&prefix)?
+                    .strip_suffix("/.complete")?
+                    .parse::<u64>()
+                    .ok()
+            })
             .max();
         let Some(seq) = latest else { return Ok(None) };
         let local = dir.join("resume").join(seq.to_string());
         fresh_dir(&local)?;
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-            objects.get_to_file(&format!("{prefix}{seq}/{f}"), &local.join(f)).await?;
+            objects
+                .get_to_file(&format!("{prefix}{seq}/{f}"), &local.join(f))
+                .await?;
         }
         match model_bin::read(&local) {
             Ok(_) => Ok(Some((seq, local))),
             Err(e) => {
-                self.ctx.emit(EventKind::Warning { message: format!("sealed snapshot {seq} does not parse ({e}); mapping starts over") }).await?;
+                self.ctx
+                    .emit(EventKind::Warning {
+                        message: format!(
+                            "sealed snapshot {seq} does not parse ({e}); mapping starts over"
+                        ),
+                    })
+                    .await?;
                 Ok(None)
             }
         }
@@ -460,7 +688,15 @@ impl Run<'_> {
 
     /// Watch COLMAP's snapshot folder; seal each complete snapshot (temp folder →
     /// `.complete` marker → atomic rename), upload it (marker last) and announce it.
-    fn seal_snapshots<'a>(&'a self, live: &'a Path, dir: &'a Path, first_seq: u64) -> impl FnOnce(tokio_util::sync::CancellationToken) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + 'a>> + 'a {
+    fn seal_snapshots<'a>(
+        &'a self,
+        live: &'a Path,
+        dir: &'a Path,
+        first_seq: u64,
+    ) -> impl FnOnce(
+        tokio_util::sync::CancellationToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + 'a>>
+    + 'a {
         move |stop| {
             Box::pin(async move {
                 let mut seen = BTreeSet::new();
@@ -470,7 +706,9 @@ impl Run<'_> {
                 let _ = std::fs::create_dir_all(&sealed_root);
                 loop {
                     let stopping = stop.is_cancelled();
-                    let mut names: Vec<_> = std::fs::read_dir(live).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+                    let mut names: Vec<_> = std::fs::read_dir(live)
+                        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                        .unwrap_or_default();
                     names.sort();
                     for snap in names {
                         if seen.contains(&snap) || model_bin::read(&snap).is_err() {
@@ -498,18 +736,29 @@ impl Run<'_> {
         let tmp = sealed_root.join(format!(".tmp_{seq}"));
         fresh_dir(&tmp)?;
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-            std::fs::copy(snap.join(f), tmp.join(f)).map_err(io(format!("copying snapshot {f}")))?;
+            std::fs::copy(snap.join(f), tmp.join(f))
+                .map_err(io(format!("copying snapshot {f}")))?;
         }
         std::fs::write(tmp.join(".complete"), b"").map_err(io("writing the snapshot marker"))?;
         let final_dir = sealed_root.join(seq.to_string());
         let _ = std::fs::remove_dir_all(&final_dir);
         std::fs::rename(&tmp, &final_dir).map_err(io("sealing the snapshot"))?;
-        let prefix = format!("{}/snapshots/{seq}", checkpoint::prefix(self.job, Stage::Map.name()));
+        let prefix = format!(
+            "{}/snapshots/{seq}",
+            checkpoint::prefix(self.job, Stage::Map.name())
+        );
         let objects = self.ctx.ports().objects.clone();
         for f in ["cameras.bin", "images.bin", "points3D.bin", ".complete"] {
-            objects.put_file(&format!("{prefix}/{f}"), &final_dir.join(f)).await?;
+            objects
+                .put_file(&format!("{prefix}/{f}"), &final_dir.join(f))
+                .await?;
         }
-        self.ctx.emit(EventKind::SnapshotAvailable { key: prefix, snapshot: seq }).await?;
+        self.ctx
+            .emit(EventKind::SnapshotAvailable {
+                key: prefix,
+                snapshot: seq,
+            })
+            .await?;
         Ok(())
     }
 
@@ -518,20 +767,49 @@ impl Run<'_> {
         let model = dir.join("input");
         fresh_dir(&model)?;
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-            checkpoint::materialize(self.ctx.ports().objects.as_ref(), self.job, &cp, &format!("model/{f}"), &model).await?;
+            checkpoint::materialize(
+                self.ctx.ports().objects.as_ref(),
+                self.job,
+                &cp,
+                &format!("model/{f}"),
+                &model,
+            )
+            .await?;
         }
         Ok(model.join("model"))
     }
 
-    async fn seal_model(&self, stage: Stage, dir: &Path, produced: &Path, mut result: Value) -> Result<Value, TaskError> {
+    async fn seal_model(
+        &self,
+        stage: Stage,
+        dir: &Path,
+        produced: &Path,
+        mut result: Value,
+    ) -> Result<Value, TaskError> {
         let rec = model_bin::read(produced).map_err(TaskError::from_classified)?;
         let m = metrics::compute(&rec);
-        self.ctx.metric("mean_reprojection_error_px", m.mean_reprojection_error, Some("px")).await?;
+        self.ctx
+            .metric(
+                "mean_reprojection_error_px",
+                m.mean_reprojection_error,
+                Some("px"),
+            )
+            .await?;
         let model_dir = dir.join("model");
         fresh_dir(&model_dir)?;
         model_bin::write(&rec, &model_dir).map_err(TaskError::from_classified)?;
         result["model"] = serde_json::to_value(&m).expect("serializable");
-        self.publish(stage, dir, &["model/cameras.bin", "model/images.bin", "model/points3D.bin"], result).await
+        self.publish(
+            stage,
+            dir,
+            &[
+                "model/cameras.bin",
+                "model/images.bin",
+                "model/points3D.bin",
+            ],
+            result,
+        )
+        .await
     }
 
     async fn bundle_adjust(&self) -> Result<Value, TaskError> {
@@ -544,10 +822,22 @@ impl Run<'_> {
         let mut reports = Vec::new();
         for args in commands::bundle_adjust(self.spec.ba, &input, &mid, &out) {
             self.ctx.checkpoint().await?;
-            reports.push(Self::report_json(&self.colmap(args, Phase::BundleAdjust, None).await?));
+            reports.push(Self::report_json(
+                &self.colmap(args, Phase::BundleAdjust, None).await?,
+            ));
         }
-        let mode = if self.spec.ba == BaMode::TwoStage { "two_stage" } else { "standard" };
-        self.seal_model(Stage::BundleAdjust, &dir, &out, json!({ "mode": mode, "passes": reports })).await
+        let mode = if self.spec.ba == BaMode::TwoStage {
+            "two_stage"
+        } else {
+            "standard"
+        };
+        self.seal_model(
+            Stage::BundleAdjust,
+            &dir,
+            &out,
+            json!({ "mode": mode, "passes": reports }),
+        )
+        .await
     }
 
     async fn georeference(&self) -> Result<Value, TaskError> {
@@ -555,58 +845,106 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let input = self.model_from(Stage::BundleAdjust, &dir).await?;
         let matched = self.upstream(Stage::Match).await?;
-        let db = checkpoint::materialize(self.ctx.ports().objects.as_ref(), self.job, &matched, "database.db", &dir).await?;
+        let db = checkpoint::materialize(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            &matched,
+            "database.db",
+            &dir,
+        )
+        .await?;
         let out = dir.join("aligned");
         fresh_dir(&out)?;
-        let ecef = matches!(self.spec.georef, Georef::Gps { target_epsg: Some(4978) });
-        let report = self.colmap(commands::align_gps(&input, &out, &db, ecef, 50.0), Phase::Georeference, None).await?;
+        let ecef = matches!(
+            self.spec.georef,
+            Georef::Gps {
+                target_epsg: Some(4978)
+            }
+        );
+        let report = self
+            .colmap(
+                commands::align_gps(&input, &out, &db, ecef, 50.0),
+                Phase::Georeference,
+                None,
+            )
+            .await?;
         if !out.join("cameras.bin").is_file() {
-            return Err(TaskError::permanent("COLMAP could not align the model to the photos' GPS (too few registered photos with GPS, or GPS too noisy)"));
+            return Err(TaskError::permanent(
+                "COLMAP could not align the model to the photos' GPS (too few registered photos with GPS, or GPS too noisy)",
+            ));
         }
         let before = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let after = model_bin::read(&out).map_err(TaskError::from_classified)?;
         let residual = gps_residual(&after, &self.photos_gps().await?, ecef);
         if let Some(r) = residual {
-            self.ctx.metric("alignment_residual_m", r, Some("m")).await?;
+            self.ctx
+                .metric("alignment_residual_m", r, Some("m"))
+                .await?;
         }
         let frame = if ecef { "ecef" } else { "enu" };
         let result = json!({ "frame": frame, "alignment_residual_m": residual, "registered_before": before.images.len(), "process": Self::report_json(&report) });
-        self.seal_model(Stage::Georeference, &dir, &out, result).await
+        self.seal_model(Stage::Georeference, &dir, &out, result)
+            .await
     }
 
     async fn photos_gps(&self) -> Result<Vec<(String, images::Gps)>, TaskError> {
         let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
-        Ok(photos.into_iter().filter_map(|p| Some((p.name, p.gps?))).collect())
+        Ok(photos
+            .into_iter()
+            .filter_map(|p| Some((p.name, p.gps?)))
+            .collect())
     }
 
     async fn export(&self) -> Result<Value, TaskError> {
         let dir = self.scratch.join("export");
         fresh_dir(&dir)?;
-        let from = if self.spec.georef != Georef::None { Stage::Georeference } else { Stage::BundleAdjust };
+        let from = if self.spec.georef != Georef::None {
+            Stage::Georeference
+        } else {
+            Stage::BundleAdjust
+        };
         let input = self.model_from(from, &dir).await?;
         let started = self.ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let mut files: Vec<String> = Vec::new();
         model_bin::write(&rec, &dir.join("sparse/0")).map_err(TaskError::from_classified)?;
-        files.extend(["sparse/0/cameras.bin", "sparse/0/images.bin", "sparse/0/points3D.bin"].map(String::from));
+        files.extend(
+            [
+                "sparse/0/cameras.bin",
+                "sparse/0/images.bin",
+                "sparse/0/points3D.bin",
+            ]
+            .map(String::from),
+        );
         use tessera_core::spec::ExportFormat as F;
         for format in &self.spec.exports {
             match format {
                 F::ColmapBin => {}
                 F::ColmapText => {
-                    model_text::write(&rec, &dir.join("sparse_text/0")).map_err(TaskError::from_classified)?;
-                    files.extend(["sparse_text/0/cameras.txt", "sparse_text/0/images.txt", "sparse_text/0/points3D.txt"].map(String::from));
+                    model_text::write(&rec, &dir.join("sparse_text/0"))
+                        .map_err(TaskError::from_classified)?;
+                    files.extend(
+                        [
+                            "sparse_text/0/cameras.txt",
+                            "sparse_text/0/images.txt",
+                            "sparse_text/0/points3D.txt",
+                        ]
+                        .map(String::from),
+                    );
                 }
                 F::Ply => {
-                    tessera_sfm::export::write_ply(&rec, &dir.join("model.ply")).map_err(TaskError::from_classified)?;
+                    tessera_sfm::export::write_ply(&rec, &dir.join("model.ply"))
+                        .map_err(TaskError::from_classified)?;
                     files.push("model.ply".into());
                 }
                 F::Nvm => {
-                    tessera_sfm::export::write_nvm(&rec, &dir.join("model.nvm")).map_err(TaskError::from_classified)?;
+                    tessera_sfm::export::write_nvm(&rec, &dir.join("model.nvm"))
+                        .map_err(TaskError::from_classified)?;
                     files.push("model.nvm".into());
                 }
                 F::PointsBin => {
-                    tessera_sfm::export::write_points_bin(&rec, &dir.join("points.bin")).map_err(TaskError::from_classified)?;
+                    tessera_sfm::export::write_points_bin(&rec, &dir.join("points.bin"))
+                        .map_err(TaskError::from_classified)?;
                     files.push("points.bin".into());
                 }
             }
@@ -622,16 +960,29 @@ impl Run<'_> {
 /// Mean distance (m) between aligned camera centres and their photos' GPS positions,
 /// in the local east-north-up frame of the first photo (for ECEF output the centres are
 /// compared in ECEF).
-pub fn gps_residual(rec: &tessera_sfm::Reconstruction, gps: &[(String, images::Gps)], ecef: bool) -> Option<f64> {
-    let by_name: std::collections::HashMap<&str, &images::Gps> = gps.iter().map(|(n, g)| (n.as_str(), g)).collect();
+pub fn gps_residual(
+    rec: &tessera_sfm::Reconstruction,
+    gps: &[(String, images::Gps)],
+    ecef: bool,
+) -> Option<f64> {
+    let by_name: std::collections::HashMap<&str, &images::Gps> =
+        gps.iter().map(|(n, g)| (n.as_str(), g)).collect();
     let origin = gps.first()?.1;
     let mut sum = 0.0;
     let mut n = 0;
     for img in rec.images.values() {
-        let Some(g) = by_name.get(img.name.as_str()) else { continue };
-        let target = if ecef { geo::to_ecef(g) } else { geo::to_enu(g, &origin) };
+        let Some(g) = by_name.get(img.name.as_str()) else {
+            continue;
+        };
+        let target = if ecef {
+            geo::to_ecef(g)
+        } else {
+            geo::to_enu(g, &origin)
+        };
         let c = img.center();
-        sum += ((c[0] - target[0]).powi(2) + (c[1] - target[1]).powi(2) + (c[2] - target[2]).powi(2)).sqrt();
+        sum +=
+            ((c[0] - target[0]).powi(2) + (c[1] - target[1]).powi(2) + (c[2] - target[2]).powi(2))
+                .sqrt();
         n += 1;
     }
     (n > 0).then(|| sum / n as f64)
@@ -650,7 +1001,11 @@ pub mod geo {
         let (lat, lon) = (g.lat.to_radians(), g.lon.to_radians());
         let h = g.alt.unwrap_or(0.0);
         let n = A / (1.0 - e2 * lat.sin().powi(2)).sqrt();
-        [(n + h) * lat.cos() * lon.cos(), (n + h) * lat.cos() * lon.sin(), (n * (1.0 - e2) + h) * lat.sin()]
+        [
+            (n + h) * lat.cos() * lon.cos(),
+            (n + h) * lat.cos() * lon.sin(),
+            (n * (1.0 - e2) + h) * lat.sin(),
+        ]
     }
 
     /// East-north-up coordinates relative to `origin`.

@@ -14,7 +14,10 @@ fn gpu(cuda: bool) -> &'static str {
 
 /// `feature_extractor`.
 pub fn extract(spec: &ReconstructionSpec, db: &Path, images: &Path, cuda: bool) -> Vec<String> {
-    let model = serde_json::to_value(spec.camera_model).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "SIMPLE_RADIAL".into());
+    let model = serde_json::to_value(spec.camera_model)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "SIMPLE_RADIAL".into());
     [
         "feature_extractor",
         "--database_path",
@@ -38,13 +41,25 @@ pub fn extract(spec: &ReconstructionSpec, db: &Path, images: &Path, cuda: bool) 
 }
 
 /// The matcher for the pair strategy.
-pub fn match_pairs(spec: &ReconstructionSpec, db: &Path, cuda: bool, vocab_tree: Option<&Path>) -> Vec<String> {
+pub fn match_pairs(
+    spec: &ReconstructionSpec,
+    db: &Path,
+    cuda: bool,
+    vocab_tree: Option<&Path>,
+) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |s: &[&str]| a.extend(s.iter().map(|x| x.to_string()));
     match &spec.pairs {
         PairStrategy::Exhaustive => push(&["exhaustive_matcher"]),
-        PairStrategy::Sequential { overlap } => push(&["sequential_matcher", "--SequentialMatching.overlap", &overlap.to_string()]),
-        PairStrategy::Spatial { max_neighbors, max_distance_m } => push(&[
+        PairStrategy::Sequential { overlap } => push(&[
+            "sequential_matcher",
+            "--SequentialMatching.overlap",
+            &overlap.to_string(),
+        ]),
+        PairStrategy::Spatial {
+            max_neighbors,
+            max_distance_m,
+        } => push(&[
             "spatial_matcher",
             "--SpatialMatching.is_gps",
             "1",
@@ -61,15 +76,33 @@ pub fn match_pairs(spec: &ReconstructionSpec, db: &Path, cuda: bool, vocab_tree:
             &num_images.to_string(),
         ]),
     }
-    push(&["--database_path", &p(db), "--SiftMatching.use_gpu", gpu(cuda)]);
+    push(&[
+        "--database_path",
+        &p(db),
+        "--SiftMatching.use_gpu",
+        gpu(cuda),
+    ]);
     a
 }
 
 /// `mapper` (incremental) or `hierarchical_mapper`, writing snapshots every
 /// `snapshot_every` registered images; `input` continues from a snapshot.
-pub fn map(hierarchical: bool, db: &Path, images: &Path, out: &Path, snapshots: &Path, snapshot_every: u32, input: Option<&Path>) -> Vec<String> {
+pub fn map(
+    hierarchical: bool,
+    db: &Path,
+    images: &Path,
+    out: &Path,
+    snapshots: &Path,
+    snapshot_every: u32,
+    input: Option<&Path>,
+) -> Vec<String> {
     let mut a: Vec<String> = vec![
-        if hierarchical { "hierarchical_mapper" } else { "mapper" }.into(),
+        if hierarchical {
+            "hierarchical_mapper"
+        } else {
+            "mapper"
+        }
+        .into(),
         "--database_path".into(),
         p(db),
         "--image_path".into(),
@@ -78,7 +111,12 @@ pub fn map(hierarchical: bool, db: &Path, images: &Path, out: &Path, snapshots: 
         p(out),
     ];
     if !hierarchical {
-        a.extend(["--Mapper.snapshot_path".into(), p(snapshots), "--Mapper.snapshot_images_freq".into(), snapshot_every.to_string()]);
+        a.extend([
+            "--Mapper.snapshot_path".into(),
+            p(snapshots),
+            "--Mapper.snapshot_images_freq".into(),
+            snapshot_every.to_string(),
+        ]);
         if let Some(i) = input {
             a.extend(["--input_path".into(), p(i)]);
         }
@@ -90,15 +128,30 @@ pub fn map(hierarchical: bool, db: &Path, images: &Path, out: &Path, snapshots: 
 /// (COLMAP's bundle adjuster cannot hold points fixed, so the first pass refines poses
 /// and points with the cameras held).
 pub fn bundle_adjust(mode: BaMode, input: &Path, mid: &Path, out: &Path) -> Vec<Vec<String>> {
-    let full = |i: &Path, o: &Path| -> Vec<String> { vec!["bundle_adjuster".into(), "--input_path".into(), p(i), "--output_path".into(), p(o)] };
+    let full = |i: &Path, o: &Path| -> Vec<String> {
+        vec![
+            "bundle_adjuster".into(),
+            "--input_path".into(),
+            p(i),
+            "--output_path".into(),
+            p(o),
+        ]
+    };
     match mode {
         BaMode::Standard => vec![full(input, out)],
         BaMode::TwoStage => {
             let mut first = full(input, mid);
             first.extend(
-                ["--BundleAdjustment.refine_focal_length", "0", "--BundleAdjustment.refine_principal_point", "0", "--BundleAdjustment.refine_extra_params", "0"]
-                    .iter()
-                    .map(|s| s.to_string()),
+                [
+                    "--BundleAdjustment.refine_focal_length",
+                    "0",
+                    "--BundleAdjustment.refine_principal_point",
+                    "0",
+                    "--BundleAdjustment.refine_extra_params",
+                    "0",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
             );
             vec![first, full(mid, out)]
         }

@@ -46,12 +46,26 @@ impl tessera_core::Classify for DatabaseError {
 
 /// Read the counts (read-only; never modifies the file).
 pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
-    let err = |e: rusqlite::Error| DatabaseError { path: path.display().to_string(), why: e.to_string() };
+    let err = |e: rusqlite::Error| DatabaseError {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
     if !path.is_file() {
-        return Err(DatabaseError { path: path.display().to_string(), why: "file does not exist".into() });
+        return Err(DatabaseError {
+            path: path.display().to_string(),
+            why: "file does not exist".into(),
+        });
     }
-    let c = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(err)?;
-    let one = |sql: &str| -> Result<u64, DatabaseError> { c.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n.max(0) as u64).map_err(err) };
+    let c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    let one = |sql: &str| -> Result<u64, DatabaseError> {
+        c.query_row(sql, [], |r| r.get::<_, i64>(0))
+            .map(|n| n.max(0) as u64)
+            .map_err(err)
+    };
     let mut s = DatabaseStats {
         images: one("SELECT count(*) FROM images")?,
         cameras: one("SELECT count(*) FROM cameras")?,
@@ -59,13 +73,21 @@ pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
         keypoints: one("SELECT coalesce(sum(rows), 0) FROM keypoints")?,
         matched_pairs: one("SELECT count(*) FROM matches WHERE rows > 0")?,
         matches: one("SELECT coalesce(sum(rows), 0) FROM matches")?,
-        verified_pairs: one("SELECT count(*) FROM two_view_geometries WHERE rows > 0 AND config BETWEEN 2 AND 6")?,
-        inlier_matches: one("SELECT coalesce(sum(rows), 0) FROM two_view_geometries WHERE config BETWEEN 2 AND 6")?,
+        verified_pairs: one(
+            "SELECT count(*) FROM two_view_geometries WHERE rows > 0 AND config BETWEEN 2 AND 6",
+        )?,
+        inlier_matches: one(
+            "SELECT coalesce(sum(rows), 0) FROM two_view_geometries WHERE config BETWEEN 2 AND 6",
+        )?,
         images_without_keypoints: Vec::new(),
     };
     let mut stmt = c
         .prepare("SELECT name FROM images WHERE image_id NOT IN (SELECT image_id FROM keypoints WHERE rows > 0) ORDER BY name")
         .map_err(err)?;
-    s.images_without_keypoints = stmt.query_map([], |r| r.get(0)).map_err(err)?.collect::<Result<_, _>>().map_err(err)?;
+    s.images_without_keypoints = stmt
+        .query_map([], |r| r.get(0))
+        .map_err(err)?
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     Ok(s)
 }

@@ -14,7 +14,9 @@ use std::process::Command;
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
     /// Not installed.
-    #[error("`{program}` could not be run ({source}); install COLMAP (Debian: `apt-get install colmap`, or run scripts/setup) or set TESSERA_COLMAP")]
+    #[error(
+        "`{program}` could not be run ({source}); install COLMAP (Debian: `apt-get install colmap`, or run scripts/setup) or set TESSERA_COLMAP"
+    )]
     Missing {
         /// What was tried.
         program: String,
@@ -40,8 +42,15 @@ pub fn program() -> String {
 /// Parse COLMAP's banner (`COLMAP 3.8 -- Structure-from-Motion …` and
 /// `(Commit … with CUDA)`): version and CUDA.
 pub fn parse_banner(text: &str) -> Option<(String, bool)> {
-    let first = text.lines().find(|l| l.trim_start().starts_with("COLMAP "))?;
-    let version = first.trim_start().strip_prefix("COLMAP ")?.split_whitespace().next()?.to_string();
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("COLMAP "))?;
+    let version = first
+        .trim_start()
+        .strip_prefix("COLMAP ")?
+        .split_whitespace()
+        .next()?
+        .to_string();
     if !version.chars().next()?.is_ascii_digit() {
         return None;
     }
@@ -50,7 +59,10 @@ pub fn parse_banner(text: &str) -> Option<(String, bool)> {
 }
 
 fn at_least(version: &str, major: u32, minor: u32) -> bool {
-    let mut it = version.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let mut it = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
     let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     (a, b) >= (major, minor)
 }
@@ -92,13 +104,34 @@ pub fn capabilities(version: &str, cuda: bool) -> BTreeSet<String> {
 /// Run `colmap help` and describe the backend.
 pub fn detect() -> Result<BackendInfo, DetectError> {
     let program = program();
-    let out = Command::new(&program).arg("help").output().map_err(|source| DetectError::Missing { program: program.clone(), source })?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&program)
+        .arg("help")
+        .output()
+        .map_err(|source| DetectError::Missing {
+            program: program.clone(),
+            source,
+        })?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (version, cuda) = parse_banner(&text).ok_or_else(|| DetectError::Unrecognised {
         program: program.clone(),
-        banner: text.lines().next().unwrap_or("").chars().take(200).collect(),
+        banner: text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect(),
     })?;
-    Ok(BackendInfo { name: "colmap".into(), capabilities: capabilities(&version, cuda), version, cuda })
+    Ok(BackendInfo {
+        name: "colmap".into(),
+        capabilities: capabilities(&version, cuda),
+        version,
+        cuda,
+    })
 }
 
 #[cfg(test)]
