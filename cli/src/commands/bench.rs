@@ -301,7 +301,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
     std::fs::create_dir_all(&sparse)?;
     std::fs::create_dir_all(&adjusted)?;
     let t0 = Instant::now();
-    bare(&commands::extract(&spec, &db, &images, backend.cuda))?;
+    bare(&commands::extract(&spec, &db, &images, backend.cuda, true))?;
     bare(&commands::match_pairs(&spec, &db, backend.cuda, None))?;
     let map = vec![
         "mapper".to_string(),

@@ -143,7 +143,7 @@ pub fn read(dir: &Path) -> Result<Reconstruction, ModelError> {
         }
         let (n2, pts) = raw.get(i + 1).copied().unwrap_or((n + 1, ""));
         let vals: Vec<&str> = pts.split_whitespace().collect();
-        if vals.len() % 3 != 0 {
+        if !vals.len().is_multiple_of(3) {
             return Err(l.corrupt(n2, "keypoints must come in X Y POINT3D_ID triples"));
         }
         let mut points2d = Vec::with_capacity(vals.len() / 3);
@@ -173,7 +173,7 @@ pub fn read(dir: &Path) -> Result<Reconstruction, ModelError> {
     let mut l = Lines::new(&text, &path, "points3D.txt");
     while let Some((n, line)) = l.next() {
         let v: Vec<&str> = line.split_whitespace().collect();
-        if v.len() < 8 || (v.len() - 8) % 2 != 0 {
+        if v.len() < 8 || !(v.len() - 8).is_multiple_of(2) {
             return Err(l.corrupt(
                 n,
                 "expected ID X Y Z R G B ERROR then IMAGE_ID POINT2D_IDX pairs",

@@ -400,14 +400,23 @@ impl Run<'_> {
         let dir = self.scratch.join("extract");
         fresh_dir(&dir)?;
         let db = dir.join("database.db");
+        let sizes: BTreeSet<(u64, u64)> = photos.iter().map(|p| (p.width, p.height)).collect();
+        let args = commands::extract(&self.spec, &db, &images, backend.cuda, sizes.len() == 1);
         let report = self
-            .colmap(
-                commands::extract(&self.spec, &db, &images, backend.cuda),
-                Phase::FeatureExtraction,
-                Some(photos.len() as u64),
-            )
+            .colmap(args, Phase::FeatureExtraction, Some(photos.len() as u64))
             .await?;
         let stats = database::stats(&db).map_err(TaskError::from_classified)?;
+        if (stats.images as usize) < photos.len() {
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!(
+                        "COLMAP read only {} of the {} photos",
+                        stats.images,
+                        photos.len()
+                    ),
+                })
+                .await?;
+        }
         if stats.images == 0 {
             return Err(TaskError::permanent(format!(
                 "COLMAP read none of the {} photos (it exited {:?}); are they decodable images?",

@@ -12,8 +12,16 @@ fn gpu(cuda: bool) -> &'static str {
     if cuda { "1" } else { "0" }
 }
 
-/// `feature_extractor`.
-pub fn extract(spec: &ReconstructionSpec, db: &Path, images: &Path, cuda: bool) -> Vec<String> {
+/// `feature_extractor`. `single_camera` shares one set of intrinsics between all
+/// photos, which is right only when they all come from one camera at one size (COLMAP
+/// skips photos whose size differs from the shared camera's).
+pub fn extract(
+    spec: &ReconstructionSpec,
+    db: &Path,
+    images: &Path,
+    cuda: bool,
+    single_camera: bool,
+) -> Vec<String> {
     let model = serde_json::to_value(spec.camera_model)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -25,7 +33,7 @@ pub fn extract(spec: &ReconstructionSpec, db: &Path, images: &Path, cuda: bool) 
         "--image_path",
         &p(images),
         "--ImageReader.single_camera",
-        "1",
+        if single_camera { "1" } else { "0" },
         "--ImageReader.camera_model",
         &model,
         "--SiftExtraction.use_gpu",

@@ -1,0 +1,484 @@
+//! The reconstruction job end to end with the real COLMAP: quality against bare COLMAP,
+//! COLMAP reading our model back, SIGKILL and resume, damaged checkpoints, cancel,
+//! memory limits, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_tests::{json, repo_root, stderr, tessera, tessera_bin};
+
+/// Small and fast on 2 cores: a few sample photos at 640 px, 1024 features.
+const FAST: &[&str] = &[
+    "--max-image-size",
+    "640",
+    "--max-features",
+    "1024",
+    "--overlap",
+    "3",
+];
+
+fn photos(dir: &Path, n: usize) -> PathBuf {
+    let out = dir.join("photos");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut all: Vec<_> = std::fs::read_dir(repo_root().join("sample/images"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    for p in all.into_iter().take(n) {
+        std::fs::copy(&p, out.join(p.file_name().unwrap())).unwrap();
+    }
+    out
+}
+
+fn reconstruct(state: &Path, photos: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "--json",
+        "reconstruct",
+        photos.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(FAST);
+    args.extend_from_slice(extra);
+    tessera(state, &args)
+}
+
+fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == name)
+        .unwrap_or_else(|| panic!("no stage {name} in {report}"))
+}
+
+fn colmap(args: &[&str]) -> String {
+    let o = Command::new("colmap")
+        .args(args)
+        .output()
+        .expect("colmap runs");
+    assert!(
+        o.status.success(),
+        "colmap {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn analyzer_value(text: &str, label: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.contains(label))
+        .unwrap_or_else(|| panic!("no `{label}` in {text}"));
+    line.rsplit(':')
+        .next()
+        .unwrap()
+        .trim()
+        .trim_end_matches("px")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 6);
+    std::fs::write(photos.join("notes.jpg"), b"a text file with a photo's name").unwrap();
+    let out = dir.path().join("out");
+    let o = reconstruct(
+        &dir.path().join("state"),
+        &photos,
+        &out,
+        &[
+            "--export",
+            "ply,nvm,colmap-text,colmap-bin,points-bin",
+            "--georef",
+            "gps",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["status"], "succeeded");
+    assert_eq!(report["images"], 6, "the text file is not a photo");
+    assert!(
+        report["rejected"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("notes.jpg"),
+        "{report}"
+    );
+    assert_eq!(report["colmap_version"], "3.8");
+    for s in [
+        "ingest",
+        "extract",
+        "match",
+        "verify",
+        "map",
+        "bundle_adjust",
+        "georeference",
+        "export",
+    ] {
+        assert_eq!(stage(&report, s)["state"], "succeeded");
+    }
+    assert!(
+        stage(&report, "extract")["peak_rss_bytes"]
+            .as_u64()
+            .unwrap()
+            > 1_000_000
+    );
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(saved["fingerprint"], report["fingerprint"]);
+
+    // COLMAP itself reads the model we wrote, and agrees with our metrics.
+    let analysis = colmap(&[
+        "model_analyzer",
+        "--path",
+        out.join("sparse/0").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        analyzer_value(&analysis, "Registered images") as u64,
+        report["registered_images"].as_u64().unwrap()
+    );
+    assert_eq!(
+        analyzer_value(&analysis, "Points") as u64,
+        report["points"].as_u64().unwrap()
+    );
+    let theirs = analyzer_value(&analysis, "Mean reprojection error");
+    let ours = report["metrics"]["mean_reprojection_error"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (ours - theirs).abs() <= 0.01 * theirs,
+        "reprojection error: ours {ours}, model_analyzer {theirs}"
+    );
+    let converted = dir.path().join("converted");
+    std::fs::create_dir_all(&converted).unwrap();
+    colmap(&[
+        "model_converter",
+        "--input_path",
+        out.join("sparse_text/0").to_str().unwrap(),
+        "--output_path",
+        converted.to_str().unwrap(),
+        "--output_type",
+        "BIN",
+    ]);
+    let again = colmap(&["model_analyzer", "--path", converted.to_str().unwrap()]);
+    assert_eq!(
+        analyzer_value(&again, "Points"),
+        analyzer_value(&analysis, "Points"),
+        "our text export converts to the same model"
+    );
+    let points_bin = std::fs::read(out.join("points.bin")).unwrap();
+    assert_eq!(
+        points_bin.len() as u64,
+        44 + 26 * report["points"].as_u64().unwrap()
+    );
+    assert!(
+        std::fs::read(out.join("model.ply"))
+            .unwrap()
+            .starts_with(b"ply\nformat binary_little_endian 1.0\n")
+    );
+    assert!(
+        std::fs::read_to_string(out.join("model.nvm"))
+            .unwrap()
+            .starts_with("NVM_V3")
+    );
+
+    // Quality against the same COLMAP commands run bare.
+    let b = json(&tessera(
+        dir.path(),
+        &[
+            "--json",
+            "bench",
+            "reconstruct",
+            photos.to_str().unwrap(),
+            "--max-image-size",
+            "640",
+            "--max-features",
+            "1024",
+            "--overlap",
+            "3",
+        ],
+    ));
+    assert!(
+        b["tessera_registered"].as_u64().unwrap() >= b["bare_registered"].as_u64().unwrap(),
+        "{b}"
+    );
+    assert!(b["ratio"].as_f64().unwrap() > 0.0);
+}
+
+fn wait_for_event(state: &Path, kind: &str, phase: &str, deadline: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        let list = tessera(state, &["--json", "jobs", "list"]);
+        if list.status.success()
+            && let Some(job) = json(&list)["jobs"][0]["id"].as_str()
+        {
+            let events =
+                String::from_utf8_lossy(&tessera(state, &["--json", "events", job]).stdout)
+                    .into_owned();
+            if events.lines().any(|l| {
+                l.contains(&format!("\"type\":\"{kind}\""))
+                    && l.contains(&format!("\"phase\":\"{phase}\""))
+            }) {
+                return Some(job.to_string());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
+}
+
+fn colmap_processes_using(state: &Path) -> Vec<String> {
+    let out = Command::new("pgrep")
+        .args(["-af", "colmap"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(state.to_str().unwrap()))
+        .map(String::from)
+        .collect()
+}
+
+fn spawn_reconstruct(state: &Path, photos: &Path, out: &Path) -> std::process::Child {
+    let mut args = vec![
+        "--state",
+        state.to_str().unwrap(),
+        "--json",
+        "reconstruct",
+        photos.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(FAST);
+    Command::new(tessera_bin())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn after_sigkill_during_matching_resume_runs_only_matching_and_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let photos = photos(dir.path(), 5);
+    let out = dir.path().join("out");
+    let mut child = spawn_reconstruct(&state, &photos, &out);
+    let job = wait_for_event(
+        &state,
+        "phase_started",
+        "matching",
+        Duration::from_secs(120),
+    )
+    .expect("matching starts");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        colmap_processes_using(&state).is_empty(),
+        "COLMAP died with its worker: {:?}",
+        colmap_processes_using(&state)
+    );
+
+    let o = reconstruct(&state, &photos, &out, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["job_id"], job.as_str(), "the same job continues");
+    assert_eq!(report["status"], "succeeded");
+    assert_eq!(
+        stage(&report, "extract")["attempts"],
+        1,
+        "extraction is not run again"
+    );
+    assert_eq!(
+        stage(&report, "match")["attempts"],
+        2,
+        "matching runs again"
+    );
+    let events =
+        String::from_utf8_lossy(&tessera(&state, &["--json", "events", &job]).stdout).into_owned();
+    let extractions = events
+        .lines()
+        .filter(|l| {
+            l.contains("\"type\":\"phase_started\"")
+                && l.contains("\"phase\":\"feature_extraction\"")
+        })
+        .count();
+    assert_eq!(extractions, 1);
+    assert!(report["registered_images"].as_u64().unwrap() >= 3);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_detected_and_its_stage_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let photos = photos(dir.path(), 4);
+    let out = dir.path().join("out");
+    let first = json(&reconstruct(&state, &photos, &out, &[]));
+    assert_eq!(first["status"], "succeeded");
+    let job = first["job_id"].as_str().unwrap();
+    let db = state.join(format!("objects/recon/{job}/extract/database.db"));
+    let bytes = std::fs::read(&db).unwrap();
+    std::fs::write(&db, &bytes[..bytes.len() / 3]).unwrap();
+
+    let o = reconstruct(&state, &photos, &out, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = json(&o);
+    assert_eq!(again["job_id"], job);
+    assert!(
+        stderr(&o).is_empty() || !stderr(&o).contains("error"),
+        "{}",
+        stderr(&o)
+    );
+    let events =
+        String::from_utf8_lossy(&tessera(&state, &["--json", "events", job]).stdout).into_owned();
+    let extractions = events
+        .lines()
+        .filter(|l| {
+            l.contains("\"type\":\"phase_started\"")
+                && l.contains("\"phase\":\"feature_extraction\"")
+        })
+        .count();
+    assert_eq!(extractions, 2, "the damaged stage ran again");
+    assert!(events.contains("tasks will run again"));
+    assert!(
+        std::fs::read(&db).unwrap().len() > bytes.len() / 3,
+        "a whole database is stored again"
+    );
+    assert_eq!(again["registered_images"], first["registered_images"]);
+}
+
+#[test]
+fn interrupting_twice_cancels_and_leaves_no_colmap_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let photos = photos(dir.path(), 8);
+    let out = dir.path().join("out");
+    let child = spawn_reconstruct(&state, &photos, &out);
+    wait_for_event(
+        &state,
+        "phase_progress",
+        "feature_extraction",
+        Duration::from_secs(120),
+    )
+    .expect("extraction runs");
+    for _ in 0..2 {
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["status"], "cancelled", "{report}");
+    assert!(
+        colmap_processes_using(&state).is_empty(),
+        "no COLMAP outlives the cancel: {:?}",
+        colmap_processes_using(&state)
+    );
+}
+
+#[test]
+fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 4);
+    let o = reconstruct(
+        &dir.path().join("state"),
+        &photos,
+        &dir.path().join("out"),
+        &["--memory-limit", "map=8"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    let map = stage(&report, "map");
+    assert_eq!(map["attempts"], 2, "{map}");
+    assert_eq!(map["last_error"]["class"], "resource", "{map}");
+    assert_eq!(map["resource_class"], "medium");
+    assert_eq!(report["status"], "succeeded");
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = reconstruct(&state, &empty, &out, &[]);
+    assert!(stderr(&o).contains("holds no photos"), "{}", stderr(&o));
+
+    let single = dir.path().join("single");
+    std::fs::create_dir(&single).unwrap();
+    std::fs::copy(
+        repo_root().join("sample/images/IMG_9380.jpg"),
+        single.join("a.jpg"),
+    )
+    .unwrap();
+    let o = reconstruct(&state, &single, &out, &[]);
+    let r = json(&o);
+    assert_eq!(r["status"], "failed");
+    assert!(
+        stage(&r, "ingest")["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at least 2 photos"),
+        "{r}"
+    );
+
+    // Two photos of different places do not overlap.
+    let apart = dir.path().join("apart");
+    std::fs::create_dir(&apart).unwrap();
+    std::fs::copy(
+        repo_root().join("sample/images/IMG_9380.jpg"),
+        apart.join("a.jpg"),
+    )
+    .unwrap();
+    let other = std::fs::read_dir(repo_root().join("../shared/datasets/opensfm_lund/images"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::copy(other, apart.join("b.jpg")).unwrap();
+    let r = json(&reconstruct(&state, &apart, &out, &[]));
+    assert_eq!(r["status"], "failed", "{r}");
+    let why: Vec<String> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["last_error"]["message"].as_str().map(String::from))
+        .collect();
+    assert!(
+        why.iter()
+            .any(|m| m.contains("overlap") || m.contains("registered none")),
+        "{why:?}"
+    );
+
+    let o = tessera(
+        &state,
+        &[
+            "reconstruct",
+            single.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--mapper",
+            "global",
+        ],
+    );
+    assert!(
+        stderr(&o).contains("map.global"),
+        "asking for a capability COLMAP 3.8 lacks names it: {}",
+        stderr(&o)
+    );
+}
