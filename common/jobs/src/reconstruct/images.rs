@@ -54,16 +54,43 @@ pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
             "`{name}` claims {w}x{h} pixels, more than the {MAX_PIXELS} accepted; downscale it"
         ));
     }
-    if matches!(kind, imagesize::ImageType::Jpeg) {
-        // A complete JPEG ends with the EOI marker (possibly followed by padding).
-        let tail = &bytes[bytes.len().saturating_sub(64 * 1024)..];
-        if !tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
-            return Err(format!(
-                "`{name}` is a truncated JPEG (no end-of-image marker); re-copy or re-export it"
-            ));
-        }
+    if matches!(kind, imagesize::ImageType::Jpeg) && !jpeg_complete(bytes) {
+        return Err(format!(
+            "`{name}` is a truncated JPEG (its image data has no end marker); re-copy or re-export it"
+        ));
     }
     Ok((w, h))
+}
+
+/// Walk the JPEG's segments (skipping APPn blocks, whose embedded thumbnail has markers
+/// of its own) to the first scan, then require the end-of-image marker after it: in
+/// entropy-coded data `FF D9` can only be that marker.
+fn jpeg_complete(b: &[u8]) -> bool {
+    let mut i = 2;
+    while i + 3 < b.len() {
+        if b[i] != 0xFF {
+            return false;
+        }
+        let marker = b[i + 1];
+        if marker == 0xFF {
+            i += 1;
+            continue;
+        }
+        if marker == 0x01 || (0xD0..=0xD7).contains(&marker) {
+            i += 2;
+            continue;
+        }
+        if marker == 0xD9 {
+            return false;
+        }
+        let len = u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize;
+        if marker == 0xDA {
+            let scan = (i + 2 + len).min(b.len());
+            return b[scan..].windows(2).any(|w| w == [0xFF, 0xD9]);
+        }
+        i += 2 + len;
+    }
+    false
 }
 
 fn rational(f: &exif::Field, i: usize) -> Option<f64> {
@@ -157,5 +184,26 @@ mod tests {
             "{gps:?}"
         );
         assert_eq!(exif_facts(b"garbage"), (None, None));
+    }
+
+    #[test]
+    fn every_real_photo_in_the_test_data_is_accepted() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/datasets");
+        let mut n = 0;
+        for set in std::fs::read_dir(root).unwrap() {
+            let dir = set.unwrap().path().join("images");
+            for f in std::fs::read_dir(&dir).into_iter().flatten() {
+                let path = f.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    check(&path.display().to_string(), &bytes).is_ok(),
+                    "{} refused: {:?}",
+                    path.display(),
+                    check("x", &bytes)
+                );
+                n += 1;
+            }
+        }
+        assert!(n >= 60, "found {n} photos");
     }
 }
