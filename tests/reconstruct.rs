@@ -397,7 +397,7 @@ fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class
         &dir.path().join("state"),
         &photos,
         &dir.path().join("out"),
-        &["--memory-limit", "map=8"],
+        &["--memory-limit", "map=8", "--ba", "two-stage"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let report = json(&o);
@@ -406,6 +406,118 @@ fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class
     assert_eq!(map["last_error"]["class"], "resource", "{map}");
     assert_eq!(map["resource_class"], "medium");
     assert_eq!(report["status"], "succeeded");
+    let events = String::from_utf8_lossy(
+        &tessera(
+            &dir.path().join("state"),
+            &["--json", "events", report["job_id"].as_str().unwrap()],
+        )
+        .stdout,
+    )
+    .into_owned();
+    let ba_passes = events
+        .lines()
+        .filter(|l| l.contains("bundle_adjuster_peak_rss_bytes"))
+        .count();
+    assert_eq!(
+        ba_passes, 2,
+        "two-stage bundle adjustment runs two passes: {events}"
+    );
+}
+
+#[test]
+fn new_photos_are_registered_into_a_finished_model_and_points_retriangulated_with_poses_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let all = photos(dir.path(), 7);
+    let (base_dir, new_dir) = (dir.path().join("base"), dir.path().join("new"));
+    std::fs::create_dir_all(&base_dir).unwrap();
+    std::fs::create_dir_all(&new_dir).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&all)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for (i, p) in names.iter().enumerate() {
+        let to = if i < 5 { &base_dir } else { &new_dir };
+        std::fs::copy(p, to.join(p.file_name().unwrap())).unwrap();
+    }
+    let base = json(&reconstruct(
+        &state,
+        &base_dir,
+        &dir.path().join("out1"),
+        &[],
+    ));
+    assert_eq!(base["status"], "succeeded");
+    let job = base["job_id"].as_str().unwrap();
+
+    let o = tessera(
+        &state,
+        &[
+            "--json",
+            "relocalize",
+            job,
+            new_dir.to_str().unwrap(),
+            "--out",
+            dir.path().join("out2").to_str().unwrap(),
+            "--max-image-size",
+            "640",
+            "--max-features",
+            "1024",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = json(&o);
+    assert_eq!(
+        r["result"]["registered_new"].as_array().unwrap().len(),
+        2,
+        "{r}"
+    );
+    assert_eq!(
+        r["metrics"]["registered_images"].as_u64().unwrap(),
+        base["registered_images"].as_u64().unwrap() + 2
+    );
+    let model = tessera_sfm::model_bin::read(&dir.path().join("out2/sparse/0")).unwrap();
+    assert_eq!(
+        model.images.len() as u64,
+        base["registered_images"].as_u64().unwrap() + 2
+    );
+
+    let o = tessera(
+        &state,
+        &[
+            "--json",
+            "triangulate",
+            job,
+            "--out",
+            dir.path().join("out3").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = json(&o);
+    assert!(t["metrics"]["points"].as_u64().unwrap() > 0);
+    let before = tessera_sfm::model_bin::read(&dir.path().join("out1/sparse/0")).unwrap();
+    let after = tessera_sfm::model_bin::read(&dir.path().join("out3/sparse/0")).unwrap();
+    for (id, img) in &before.images {
+        let a = &after.images[id];
+        let same = a
+            .qvec
+            .iter()
+            .zip(&img.qvec)
+            .chain(a.tvec.iter().zip(&img.tvec))
+            .all(|(x, y)| (x - y).abs() < 1e-9);
+        assert!(same, "poses are held fixed: {a:?} vs {img:?}");
+    }
+
+    let o = tessera(
+        &state,
+        &[
+            "triangulate",
+            "01JA0000000000000000000000",
+            "--out",
+            dir.path().join("x").to_str().unwrap(),
+        ],
+    );
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
 
 #[test]

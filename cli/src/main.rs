@@ -38,6 +38,10 @@ pub enum Command {
     Events(commands::events::Args),
     /// Reconstruct a folder of photos into a sparse 3D model (COLMAP), with exports.
     Reconstruct(commands::reconstruct::Args),
+    /// Register new photos into a finished reconstruction.
+    Relocalize(commands::refine::RelocalizeArgs),
+    /// Re-triangulate a finished reconstruction's points with its poses fixed.
+    Triangulate(commands::refine::TriangulateArgs),
     /// Run the demo job on a folder of photos (the sample by default) and wait for it.
     Demo(commands::demo::Args),
     /// Measure the engine.

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod events;
 pub mod jobs;
 pub mod reconstruct;
+pub mod refine;
 pub mod worker;
 
 use crate::{Cli, Command};
@@ -19,6 +20,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(a) => events::run(&cli.state, cli.json, a).await,
         Command::Demo(a) => demo::run(&cli.state, cli.json, a).await,
         Command::Reconstruct(a) => reconstruct::run(&cli.state, cli.json, a).await,
+        Command::Relocalize(a) => refine::relocalize(&cli.state, cli.json, a).await,
+        Command::Triangulate(a) => refine::triangulate(&cli.state, cli.json, a).await,
         Command::Bench(c) => bench::run(cli.json, c).await,
     }
 }

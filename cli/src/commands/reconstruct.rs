@@ -212,7 +212,7 @@ fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpe
 
 /// Upload the photos under a content address of the whole set, so the same photos make
 /// the same spec (and the same job).
-async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(String, usize, f64)> {
+pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(String, usize, f64)> {
     let mut entries = Vec::new();
     for path in files {
         let bytes =
@@ -319,10 +319,31 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         }
     }
 
+    let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
+    build_report(
+        &engine,
+        job_id,
+        &job,
+        backend.version.clone(),
+        started,
+        args,
+    )
+    .await
+}
+
+/// Run the job with in-process workers until it finishes, showing progress; the first
+/// Ctrl-C cancels cooperatively, the second by force.
+pub async fn drive(
+    engine: &Engine,
+    job_id: tessera_core::JobId,
+    workers: u32,
+    existing: bool,
+    ui: bool,
+) -> anyhow::Result<tessera_core::job::Job> {
     let stop = CancellationToken::new();
     let worker = Worker::new(
         engine.clone(),
-        args.workers as usize,
+        workers as usize,
         Some(Duration::from_secs(5)),
     );
     let s = stop.clone();
@@ -349,7 +370,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         .last_seq(job_id)
         .await?
         .saturating_sub(0);
-    seen = if submitted.existing { seen } else { 0 };
+    seen = if existing { seen } else { 0 };
     let job = loop {
         let job = engine.job(job_id).await?;
         stages.set_length(job.tasks_total as u64);
@@ -399,15 +420,29 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     phase.finish_and_clear();
     stop.cancel();
     let _ = worker_task.await;
-    build_report(
-        &engine,
-        job_id,
-        &job,
-        backend.version.clone(),
-        started,
-        args,
-    )
-    .await
+    Ok(job)
+}
+
+/// Copy a finished job's export checkpoint into `out`, verified by checksum; returns the
+/// files and the exported model's metrics.
+pub async fn download_exports(
+    engine: &Engine,
+    job_id: tessera_core::JobId,
+    out: &Path,
+) -> anyhow::Result<(Vec<String>, serde_json::Value)> {
+    let objects = engine.ports().objects.as_ref();
+    let cp = checkpoint::manifest(objects, job_id, Stage::Export.name())
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?
+        .context("the export checkpoint is missing; run again with --resume")?;
+    let mut files = Vec::new();
+    for f in &cp.files {
+        checkpoint::materialize(objects, job_id, &cp, &f.name, out)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        files.push(f.name.clone());
+    }
+    Ok((files, cp.result["model"].clone()))
 }
 
 async fn build_report(
@@ -473,18 +508,9 @@ async fn build_report(
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output folder {}", args.out.display()))?;
     if job.status() == JobStatus::Succeeded {
-        let objects = engine.ports().objects.as_ref();
-        let cp = checkpoint::manifest(objects, job_id, Stage::Export.name())
-            .await
-            .map_err(|e| anyhow::anyhow!(e.message))?
-            .context("the export checkpoint is missing; run again with --resume")?;
-        for f in &cp.files {
-            checkpoint::materialize(objects, job_id, &cp, &f.name, &args.out)
-                .await
-                .map_err(|e| anyhow::anyhow!(e.message))?;
-            report.outputs.push(f.name.clone());
-        }
-        report.metrics = cp.result["model"].clone();
+        let (outputs, metrics) = download_exports(engine, job_id, &args.out).await?;
+        report.outputs = outputs;
+        report.metrics = metrics;
         report.registered_images = report.metrics["registered_images"].as_u64().unwrap_or(0);
         report.points = report.metrics["points"].as_u64().unwrap_or(0);
     }

@@ -13,6 +13,7 @@
 pub mod checkpoint;
 pub mod images;
 pub mod memory;
+pub mod refine;
 pub mod stages;
 
 use serde::{Deserialize, Serialize};
@@ -187,4 +188,5 @@ pub fn register(r: &mut Registry) {
     ] {
         r.register(&stage.kind(), stages::StageHandler::new(stage));
     }
+    refine::register(r);
 }

@@ -152,129 +152,7 @@ impl Run<'_> {
         phase: Phase,
         total: Option<u64>,
     ) -> Result<ProcessReport, TaskError> {
-        let command = args.first().cloned().unwrap_or_default();
-        let mut spec = ProcessSpec::new(colmap::program(), args);
-        spec.cwd = Some(self.scratch.clone());
-        spec.rss_limit = Some(
-            self.ctx
-                .task()
-                .memory_estimate
-                .unwrap_or_else(|| self.ctx.task().resource_class.memory_bytes()),
-        );
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let sink = move |_s: Stream, line: &str| {
-            let _ = tx.send(line.to_string());
-        };
-        let done = tokio::sync::Notify::new();
-        let run = async {
-            let r = self.ctx.run_process(spec, &sink).await;
-            done.notify_one();
-            r
-        };
-        let drain = async {
-            let mut tail: VecDeque<String> = VecDeque::new();
-            let mut last_progress = Instant::now() - Duration::from_secs(1);
-            let mut handle = async |line: String, tail: &mut VecDeque<String>| {
-                match progress::parse(&line, total) {
-                    Some(progress::LineEvent::Progress {
-                        phase,
-                        current,
-                        total,
-                    }) => {
-                        let last = total == Some(current);
-                        if last || last_progress.elapsed() >= Duration::from_millis(250) {
-                            last_progress = Instant::now();
-                            let _ = self.ctx.progress(phase, current, total, None).await;
-                        }
-                    }
-                    Some(progress::LineEvent::Started(p)) => {
-                        let _ = self.ctx.emit(EventKind::PhaseStarted { phase: p }).await;
-                    }
-                    Some(progress::LineEvent::Figure(name, v)) => {
-                        let _ = self.ctx.metric(name, v, None).await;
-                    }
-                    Some(progress::LineEvent::Warning(w)) => {
-                        let _ = self.ctx.emit(EventKind::Warning { message: w }).await;
-                    }
-                    None => {}
-                }
-                tail.push_back(line);
-                if tail.len() > 12 {
-                    tail.pop_front();
-                }
-            };
-            loop {
-                tokio::select! {
-                    l = rx.recv() => match l {
-                        Some(l) => handle(l, &mut tail).await,
-                        None => break,
-                    },
-                    _ = done.notified() => {
-                        while let Ok(l) = rx.try_recv() {
-                            handle(l, &mut tail).await;
-                        }
-                        break;
-                    }
-                }
-            }
-            tail
-        };
-        let started = self.ctx.phase_started(phase).await?;
-        let (report, tail) = tokio::join!(run, drain);
-        let report = report?;
-        let stage = self.ctx.task().name.clone();
-        self.ctx
-            .metric(
-                &format!("{stage}.{command}_peak_rss_bytes"),
-                report.peak_rss_bytes as f64,
-                Some("bytes"),
-            )
-            .await?;
-        self.ctx
-            .metric(
-                &format!("{stage}.{command}_cpu_s"),
-                report.cpu.as_secs_f64(),
-                Some("s"),
-            )
-            .await?;
-        let tail: Vec<String> = tail.into_iter().collect();
-        let said = tail.join(" | ");
-        match (report.killed_for, report.exit_code, report.signal) {
-            (Some(KillReason::Cancelled), ..) => {
-                return Err(TaskError::cancelled(format!(
-                    "COLMAP {command} was stopped by cancel"
-                )));
-            }
-            (Some(KillReason::RssLimit), ..) => {
-                return Err(TaskError::resource(format!(
-                    "COLMAP {command} exceeded the memory limit of its resource class ({:?}); retrying one class up",
-                    self.ctx.task().resource_class
-                )));
-            }
-            (Some(KillReason::Timeout), ..) => {
-                return Err(TaskError::resource(format!(
-                    "COLMAP {command} ran past its time limit"
-                )));
-            }
-            (None, _, Some(9)) => {
-                return Err(TaskError::resource(format!(
-                    "COLMAP {command} was killed by SIGKILL (the kernel's out-of-memory killer?)"
-                )));
-            }
-            (None, Some(134), _) | (None, _, Some(6)) => {
-                return Err(TaskError::permanent(format!(
-                    "COLMAP {command} aborted (exit 134) — usually empty or unusable input; it said: {said}"
-                )));
-            }
-            (None, Some(0), _) => {}
-            (None, code, sig) => {
-                return Err(TaskError::permanent(format!(
-                    "COLMAP {command} failed (exit {code:?}, signal {sig:?}); it said: {said}"
-                )));
-            }
-        }
-        self.ctx.phase_completed(phase, started).await?;
-        Ok(report)
+        run_colmap(self.ctx, &self.scratch, args, phase, total).await
     }
 
     fn report_json(r: &ProcessReport) -> Value {
@@ -915,49 +793,7 @@ impl Run<'_> {
         let input = self.model_from(from, &dir).await?;
         let started = self.ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&input).map_err(TaskError::from_classified)?;
-        let mut files: Vec<String> = Vec::new();
-        model_bin::write(&rec, &dir.join("sparse/0")).map_err(TaskError::from_classified)?;
-        files.extend(
-            [
-                "sparse/0/cameras.bin",
-                "sparse/0/images.bin",
-                "sparse/0/points3D.bin",
-            ]
-            .map(String::from),
-        );
-        use tessera_core::spec::ExportFormat as F;
-        for format in &self.spec.exports {
-            match format {
-                F::ColmapBin => {}
-                F::ColmapText => {
-                    model_text::write(&rec, &dir.join("sparse_text/0"))
-                        .map_err(TaskError::from_classified)?;
-                    files.extend(
-                        [
-                            "sparse_text/0/cameras.txt",
-                            "sparse_text/0/images.txt",
-                            "sparse_text/0/points3D.txt",
-                        ]
-                        .map(String::from),
-                    );
-                }
-                F::Ply => {
-                    tessera_sfm::export::write_ply(&rec, &dir.join("model.ply"))
-                        .map_err(TaskError::from_classified)?;
-                    files.push("model.ply".into());
-                }
-                F::Nvm => {
-                    tessera_sfm::export::write_nvm(&rec, &dir.join("model.nvm"))
-                        .map_err(TaskError::from_classified)?;
-                    files.push("model.nvm".into());
-                }
-                F::PointsBin => {
-                    tessera_sfm::export::write_points_bin(&rec, &dir.join("points.bin"))
-                        .map_err(TaskError::from_classified)?;
-                    files.push("points.bin".into());
-                }
-            }
-        }
+        let files = write_exports(&rec, &dir, &self.spec.exports)?;
         let m = metrics::compute(&rec);
         self.ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
@@ -1028,4 +864,188 @@ pub mod geo {
             lat.cos() * lon.cos() * d[0] + lat.cos() * lon.sin() * d[1] + lat.sin() * d[2],
         ]
     }
+}
+
+/// Run COLMAP in `cwd` as part of the task, turning its lines into progress events and
+/// classifying how it ended (COLMAP's exit code is only one of the signals).
+pub async fn run_colmap(
+    ctx: &TaskContext,
+    cwd: &Path,
+    args: Vec<String>,
+    phase: Phase,
+    total: Option<u64>,
+) -> Result<ProcessReport, TaskError> {
+    let command = args.first().cloned().unwrap_or_default();
+    let mut spec = ProcessSpec::new(colmap::program(), args);
+    spec.cwd = Some(cwd.to_path_buf());
+    spec.rss_limit = Some(
+        ctx.task()
+            .memory_estimate
+            .unwrap_or_else(|| ctx.task().resource_class.memory_bytes()),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let sink = move |_s: Stream, line: &str| {
+        let _ = tx.send(line.to_string());
+    };
+    let done = tokio::sync::Notify::new();
+    let run = async {
+        let r = ctx.run_process(spec, &sink).await;
+        done.notify_one();
+        r
+    };
+    let drain = async {
+        let mut tail: VecDeque<String> = VecDeque::new();
+        let mut last_progress = Instant::now() - Duration::from_secs(1);
+        let mut handle = async |line: String, tail: &mut VecDeque<String>| {
+            match progress::parse(&line, total) {
+                Some(progress::LineEvent::Progress {
+                    phase,
+                    current,
+                    total,
+                }) => {
+                    let last = total == Some(current);
+                    if last || last_progress.elapsed() >= Duration::from_millis(250) {
+                        last_progress = Instant::now();
+                        let _ = ctx.progress(phase, current, total, None).await;
+                    }
+                }
+                Some(progress::LineEvent::Started(p)) => {
+                    let _ = ctx.emit(EventKind::PhaseStarted { phase: p }).await;
+                }
+                Some(progress::LineEvent::Figure(name, v)) => {
+                    let _ = ctx.metric(name, v, None).await;
+                }
+                Some(progress::LineEvent::Warning(w)) => {
+                    let _ = ctx.emit(EventKind::Warning { message: w }).await;
+                }
+                None => {}
+            }
+            tail.push_back(line);
+            if tail.len() > 12 {
+                tail.pop_front();
+            }
+        };
+        loop {
+            tokio::select! {
+                l = rx.recv() => match l {
+                    Some(l) => handle(l, &mut tail).await,
+                    None => break,
+                },
+                _ = done.notified() => {
+                    while let Ok(l) = rx.try_recv() {
+                        handle(l, &mut tail).await;
+                    }
+                    break;
+                }
+            }
+        }
+        tail
+    };
+    let started = ctx.phase_started(phase).await?;
+    let (report, tail) = tokio::join!(run, drain);
+    let report = report?;
+    let stage = ctx.task().name.clone();
+    ctx.metric(
+        &format!("{stage}.{command}_peak_rss_bytes"),
+        report.peak_rss_bytes as f64,
+        Some("bytes"),
+    )
+    .await?;
+    ctx.metric(
+        &format!("{stage}.{command}_cpu_s"),
+        report.cpu.as_secs_f64(),
+        Some("s"),
+    )
+    .await?;
+    let tail: Vec<String> = tail.into_iter().collect();
+    let said = tail.join(" | ");
+    match (report.killed_for, report.exit_code, report.signal) {
+        (Some(KillReason::Cancelled), ..) => {
+            return Err(TaskError::cancelled(format!(
+                "COLMAP {command} was stopped by cancel"
+            )));
+        }
+        (Some(KillReason::RssLimit), ..) => {
+            return Err(TaskError::resource(format!(
+                "COLMAP {command} exceeded the memory limit of its resource class ({:?}); retrying one class up",
+                ctx.task().resource_class
+            )));
+        }
+        (Some(KillReason::Timeout), ..) => {
+            return Err(TaskError::resource(format!(
+                "COLMAP {command} ran past its time limit"
+            )));
+        }
+        (None, _, Some(9)) => {
+            return Err(TaskError::resource(format!(
+                "COLMAP {command} was killed by SIGKILL (the kernel's out-of-memory killer?)"
+            )));
+        }
+        (None, Some(134), _) | (None, _, Some(6)) => {
+            return Err(TaskError::permanent(format!(
+                "COLMAP {command} aborted (exit 134) — usually empty or unusable input; it said: {said}"
+            )));
+        }
+        (None, Some(0), _) => {}
+        (None, code, sig) => {
+            return Err(TaskError::permanent(format!(
+                "COLMAP {command} failed (exit {code:?}, signal {sig:?}); it said: {said}"
+            )));
+        }
+    }
+    ctx.phase_completed(phase, started).await?;
+    Ok(report)
+}
+
+/// Write `rec` into `dir` as `sparse/0` (COLMAP binary, always) and each requested
+/// format; returns the files written, relative to `dir`.
+pub fn write_exports(
+    rec: &tessera_sfm::Reconstruction,
+    dir: &Path,
+    formats: &[tessera_core::spec::ExportFormat],
+) -> Result<Vec<String>, TaskError> {
+    let mut files: Vec<String> = Vec::new();
+    model_bin::write(rec, &dir.join("sparse/0")).map_err(TaskError::from_classified)?;
+    files.extend(
+        [
+            "sparse/0/cameras.bin",
+            "sparse/0/images.bin",
+            "sparse/0/points3D.bin",
+        ]
+        .map(String::from),
+    );
+    use tessera_core::spec::ExportFormat as F;
+    for format in formats {
+        match format {
+            F::ColmapBin => {}
+            F::ColmapText => {
+                model_text::write(rec, &dir.join("sparse_text/0"))
+                    .map_err(TaskError::from_classified)?;
+                files.extend(
+                    [
+                        "sparse_text/0/cameras.txt",
+                        "sparse_text/0/images.txt",
+                        "sparse_text/0/points3D.txt",
+                    ]
+                    .map(String::from),
+                );
+            }
+            F::Ply => {
+                tessera_sfm::export::write_ply(rec, &dir.join("model.ply"))
+                    .map_err(TaskError::from_classified)?;
+                files.push("model.ply".into());
+            }
+            F::Nvm => {
+                tessera_sfm::export::write_nvm(rec, &dir.join("model.nvm"))
+                    .map_err(TaskError::from_classified)?;
+                files.push("model.nvm".into());
+            }
+            F::PointsBin => {
+                tessera_sfm::export::write_points_bin(rec, &dir.join("points.bin"))
+                    .map_err(TaskError::from_classified)?;
+                files.push("points.bin".into());
+            }
+        }
+    }
+    Ok(files)
 }

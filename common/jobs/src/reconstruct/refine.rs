@@ -1,0 +1,469 @@
+//! Working on a finished reconstruction: *relocalize* registers new photos into its
+//! model (COLMAP's image registrator, then bundle adjustment); *triangulate*
+//! re-triangulates its points with the camera poses held fixed. Both start from the
+//! base job's checkpoints (verified by checksum) and end with the same exports.
+
+use super::checkpoint::{self, Checkpoint};
+use super::images::{self, PhotoFacts};
+use super::memory;
+use super::stages::{run_colmap, write_exports};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessera_core::event::{EventKind, Phase};
+use tessera_core::spec::{ExportFormat, RelocalizeSpec, SpecError, TriangulateSpec};
+use tessera_core::{JobId, ProjectId, TenantId};
+use tessera_engine::{
+    JobPlan, Registry, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan,
+};
+use tessera_sfm::{metrics, model_bin};
+
+/// Job kind of relocalization.
+pub const RELOCALIZE: &str = "relocalize";
+/// Job kind of re-triangulation.
+pub const TRIANGULATE: &str = "triangulate";
+
+fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
+    move |e| TaskError::transient(format!("{what}: {e}"))
+}
+
+fn fresh_dir(path: &Path) -> Result<(), TaskError> {
+    if path.exists() {
+        std::fs::remove_dir_all(path).map_err(io(format!("clearing {}", path.display())))?;
+    }
+    std::fs::create_dir_all(path).map_err(io(format!("creating {}", path.display())))
+}
+
+fn plan(
+    kind: &str,
+    first: &str,
+    spec: Value,
+    priority: i32,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    label: &str,
+) -> JobPlan {
+    let mut work = TaskPlan::new(first, format!("sfm.{first}"), json!({}));
+    let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000);
+    work.memory_estimate = Some(estimate);
+    work.resource_class = memory::class_for(estimate);
+    work.max_attempts = Some(4);
+    let export =
+        TaskPlan::new("export", "sfm.refined_export", json!({ "from": first })).after([first]);
+    JobPlan {
+        tenant,
+        project,
+        kind: kind.into(),
+        label: label.into(),
+        spec,
+        priority,
+        tasks: vec![work, export],
+    }
+}
+
+/// Plan a relocalization.
+pub fn plan_relocalize(
+    spec: &RelocalizeSpec,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    label: &str,
+) -> Result<JobPlan, SpecError> {
+    spec.validate()?;
+    Ok(plan(
+        RELOCALIZE,
+        "relocalize",
+        serde_json::to_value(spec).expect("serializable"),
+        spec.priority,
+        tenant,
+        project,
+        label,
+    ))
+}
+
+/// Plan a re-triangulation.
+pub fn plan_triangulate(
+    spec: &TriangulateSpec,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    label: &str,
+) -> Result<JobPlan, SpecError> {
+    spec.validate()?;
+    Ok(plan(
+        TRIANGULATE,
+        "triangulate",
+        serde_json::to_value(spec).expect("serializable"),
+        spec.priority,
+        tenant,
+        project,
+        label,
+    ))
+}
+
+/// The base job's checkpoints a refinement starts from.
+struct Base {
+    job: JobId,
+    photos: Vec<PhotoFacts>,
+    matched: Checkpoint,
+    model: Checkpoint,
+}
+
+async fn base(ctx: &TaskContext, base_job: &str) -> Result<Base, TaskError> {
+    let job: JobId = base_job
+        .parse()
+        .map_err(|e| TaskError::permanent(format!("{e}")))?;
+    let objects = ctx.ports().objects.as_ref();
+    let need = |stage: &'static str| async move {
+        checkpoint::manifest(objects, job, stage).await?.ok_or_else(|| {
+            TaskError::permanent(format!("job {job} has no `{stage}` checkpoint: it is not a finished reconstruction (see `tessera jobs show {job}`)"))
+        })
+    };
+    let ingest = need("ingest").await?;
+    let photos: Vec<PhotoFacts> = serde_json::from_value(ingest.result["images"].clone())
+        .map_err(|e| TaskError::permanent(format!("base ingest checkpoint: {e}")))?;
+    Ok(Base {
+        job,
+        photos,
+        matched: need("match").await?,
+        model: need("export").await?,
+    })
+}
+
+/// Download the base photos (and `extra`) into `dir`, each verified by checksum.
+async fn photos_into(
+    ctx: &TaskContext,
+    dir: &Path,
+    photos: &[PhotoFacts],
+) -> Result<(), TaskError> {
+    std::fs::create_dir_all(dir).map_err(io("creating the image folder"))?;
+    for p in photos {
+        let path = dir.join(&p.name);
+        if !(path.is_file()
+            && checkpoint::sha256_file(&path)
+                .map(|s| s == p.sha256)
+                .unwrap_or(false))
+        {
+            ctx.ports().objects.get_to_file(&p.key, &path).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn base_model(ctx: &TaskContext, base: &Base, dir: &Path) -> Result<PathBuf, TaskError> {
+    for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+        checkpoint::materialize(
+            ctx.ports().objects.as_ref(),
+            base.job,
+            &base.model,
+            &format!("sparse/0/{f}"),
+            dir,
+        )
+        .await?;
+    }
+    Ok(dir.join("sparse/0"))
+}
+
+struct Relocalize;
+
+#[async_trait]
+impl TaskHandler for Relocalize {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let spec: RelocalizeSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
+        let base = base(ctx, &spec.base_job).await?;
+        let scratch = ctx.scratch_dir().map_err(io("scratch folder"))?;
+        let work = scratch.join("relocalize");
+        fresh_dir(&work)?;
+        let images = scratch.join("images");
+        photos_into(ctx, &images, &base.photos).await?;
+        let started = Instant::now();
+
+        // The new photos, checked like any upload; a name already in the base is refused.
+        let known: BTreeSet<&str> = base.photos.iter().map(|p| p.name.as_str()).collect();
+        let prefix = format!("{}/", spec.image_set.trim_end_matches('/'));
+        let (listing, _) = ctx.ports().objects.list(&prefix, None, 10_000).await?;
+        let mut new = Vec::new();
+        for meta in listing {
+            let name = meta.key.rsplit('/').next().unwrap_or(&meta.key).to_string();
+            if known.contains(name.as_str()) {
+                return Err(TaskError::permanent(format!(
+                    "photo `{name}` is already in the base reconstruction; rename the new photo"
+                )));
+            }
+            let bytes = ctx.ports().objects.get(&meta.key).await?;
+            match images::check(&name, &bytes) {
+                Ok((width, height)) => {
+                    std::fs::write(images.join(&name), &bytes)
+                        .map_err(io(format!("writing {name}")))?;
+                    let (focal_mm, gps) = images::exif_facts(&bytes);
+                    new.push(PhotoFacts {
+                        name,
+                        key: meta.key,
+                        sha256: hex::encode(Sha256::digest(&bytes)),
+                        width,
+                        height,
+                        focal_mm,
+                        gps,
+                    });
+                }
+                Err(why) => {
+                    ctx.emit(EventKind::Warning {
+                        message: format!("skipping {why}"),
+                    })
+                    .await?
+                }
+            }
+        }
+        if new.is_empty() {
+            return Err(TaskError::permanent(format!(
+                "`{}` holds no usable new photos",
+                spec.image_set
+            )));
+        }
+        let db = checkpoint::materialize(
+            ctx.ports().objects.as_ref(),
+            base.job,
+            &base.matched,
+            "database.db",
+            &work,
+        )
+        .await?;
+        let model = base_model(ctx, &base, &work.join("base")).await?;
+        let list = work.join("new_images.txt");
+        std::fs::write(
+            &list,
+            new.iter()
+                .map(|p| format!("{}\n", p.name))
+                .collect::<String>(),
+        )
+        .map_err(io("writing the image list"))?;
+        let same_size = base.photos.first().is_some_and(|b| {
+            new.iter()
+                .all(|n| (n.width, n.height) == (b.width, b.height))
+        });
+        let cuda = super::stages::backend()?.cuda;
+        let gpu = if cuda { "1" } else { "0" };
+        let s = |p: &Path| p.display().to_string();
+        let mut extract = vec![
+            "feature_extractor".to_string(),
+            "--database_path".into(),
+            s(&db),
+            "--image_path".into(),
+            s(&images),
+            "--image_list_path".into(),
+            s(&list),
+            "--SiftExtraction.use_gpu".into(),
+            gpu.into(),
+            "--SiftExtraction.max_image_size".into(),
+            spec.max_image_size.to_string(),
+            "--SiftExtraction.max_num_features".into(),
+            spec.max_features.to_string(),
+        ];
+        if same_size {
+            extract.extend(["--ImageReader.existing_camera_id".into(), "1".into()]);
+        }
+        run_colmap(
+            ctx,
+            &work,
+            extract,
+            Phase::FeatureExtraction,
+            Some(new.len() as u64),
+        )
+        .await?;
+        ctx.checkpoint().await?;
+        let matcher = vec![
+            "exhaustive_matcher".into(),
+            "--database_path".into(),
+            s(&db),
+            "--SiftMatching.use_gpu".into(),
+            gpu.into(),
+        ];
+        run_colmap(ctx, &work, matcher, Phase::Matching, None).await?;
+        ctx.checkpoint().await?;
+        let registered = work.join("registered");
+        fresh_dir(&registered)?;
+        let reg = vec![
+            "image_registrator".into(),
+            "--database_path".into(),
+            s(&db),
+            "--input_path".into(),
+            s(&model),
+            "--output_path".into(),
+            s(&registered),
+        ];
+        run_colmap(ctx, &work, reg, Phase::Relocalize, None).await?;
+        let adjusted = work.join("model");
+        fresh_dir(&adjusted)?;
+        let ba = vec![
+            "bundle_adjuster".into(),
+            "--input_path".into(),
+            s(&registered),
+            "--output_path".into(),
+            s(&adjusted),
+        ];
+        run_colmap(ctx, &work, ba, Phase::BundleAdjust, None).await?;
+
+        let rec = model_bin::read(&adjusted).map_err(TaskError::from_classified)?;
+        let names: BTreeSet<&str> = rec.images.values().map(|i| i.name.as_str()).collect();
+        let registered_new: Vec<&str> = new
+            .iter()
+            .map(|p| p.name.as_str())
+            .filter(|n| names.contains(n))
+            .collect();
+        if registered_new.is_empty() {
+            return Err(TaskError::permanent(format!(
+                "none of the {} new photos could be registered: they do not overlap the base model",
+                new.len()
+            )));
+        }
+        if registered_new.len() < new.len() {
+            ctx.emit(EventKind::Warning {
+                message: format!(
+                    "registered {} of {} new photos",
+                    registered_new.len(),
+                    new.len()
+                ),
+            })
+            .await?;
+        }
+        let m = metrics::compute(&rec);
+        ctx.metric("registered_new_images", registered_new.len() as f64, None)
+            .await?;
+        let result = json!({ "registered_new": registered_new, "new_photos": new.len(), "model": m, "wall_s": started.elapsed().as_secs_f64() });
+        checkpoint::publish(
+            ctx.ports().objects.as_ref(),
+            ctx.task().job_id,
+            "relocalize",
+            &work,
+            &[
+                "model/cameras.bin",
+                "model/images.bin",
+                "model/points3D.bin",
+            ],
+            result.clone(),
+        )
+        .await?;
+        Ok(TaskOutput::result(result))
+    }
+}
+
+struct Triangulate;
+
+#[async_trait]
+impl TaskHandler for Triangulate {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let spec: TriangulateSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
+        let base = base(ctx, &spec.base_job).await?;
+        let scratch = ctx.scratch_dir().map_err(io("scratch folder"))?;
+        let work = scratch.join("triangulate");
+        fresh_dir(&work)?;
+        let images = scratch.join("images");
+        photos_into(ctx, &images, &base.photos).await?;
+        let started = Instant::now();
+        let db = checkpoint::materialize(
+            ctx.ports().objects.as_ref(),
+            base.job,
+            &base.matched,
+            "database.db",
+            &work,
+        )
+        .await?;
+        let model = base_model(ctx, &base, &work.join("base")).await?;
+        let before = model_bin::read(&model).map_err(TaskError::from_classified)?;
+        let out = work.join("model");
+        fresh_dir(&out)?;
+        let s = |p: &Path| p.display().to_string();
+        let args = vec![
+            "point_triangulator".into(),
+            "--database_path".into(),
+            s(&db),
+            "--image_path".into(),
+            s(&images),
+            "--input_path".into(),
+            s(&model),
+            "--output_path".into(),
+            s(&out),
+            "--clear_points".into(),
+            "1".into(),
+        ];
+        run_colmap(ctx, &work, args, Phase::Triangulate, None).await?;
+        let rec = model_bin::read(&out).map_err(TaskError::from_classified)?;
+        if rec.points.is_empty() {
+            return Err(TaskError::permanent("re-triangulation produced no points"));
+        }
+        let m = metrics::compute(&rec);
+        ctx.metric("points", m.points as f64, None).await?;
+        let result = json!({ "points_before": before.points.len(), "model": m, "wall_s": started.elapsed().as_secs_f64() });
+        checkpoint::publish(
+            ctx.ports().objects.as_ref(),
+            ctx.task().job_id,
+            "triangulate",
+            &work,
+            &[
+                "model/cameras.bin",
+                "model/images.bin",
+                "model/points3D.bin",
+            ],
+            result.clone(),
+        )
+        .await?;
+        Ok(TaskOutput::result(result))
+    }
+}
+
+struct RefinedExport;
+
+#[async_trait]
+impl TaskHandler for RefinedExport {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let from = ctx.task().payload["from"]
+            .as_str()
+            .unwrap_or("relocalize")
+            .to_string();
+        let exports: Vec<ExportFormat> =
+            serde_json::from_value(ctx.job().spec["exports"].clone()).unwrap_or_default();
+        let job = ctx.task().job_id;
+        let cp = checkpoint::manifest(ctx.ports().objects.as_ref(), job, &from)
+            .await?
+            .ok_or_else(|| TaskError::transient(format!("the `{from}` checkpoint is missing")))?;
+        let dir = ctx
+            .scratch_dir()
+            .map_err(io("scratch folder"))?
+            .join("export");
+        fresh_dir(&dir)?;
+        for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+            checkpoint::materialize(
+                ctx.ports().objects.as_ref(),
+                job,
+                &cp,
+                &format!("model/{f}"),
+                &dir.join("input"),
+            )
+            .await?;
+        }
+        let started = ctx.phase_started(Phase::Export).await?;
+        let rec = model_bin::read(&dir.join("input/model")).map_err(TaskError::from_classified)?;
+        let files = write_exports(&rec, &dir, &exports)?;
+        ctx.phase_completed(Phase::Export, started).await?;
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        let result = json!({ "files": files, "model": metrics::compute(&rec), "from": from });
+        checkpoint::publish(
+            ctx.ports().objects.as_ref(),
+            job,
+            "export",
+            &dir,
+            &refs,
+            result.clone(),
+        )
+        .await?;
+        Ok(TaskOutput::result(result))
+    }
+}
+
+/// Register the refinement handlers.
+pub fn register(r: &mut Registry) {
+    r.register("sfm.relocalize", Relocalize);
+    r.register("sfm.triangulate", Triangulate);
+    r.register("sfm.refined_export", RefinedExport);
+}
