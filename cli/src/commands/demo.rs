@@ -2,18 +2,15 @@
 //! through the engine with in-process workers, show progress, write the manifest.
 
 use crate::embedded;
-use crate::output::{emit, event_line};
+use crate::output::emit;
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_core::TenantId;
-use tessera_core::job::{CancelMode, JobStatus};
-use tessera_engine::Worker;
+use tessera_core::job::JobStatus;
 use tessera_jobs::demo::DemoSpec;
-use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -114,61 +111,8 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
         eprintln!("these photos were submitted before as job {job_id}; showing that job");
     }
 
-    let stop = CancellationToken::new();
-    let worker = Worker::new(
-        engine.clone(),
-        args.workers as usize,
-        Some(Duration::from_secs(2)),
-    );
-    let s = stop.clone();
-    let worker_task = tokio::spawn(async move { worker.run(s).await });
-
-    let bar = if json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}",
-        )
-        .expect("valid template"),
-    );
-    let interrupted = super::interrupted();
-    tokio::pin!(interrupted);
-    let mut cancels = 0;
-    let mut seen = 0;
-    let job = loop {
-        let job = engine.job(job_id).await?;
-        bar.set_length(job.tasks_total as u64);
-        bar.set_position(job.finished() as u64);
-        for e in engine.ports().events.read_after(job_id, seen, 200).await? {
-            seen = e.seq;
-            bar.set_message(
-                event_line(&e)
-                    .split_whitespace()
-                    .skip(2)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            );
-        }
-        if job.finished() >= job.tasks_total {
-            break job;
-        }
-        tokio::select! {
-            _ = &mut interrupted => {
-                cancels += 1;
-                let mode = if cancels == 1 { CancelMode::Cooperative } else { CancelMode::Force };
-                bar.println(format!("cancelling job {job_id} ({mode:?}); interrupt again to force"));
-                engine.cancel(job_id, mode).await?;
-                interrupted.set(super::interrupted());
-            }
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-    };
-    bar.finish_and_clear();
-    stop.cancel();
-    let _ = worker_task.await;
+    let job = super::reconstruct::drive(&engine, job_id, args.workers, submitted.existing, !json).await?;
+    let seen = engine.ports().events.last_seq(job_id).await?;
 
     let status = job.status();
     let mut summary = serde_json::json!({

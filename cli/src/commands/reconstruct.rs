@@ -355,7 +355,7 @@ pub async fn drive(
     };
     let stages = bars.add(ProgressBar::new(0));
     stages.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] stages {pos}/{len} {msg}")
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] tasks {pos}/{len} {msg}")
             .expect("template"),
     );
     let phase = bars.add(ProgressBar::new(0));

@@ -49,31 +49,10 @@ impl Engine {
             if task.state != TaskState::Running || !expired {
                 continue;
             }
-            let back = crate::lifecycle::lapsed(&task, now);
-            if back.state == TaskState::Dead {
-                match self
-                    .finish_dead(&task, back, Condition::Rev(task.rev))
-                    .await
-                {
-                    Ok(true) => report.dead += 1,
-                    Ok(false) => {}
-                    Err(e) => return Err(e),
-                }
-                continue;
-            }
-            match self
-                .ports
-                .store
-                .put(records::task_item(&back), Condition::Rev(task.rev))
-                .await
-            {
-                Ok(()) => {
-                    report.requeued += 1;
-                    tracing::info!(task_id = %task.id, job_id = %task.job_id, epoch = task.epoch, "expired lease re-offered");
-                    self.offer(&back, Duration::ZERO).await?;
-                }
-                Err(StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(e.into()),
+            match self.release(&task, now).await? {
+                Released::Requeued => report.requeued += 1,
+                Released::Dead => report.dead += 1,
+                Released::Raced => {}
             }
         }
 
@@ -119,31 +98,43 @@ impl Engine {
             if !is_dead(&lease.owner) {
                 continue;
             }
-            let back = crate::lifecycle::lapsed(&task, Millis::now());
-            if back.state == TaskState::Dead {
-                if self
-                    .finish_dead(&task, back, Condition::Rev(task.rev))
-                    .await?
-                {
-                    released += 1;
-                }
-                continue;
-            }
-            match self
-                .ports
-                .store
-                .put(records::task_item(&back), Condition::Rev(task.rev))
-                .await
-            {
-                Ok(()) => {
-                    released += 1;
-                    tracing::info!(task_id = %task.id, job_id = %job, owner = %lease.owner, "lease of a dead local worker released");
-                    self.offer(&back, Duration::ZERO).await?;
-                }
-                Err(StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(e.into()),
+            if self.release(&task, Millis::now()).await? != Released::Raced {
+                released += 1;
+                tracing::info!(task_id = %task.id, job_id = %job, owner = %lease.owner, "lease of a dead local worker released");
             }
         }
         Ok(released)
+    }
+}
+
+/// What releasing one lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Released {
+    /// Back in line, that attempt counted.
+    Requeued,
+    /// It was the final attempt.
+    Dead,
+    /// Someone changed the task first; nothing was written.
+    Raced,
+}
+
+impl Engine {
+    /// Take a running task's lease away from a worker presumed dead: queued again with
+    /// that attempt counted (and offered), or dead on the final attempt.
+    async fn release(&self, task: &tessera_core::task::Task, now: Millis) -> Result<Released, EngineError> {
+        let back = crate::lifecycle::lapsed(task, now);
+        if back.state == TaskState::Dead {
+            let done = self.finish_dead(task, back, Condition::Rev(task.rev)).await?;
+            return Ok(if done { Released::Dead } else { Released::Raced });
+        }
+        match self.ports.store.put(records::task_item(&back), Condition::Rev(task.rev)).await {
+            Ok(()) => {
+                tracing::info!(task_id = %task.id, job_id = %task.job_id, epoch = task.epoch, "expired lease re-offered");
+                self.offer(&back, Duration::ZERO).await?;
+                Ok(Released::Requeued)
+            }
+            Err(StoreError::Conflict { .. }) => Ok(Released::Raced),
+            Err(e) => Err(e.into()),
+        }
     }
 }

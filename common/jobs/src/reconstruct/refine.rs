@@ -6,7 +6,7 @@
 use super::checkpoint::{self, Checkpoint};
 use super::images::{self, PhotoFacts};
 use super::memory;
-use super::stages::{run_colmap, write_exports};
+use super::stages::{fresh_dir, io, run_colmap, write_exports};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -25,17 +25,6 @@ use tessera_sfm::{metrics, model_bin};
 pub const RELOCALIZE: &str = "relocalize";
 /// Job kind of re-triangulation.
 pub const TRIANGULATE: &str = "triangulate";
-
-fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
-    move |e| TaskError::transient(format!("{what}: {e}"))
-}
-
-fn fresh_dir(path: &Path) -> Result<(), TaskError> {
-    if path.exists() {
-        std::fs::remove_dir_all(path).map_err(io(format!("clearing {}", path.display())))?;
-    }
-    std::fs::create_dir_all(path).map_err(io(format!("creating {}", path.display())))
-}
 
 fn plan(
     kind: &str,

@@ -41,11 +41,11 @@ pub fn backend() -> Result<&'static BackendInfo, TaskError> {
         .map_err(|e| TaskError::permanent(e.clone()))
 }
 
-fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
+pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
     move |e| TaskError::transient(format!("{what}: {e}"))
 }
 
-fn fresh_dir(path: &Path) -> Result<(), TaskError> {
+pub(crate) fn fresh_dir(path: &Path) -> Result<(), TaskError> {
     if path.exists() {
         std::fs::remove_dir_all(path).map_err(io(format!("clearing {}", path.display())))?;
     }
