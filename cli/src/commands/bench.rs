@@ -214,6 +214,8 @@ struct ReconstructReport {
     tessera_registered: u64,
     bare_points: usize,
     tessera_points: u64,
+    /// Attempts over all stages (one each when nothing was retried).
+    tessera_attempts: u64,
     colmap_version: String,
 }
 
@@ -301,8 +303,19 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
     std::fs::create_dir_all(&sparse)?;
     std::fs::create_dir_all(&adjusted)?;
     let t0 = Instant::now();
-    bare(&commands::extract(&spec, &db, &images, backend.cuda, true))?;
-    bare(&commands::match_pairs(&spec, &db, backend.cuda, None))?;
+    bare(&commands::extract(
+        &spec,
+        &db,
+        &images,
+        backend.info().cuda,
+        true,
+    ))?;
+    bare(&commands::match_pairs(
+        &spec.pairs,
+        &db,
+        backend.info().cuda,
+        None,
+    ))?;
     let map = vec![
         "mapper".to_string(),
         "--database_path".into(),
@@ -342,7 +355,12 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         tessera_registered: report.registered_images,
         bare_points: bare_model.points.len(),
         tessera_points: report.points,
-        colmap_version: backend.version.clone(),
+        tessera_attempts: report
+            .stages
+            .iter()
+            .filter_map(|s| s["attempts"].as_u64())
+            .sum(),
+        colmap_version: backend.info().version.clone(),
     };
     emit(json, &r, || {
         format!(

@@ -111,7 +111,8 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
         eprintln!("these photos were submitted before as job {job_id}; showing that job");
     }
 
-    let job = super::reconstruct::drive(&engine, job_id, args.workers, submitted.existing, !json).await?;
+    let job =
+        super::reconstruct::drive(&engine, job_id, args.workers, submitted.existing, !json).await?;
     let seen = engine.ports().events.last_seq(job_id).await?;
 
     let status = job.status();

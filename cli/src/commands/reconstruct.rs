@@ -101,8 +101,8 @@ pub struct Args {
     /// Tasks run at once in this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub workers: u32,
-    /// Cap a stage's memory on its first attempt, e.g. `map=20` (MB); a stage killed
-    /// for exceeding it is retried one resource class up.
+    /// Set a stage's memory estimate for its first attempt, e.g. `map=20` (MB); the
+    /// stage is killed above twice that and retried one resource class up.
     #[arg(long, value_parser = parse_limit)]
     pub memory_limit: Vec<(String, u64)>,
 }
@@ -271,7 +271,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
     let (set, count, megapixels) = upload(&engine, &files).await?;
     let spec = spec_from(args, set)?;
-    backend.check_spec(&spec)?;
+    backend.info().check_spec(&spec)?;
     let mut plan = reconstruct::plan(
         &spec,
         TenantId::local(),
@@ -324,7 +324,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         &engine,
         job_id,
         &job,
-        backend.version.clone(),
+        backend.info().version.clone(),
         started,
         args,
     )

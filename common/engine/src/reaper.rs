@@ -121,13 +121,28 @@ enum Released {
 impl Engine {
     /// Take a running task's lease away from a worker presumed dead: queued again with
     /// that attempt counted (and offered), or dead on the final attempt.
-    async fn release(&self, task: &tessera_core::task::Task, now: Millis) -> Result<Released, EngineError> {
+    async fn release(
+        &self,
+        task: &tessera_core::task::Task,
+        now: Millis,
+    ) -> Result<Released, EngineError> {
         let back = crate::lifecycle::lapsed(task, now);
         if back.state == TaskState::Dead {
-            let done = self.finish_dead(task, back, Condition::Rev(task.rev)).await?;
-            return Ok(if done { Released::Dead } else { Released::Raced });
+            let done = self
+                .finish_dead(task, back, Condition::Rev(task.rev))
+                .await?;
+            return Ok(if done {
+                Released::Dead
+            } else {
+                Released::Raced
+            });
         }
-        match self.ports.store.put(records::task_item(&back), Condition::Rev(task.rev)).await {
+        match self
+            .ports
+            .store
+            .put(records::task_item(&back), Condition::Rev(task.rev))
+            .await
+        {
             Ok(()) => {
                 tracing::info!(task_id = %task.id, job_id = %task.job_id, epoch = task.epoch, "expired lease re-offered");
                 self.offer(&back, Duration::ZERO).await?;

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::path::Path;
+use tessera_core::event::Phase;
 use tessera_core::spec::{BaMode, MapperKind, PairStrategy, ReconstructionSpec};
 use tessera_core::{Classify, ErrorClass};
 
@@ -88,4 +90,130 @@ impl BackendInfo {
         }
         Ok(())
     }
+}
+
+/// One subprocess a backend wants run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Program.
+    pub program: String,
+    /// Arguments; the first names the engine's sub-command where it has them.
+    pub args: Vec<String>,
+}
+
+impl Invocation {
+    /// A short name for logs and metrics (`feature_extractor`).
+    pub fn name(&self) -> &str {
+        self.args
+            .first()
+            .map(String::as_str)
+            .unwrap_or(&self.program)
+    }
+}
+
+/// What an output line of the engine says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LineEvent {
+    /// Progress in a phase.
+    Progress {
+        /// Phase.
+        phase: Phase,
+        /// Done so far.
+        current: u64,
+        /// Out of.
+        total: Option<u64>,
+    },
+    /// A phase began.
+    Started(Phase),
+    /// A figure the engine reported.
+    Figure(&'static str, f64),
+    /// A warning worth showing.
+    Warning(String),
+}
+
+/// An engine backend: the command lines for each stage, the meaning of its output, and
+/// what its feature database holds. Every method refuses, naming the capability, what
+/// the backend does not offer.
+pub trait EngineBackend: Send + Sync + 'static {
+    /// Name, version and capabilities.
+    fn info(&self) -> &BackendInfo;
+
+    /// Feature extraction into `db` for the photos in `images` (only those listed in
+    /// `image_list`, when given); `single_camera` shares intrinsics, `existing_camera`
+    /// reuses a camera already in the database.
+    fn extract(
+        &self,
+        spec: &ReconstructionSpec,
+        db: &Path,
+        images: &Path,
+        single_camera: bool,
+        image_list: Option<&Path>,
+        existing_camera: Option<u32>,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Matching (and geometric verification) of the pairs the spec chooses.
+    fn match_pairs(
+        &self,
+        pairs: &PairStrategy,
+        db: &Path,
+        vocab_tree: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Mapping into `out`, writing snapshots every `snapshot_every` registered images into
+    /// `snapshots`; `input` continues from a snapshot.
+    #[allow(clippy::too_many_arguments)]
+    fn map(
+        &self,
+        mapper: MapperKind,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        snapshots: &Path,
+        snapshot_every: u32,
+        input: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Bundle adjustment of `input` into `out` (`mid` holds a first pass).
+    fn bundle_adjust(
+        &self,
+        mode: BaMode,
+        input: &Path,
+        mid: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Similarity alignment of `input` to the photos' GPS (ENU, or ECEF).
+    fn georegister_gps(
+        &self,
+        input: &Path,
+        out: &Path,
+        db: &Path,
+        ecef: bool,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Register photos already in `db` into the model `input`.
+    fn register_images(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Re-triangulate the points of `input` with its poses fixed.
+    fn triangulate(
+        &self,
+        db: &Path,
+        images: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Read one output line.
+    fn parse_line(&self, line: &str, total: Option<u64>) -> Option<LineEvent>;
+
+    /// Counts in the feature database, to check what a stage really wrote.
+    fn database_stats(
+        &self,
+        db: &Path,
+    ) -> Result<crate::colmap::database::DatabaseStats, crate::colmap::database::DatabaseError>;
 }

@@ -161,3 +161,54 @@ pub async fn files_intact(
     }
     Ok(true)
 }
+
+/// Whether the checkpoint can be trusted: every file intact *and* meaningful — a
+/// database opens and holds images with keypoints, a model parses with consistent
+/// references.
+pub async fn validates(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    cp: &Checkpoint,
+) -> Result<bool, TaskError> {
+    if !files_intact(objects, job, cp).await? {
+        return Ok(false);
+    }
+    let scratch = std::env::temp_dir().join(format!("tessera-validate-{}", ulid_like()));
+    let result = semantic(objects, job, cp, &scratch).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn ulid_like() -> String {
+    tessera_core::TaskId::new().to_string()
+}
+
+async fn semantic(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    cp: &Checkpoint,
+    scratch: &Path,
+) -> Result<bool, TaskError> {
+    if cp.files.iter().any(|f| f.name == "database.db") {
+        let db = materialize(objects, job, cp, "database.db", scratch).await?;
+        match tessera_sfm::colmap::database::stats(&db) {
+            Ok(s) if s.images > 0 && s.images_with_keypoints > 0 => {}
+            _ => return Ok(false),
+        }
+    }
+    for dir in ["model", "sparse/0"] {
+        if cp
+            .files
+            .iter()
+            .any(|f| f.name == format!("{dir}/cameras.bin"))
+        {
+            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+                materialize(objects, job, cp, &format!("{dir}/{f}"), scratch).await?;
+            }
+            if tessera_sfm::model_bin::read(&scratch.join(dir)).is_err() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}

@@ -135,7 +135,7 @@ pub async fn requeue_damaged(
         if !damaged && t.state == TaskState::Succeeded {
             let objects = engine.ports().objects.as_ref();
             let ok = match checkpoint::manifest(objects, job, &t.name).await {
-                Ok(Some(cp)) => checkpoint::files_intact(objects, job, &cp)
+                Ok(Some(cp)) => checkpoint::validates(objects, job, &cp)
                     .await
                     .unwrap_or(false),
                 _ => false,

@@ -6,7 +6,7 @@
 use super::checkpoint::{self, Checkpoint};
 use super::images::{self, PhotoFacts};
 use super::memory;
-use super::stages::{fresh_dir, io, run_colmap, write_exports};
+use super::stages::{fresh_dir, io, run_backend, write_exports};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -140,6 +140,21 @@ async fn photos_into(
     Ok(())
 }
 
+/// The spec the base reconstruction was made with.
+async fn base_spec(
+    ctx: &TaskContext,
+    job: JobId,
+) -> Result<tessera_core::spec::ReconstructionSpec, TaskError> {
+    let item = ctx
+        .ports()
+        .store
+        .get(&tessera_core::records::job_key(job))
+        .await?
+        .ok_or_else(|| TaskError::permanent(format!("job {job} does not exist")))?;
+    let base = tessera_core::records::job_from(&item)?;
+    Ok(tessera_core::spec::parse(base.spec)?)
+}
+
 async fn base_model(ctx: &TaskContext, base: &Base, dir: &Path) -> Result<PathBuf, TaskError> {
     for f in ["cameras.bin", "images.bin", "points3D.bin"] {
         checkpoint::materialize(
@@ -231,67 +246,59 @@ impl TaskHandler for Relocalize {
             new.iter()
                 .all(|n| (n.width, n.height) == (b.width, b.height))
         });
-        let cuda = super::stages::backend()?.cuda;
-        let gpu = if cuda { "1" } else { "0" };
-        let s = |p: &Path| p.display().to_string();
-        let mut extract = vec![
-            "feature_extractor".to_string(),
-            "--database_path".into(),
-            s(&db),
-            "--image_path".into(),
-            s(&images),
-            "--image_list_path".into(),
-            s(&list),
-            "--SiftExtraction.use_gpu".into(),
-            gpu.into(),
-            "--SiftExtraction.max_image_size".into(),
-            spec.max_image_size.to_string(),
-            "--SiftExtraction.max_num_features".into(),
-            spec.max_features.to_string(),
+        let mut base_spec = base_spec(ctx, base.job).await?;
+        base_spec.max_features = spec.max_features;
+        base_spec.max_image_size = spec.max_image_size;
+        let backend = super::stages::backend_for(&base_spec.backend)?;
+        let existing_camera = same_size.then_some(1);
+        let steps = [
+            (
+                backend.extract(
+                    &base_spec,
+                    &db,
+                    &images,
+                    false,
+                    Some(&list),
+                    existing_camera,
+                ),
+                Phase::FeatureExtraction,
+            ),
+            (
+                backend.match_pairs(&tessera_core::spec::PairStrategy::Exhaustive, &db, None),
+                Phase::Matching,
+            ),
         ];
-        if same_size {
-            extract.extend(["--ImageReader.existing_camera_id".into(), "1".into()]);
+        for (invocations, phase) in steps {
+            for inv in invocations.map_err(TaskError::from_classified)? {
+                ctx.checkpoint().await?;
+                run_backend(ctx, backend, &work, inv, phase, Some(new.len() as u64)).await?;
+            }
         }
-        run_colmap(
-            ctx,
-            &work,
-            extract,
-            Phase::FeatureExtraction,
-            Some(new.len() as u64),
-        )
-        .await?;
-        ctx.checkpoint().await?;
-        let matcher = vec![
-            "exhaustive_matcher".into(),
-            "--database_path".into(),
-            s(&db),
-            "--SiftMatching.use_gpu".into(),
-            gpu.into(),
-        ];
-        run_colmap(ctx, &work, matcher, Phase::Matching, None).await?;
-        ctx.checkpoint().await?;
         let registered = work.join("registered");
         fresh_dir(&registered)?;
-        let reg = vec![
-            "image_registrator".into(),
-            "--database_path".into(),
-            s(&db),
-            "--input_path".into(),
-            s(&model),
-            "--output_path".into(),
-            s(&registered),
-        ];
-        run_colmap(ctx, &work, reg, Phase::Relocalize, None).await?;
         let adjusted = work.join("model");
         fresh_dir(&adjusted)?;
-        let ba = vec![
-            "bundle_adjuster".into(),
-            "--input_path".into(),
-            s(&registered),
-            "--output_path".into(),
-            s(&adjusted),
+        let steps = [
+            (
+                backend.register_images(&db, &model, &registered),
+                Phase::Relocalize,
+            ),
+            (
+                backend.bundle_adjust(
+                    tessera_core::spec::BaMode::Standard,
+                    &registered,
+                    &registered,
+                    &adjusted,
+                ),
+                Phase::BundleAdjust,
+            ),
         ];
-        run_colmap(ctx, &work, ba, Phase::BundleAdjust, None).await?;
+        for (invocations, phase) in steps {
+            for inv in invocations.map_err(TaskError::from_classified)? {
+                ctx.checkpoint().await?;
+                run_backend(ctx, backend, &work, inv, phase, None).await?;
+            }
+        }
 
         let rec = model_bin::read(&adjusted).map_err(TaskError::from_classified)?;
         let names: BTreeSet<&str> = rec.images.values().map(|i| i.name.as_str()).collect();
@@ -362,21 +369,13 @@ impl TaskHandler for Triangulate {
         let before = model_bin::read(&model).map_err(TaskError::from_classified)?;
         let out = work.join("model");
         fresh_dir(&out)?;
-        let s = |p: &Path| p.display().to_string();
-        let args = vec![
-            "point_triangulator".into(),
-            "--database_path".into(),
-            s(&db),
-            "--image_path".into(),
-            s(&images),
-            "--input_path".into(),
-            s(&model),
-            "--output_path".into(),
-            s(&out),
-            "--clear_points".into(),
-            "1".into(),
-        ];
-        run_colmap(ctx, &work, args, Phase::Triangulate, None).await?;
+        let backend = super::stages::backend_for(&base_spec(ctx, base.job).await?.backend)?;
+        for inv in backend
+            .triangulate(&db, &images, &model, &out)
+            .map_err(TaskError::from_classified)?
+        {
+            run_backend(ctx, backend, &work, inv, Phase::Triangulate, None).await?;
+        }
         let rec = model_bin::read(&out).map_err(TaskError::from_classified)?;
         if rec.points.is_empty() {
             return Err(TaskError::permanent("re-triangulation produced no points"));

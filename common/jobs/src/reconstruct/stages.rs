@@ -14,10 +14,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_core::event::{EventKind, Phase};
 use tessera_core::ports::compute::{KillReason, ProcessReport, ProcessSpec, Stream};
-use tessera_core::spec::{BaMode, Georef, MapperKind, PairStrategy, ReconstructionSpec};
+use tessera_core::spec::{BaMode, BackendSpec, Georef, PairStrategy, ReconstructionSpec};
 use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
-use tessera_sfm::backend::BackendInfo;
-use tessera_sfm::colmap::{self, commands, database, progress};
+use tessera_sfm::backend::{EngineBackend, Invocation};
+use tessera_sfm::colmap::ColmapBackend;
 use tessera_sfm::{metrics, model_bin, model_text};
 
 /// Runs one stage.
@@ -32,13 +32,37 @@ impl StageHandler {
     }
 }
 
-/// COLMAP as found on this machine, detected once per process.
-pub fn backend() -> Result<&'static BackendInfo, TaskError> {
-    static BACKEND: OnceLock<Result<BackendInfo, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| colmap::detect().map_err(|e| e.to_string()))
+/// The engine backend a spec names, detected once per process. A version in the spec
+/// must match the installed engine's.
+pub fn backend_for(spec: &BackendSpec) -> Result<&'static dyn EngineBackend, TaskError> {
+    static COLMAP: OnceLock<Result<ColmapBackend, String>> = OnceLock::new();
+    if spec.name != "colmap" {
+        return Err(TaskError::permanent(format!(
+            "unknown engine backend `{}`; this worker has `colmap`",
+            spec.name
+        )));
+    }
+    let b = COLMAP
+        .get_or_init(|| ColmapBackend::detect().map_err(|e| e.to_string()))
         .as_ref()
-        .map_err(|e| TaskError::permanent(e.clone()))
+        .map_err(|e| TaskError::permanent(e.clone()))?;
+    if let Some(v) = &spec.version
+        && !(b.info().version == *v || b.info().version.starts_with(&format!("{v}.")))
+    {
+        return Err(TaskError::permanent(format!(
+            "the job asks for COLMAP {v}, and this worker has COLMAP {}",
+            b.info().version
+        )));
+    }
+    Ok(b)
+}
+
+/// The COLMAP backend of this machine.
+pub fn backend() -> Result<&'static dyn EngineBackend, TaskError> {
+    backend_for(&BackendSpec {
+        name: "colmap".into(),
+        version: None,
+    })
 }
 
 pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
@@ -73,7 +97,7 @@ impl TaskHandler for StageHandler {
         };
         let name = self.stage.name();
         if let Some(cp) = checkpoint::manifest(ctx.ports().objects.as_ref(), run.job, name).await?
-            && checkpoint::files_intact(ctx.ports().objects.as_ref(), run.job, &cp).await?
+            && checkpoint::validates(ctx.ports().objects.as_ref(), run.job, &cp).await?
         {
             ctx.emit(EventKind::LogLine {
                 line: format!("{name}: its checkpoint validates; skipping the stage"),
@@ -145,14 +169,20 @@ impl Run<'_> {
         Ok((dir, photos))
     }
 
-    /// Run COLMAP, turning its lines into events; classify how it ended.
-    async fn colmap(
+    /// Run the backend's invocations in order, each with progress events; the reports.
+    async fn exec(
         &self,
-        args: Vec<String>,
+        invocations: Result<Vec<Invocation>, tessera_sfm::backend::Unsupported>,
         phase: Phase,
         total: Option<u64>,
-    ) -> Result<ProcessReport, TaskError> {
-        run_colmap(self.ctx, &self.scratch, args, phase, total).await
+    ) -> Result<Vec<ProcessReport>, TaskError> {
+        let backend = backend_for(&self.spec.backend)?;
+        let mut reports = Vec::new();
+        for inv in invocations.map_err(TaskError::from_classified)? {
+            self.ctx.checkpoint().await?;
+            reports.push(run_backend(self.ctx, backend, &self.scratch, inv, phase, total).await?);
+        }
+        Ok(reports)
     }
 
     fn report_json(r: &ProcessReport) -> Value {
@@ -270,8 +300,9 @@ impl Run<'_> {
     }
 
     async fn extract(&self) -> Result<Value, TaskError> {
-        let backend = backend()?;
+        let backend = backend_for(&self.spec.backend)?;
         backend
+            .info()
             .check_spec(&self.spec)
             .map_err(TaskError::from_classified)?;
         let (images, photos) = self.ensure_images().await?;
@@ -279,11 +310,18 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let db = dir.join("database.db");
         let sizes: BTreeSet<(u64, u64)> = photos.iter().map(|p| (p.width, p.height)).collect();
-        let args = commands::extract(&self.spec, &db, &images, backend.cuda, sizes.len() == 1);
+        let invocations = backend.extract(&self.spec, &db, &images, sizes.len() == 1, None, None);
         let report = self
-            .colmap(args, Phase::FeatureExtraction, Some(photos.len() as u64))
-            .await?;
-        let stats = database::stats(&db).map_err(TaskError::from_classified)?;
+            .exec(
+                invocations,
+                Phase::FeatureExtraction,
+                Some(photos.len() as u64),
+            )
+            .await?
+            .remove(0);
+        let stats = backend
+            .database_stats(&db)
+            .map_err(TaskError::from_classified)?;
         if (stats.images as usize) < photos.len() {
             self.ctx
                 .emit(EventKind::Warning {
@@ -321,13 +359,13 @@ impl Run<'_> {
         self.ctx
             .metric("keypoints", stats.keypoints as f64, None)
             .await?;
-        let result = json!({ "database": stats, "process": Self::report_json(&report), "colmap_version": backend.version });
+        let result = json!({ "database": stats, "process": Self::report_json(&report), "colmap_version": backend.info().version });
         self.publish(Stage::Extract, &dir, &["database.db"], result)
             .await
     }
 
     async fn match_pairs(&self) -> Result<Value, TaskError> {
-        let backend = backend()?;
+        let backend = backend_for(&self.spec.backend)?;
         let (_images, photos) = self.ensure_images().await?;
         let extract = self.upstream(Stage::Extract).await?;
         let dir = self.scratch.join("match");
@@ -353,14 +391,14 @@ impl Run<'_> {
             }
             _ => None,
         };
+        let invocations = backend.match_pairs(&self.spec.pairs, &db, tree.as_deref());
         let report = self
-            .colmap(
-                commands::match_pairs(&self.spec, &db, backend.cuda, tree.as_deref()),
-                Phase::Matching,
-                Some(photos.len() as u64),
-            )
-            .await?;
-        let stats = database::stats(&db).map_err(TaskError::from_classified)?;
+            .exec(invocations, Phase::Matching, Some(photos.len() as u64))
+            .await?
+            .remove(0);
+        let stats = backend
+            .database_stats(&db)
+            .map_err(TaskError::from_classified)?;
         if stats.matched_pairs == 0 {
             return Err(TaskError::permanent(
                 "no pair of photos matched: they do not overlap, or the pair strategy chose no pairs (try `--pairs exhaustive`)",
@@ -387,7 +425,9 @@ impl Run<'_> {
             &dir,
         )
         .await?;
-        let stats = database::stats(&db).map_err(TaskError::from_classified)?;
+        let stats = backend_for(&self.spec.backend)?
+            .database_stats(&db)
+            .map_err(TaskError::from_classified)?;
         if stats.verified_pairs == 0 {
             return Err(TaskError::permanent(format!(
                 "none of the {} matched pairs passed geometric verification: the photos do not overlap enough",
@@ -408,7 +448,7 @@ impl Run<'_> {
     }
 
     async fn map(&self) -> Result<Value, TaskError> {
-        let backend = backend()?;
+        let backend = backend_for(&self.spec.backend)?;
         let (images, photos) = self.ensure_images().await?;
         let matched = self.upstream(Stage::Match).await?;
         let dir = self.scratch.join("map");
@@ -433,32 +473,29 @@ impl Run<'_> {
                 })
                 .await?;
         }
-        let hierarchical = self.spec.mapper == MapperKind::Hierarchical;
-        if self.spec.mapper == MapperKind::Global {
-            backend
-                .require(
-                    "map.global",
-                    "use `incremental`, or a CUDA COLMAP >= 3.14 worker",
-                )
-                .map_err(TaskError::from_classified)?;
-        }
         let every = (photos.len() as u32 / 4).clamp(2, 50);
-        let args = commands::map(
-            hierarchical,
+        let resume_path = resume_from.as_ref().map(|(_, p)| p.as_path());
+        let invocations = backend.map(
+            self.spec.mapper,
             &db,
             &images,
             &sparse,
             &live,
             every,
-            resume_from.as_ref().map(|(_, p)| p.as_path()),
+            resume_path,
         );
         let sealer = self.seal_snapshots(&live, &dir, resume_from.as_ref().map_or(0, |(s, _)| *s));
         let (report, sealed) = {
             let stop = tokio_util::sync::CancellationToken::new();
             let run = async {
                 let r = self
-                    .colmap(args, Phase::IncrementalRegister, Some(photos.len() as u64))
-                    .await;
+                    .exec(
+                        invocations,
+                        Phase::IncrementalRegister,
+                        Some(photos.len() as u64),
+                    )
+                    .await
+                    .map(|mut r| r.remove(0));
                 stop.cancel();
                 r
             };
@@ -706,13 +743,17 @@ impl Run<'_> {
         let (mid, out) = (dir.join("pass1"), dir.join("adjusted"));
         fresh_dir(&mid)?;
         fresh_dir(&out)?;
-        let mut reports = Vec::new();
-        for args in commands::bundle_adjust(self.spec.ba, &input, &mid, &out) {
-            self.ctx.checkpoint().await?;
-            reports.push(Self::report_json(
-                &self.colmap(args, Phase::BundleAdjust, None).await?,
-            ));
-        }
+        let backend = backend_for(&self.spec.backend)?;
+        let reports: Vec<Value> = self
+            .exec(
+                backend.bundle_adjust(self.spec.ba, &input, &mid, &out),
+                Phase::BundleAdjust,
+                None,
+            )
+            .await?
+            .iter()
+            .map(Self::report_json)
+            .collect();
         let mode = if self.spec.ba == BaMode::TwoStage {
             "two_stage"
         } else {
@@ -748,13 +789,15 @@ impl Run<'_> {
                 target_epsg: Some(4978)
             }
         );
+        let backend = backend_for(&self.spec.backend)?;
         let report = self
-            .colmap(
-                commands::align_gps(&input, &out, &db, ecef, 50.0),
+            .exec(
+                backend.georegister_gps(&input, &out, &db, ecef),
                 Phase::Georeference,
                 None,
             )
-            .await?;
+            .await?
+            .remove(0);
         if !out.join("cameras.bin").is_file() {
             return Err(TaskError::permanent(
                 "COLMAP could not align the model to the photos' GPS (too few registered photos with GPS, or GPS too noisy)",
@@ -868,21 +911,24 @@ pub mod geo {
 
 /// Run COLMAP in `cwd` as part of the task, turning its lines into progress events and
 /// classifying how it ended (COLMAP's exit code is only one of the signals).
-pub async fn run_colmap(
+pub async fn run_backend(
     ctx: &TaskContext,
+    backend: &dyn EngineBackend,
     cwd: &Path,
-    args: Vec<String>,
+    invocation: Invocation,
     phase: Phase,
     total: Option<u64>,
 ) -> Result<ProcessReport, TaskError> {
-    let command = args.first().cloned().unwrap_or_default();
-    let mut spec = ProcessSpec::new(colmap::program(), args);
+    let command = invocation.name().to_string();
+    let mut spec = ProcessSpec::new(invocation.program, invocation.args);
     spec.cwd = Some(cwd.to_path_buf());
-    spec.rss_limit = Some(
-        ctx.task()
-            .memory_estimate
-            .unwrap_or_else(|| ctx.task().resource_class.memory_bytes()),
-    );
+    // The memory model's estimate is for admission; the hard limit leaves it twice the
+    // room, and without an estimate the class's whole budget.
+    let task = ctx.task();
+    spec.rss_limit = Some(task.memory_estimate.map_or_else(
+        || task.resource_class.memory_bytes(),
+        |e| e.saturating_mul(2),
+    ));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let sink = move |_s: Stream, line: &str| {
         let _ = tx.send(line.to_string());
@@ -897,8 +943,8 @@ pub async fn run_colmap(
         let mut tail: VecDeque<String> = VecDeque::new();
         let mut last_progress = Instant::now() - Duration::from_secs(1);
         let mut handle = async |line: String, tail: &mut VecDeque<String>| {
-            match progress::parse(&line, total) {
-                Some(progress::LineEvent::Progress {
+            match backend.parse_line(&line, total) {
+                Some(tessera_sfm::backend::LineEvent::Progress {
                     phase,
                     current,
                     total,
@@ -909,13 +955,13 @@ pub async fn run_colmap(
                         let _ = ctx.progress(phase, current, total, None).await;
                     }
                 }
-                Some(progress::LineEvent::Started(p)) => {
+                Some(tessera_sfm::backend::LineEvent::Started(p)) => {
                     let _ = ctx.emit(EventKind::PhaseStarted { phase: p }).await;
                 }
-                Some(progress::LineEvent::Figure(name, v)) => {
+                Some(tessera_sfm::backend::LineEvent::Figure(name, v)) => {
                     let _ = ctx.metric(name, v, None).await;
                 }
-                Some(progress::LineEvent::Warning(w)) => {
+                Some(tessera_sfm::backend::LineEvent::Warning(w)) => {
                     let _ = ctx.emit(EventKind::Warning { message: w }).await;
                 }
                 None => {}

@@ -50,14 +50,14 @@ pub fn extract(
 
 /// The matcher for the pair strategy.
 pub fn match_pairs(
-    spec: &ReconstructionSpec,
+    pairs: &PairStrategy,
     db: &Path,
     cuda: bool,
     vocab_tree: Option<&Path>,
 ) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |s: &[&str]| a.extend(s.iter().map(|x| x.to_string()));
-    match &spec.pairs {
+    match pairs {
         PairStrategy::Exhaustive => push(&["exhaustive_matcher"]),
         PairStrategy::Sequential { overlap } => push(&[
             "sequential_matcher",

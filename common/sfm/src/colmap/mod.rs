@@ -6,9 +6,11 @@ pub mod commands;
 pub mod database;
 pub mod progress;
 
-use crate::backend::BackendInfo;
+use crate::backend::{BackendInfo, EngineBackend, Invocation, LineEvent, Unsupported};
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Command;
+use tessera_core::spec::{BaMode, MapperKind, PairStrategy, ReconstructionSpec};
 
 /// Problems finding COLMAP.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +101,199 @@ pub fn capabilities(version: &str, cuda: bool) -> BTreeSet<String> {
         caps.insert("dense.stereo_fusion".into());
     }
     caps
+}
+
+/// The COLMAP command-line backend.
+#[derive(Debug, Clone)]
+pub struct ColmapBackend {
+    info: BackendInfo,
+    program: String,
+}
+
+impl ColmapBackend {
+    /// Find COLMAP on this machine and read its version and capabilities.
+    pub fn detect() -> Result<Self, DetectError> {
+        Ok(ColmapBackend {
+            info: detect()?,
+            program: program(),
+        })
+    }
+
+    fn call(&self, args: Vec<String>) -> Vec<Invocation> {
+        vec![Invocation {
+            program: self.program.clone(),
+            args,
+        }]
+    }
+
+    fn require(&self, cap: &str) -> Result<(), Unsupported> {
+        self.info.require(cap, "")
+    }
+}
+
+impl EngineBackend for ColmapBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn extract(
+        &self,
+        spec: &ReconstructionSpec,
+        db: &Path,
+        images: &Path,
+        single_camera: bool,
+        image_list: Option<&Path>,
+        existing_camera: Option<u32>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("features.extract.sift")?;
+        let mut args = commands::extract(spec, db, images, self.info.cuda, single_camera);
+        if let Some(list) = image_list {
+            args.extend(["--image_list_path".into(), list.display().to_string()]);
+        }
+        if let Some(cam) = existing_camera {
+            args.extend(["--ImageReader.existing_camera_id".into(), cam.to_string()]);
+        }
+        Ok(self.call(args))
+    }
+
+    fn match_pairs(
+        &self,
+        pairs: &PairStrategy,
+        db: &Path,
+        vocab_tree: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require(match pairs {
+            PairStrategy::Exhaustive => "pairs.exhaustive",
+            PairStrategy::Sequential { .. } => "pairs.sequential",
+            PairStrategy::Spatial { .. } => "pairs.spatial",
+            PairStrategy::VocabTree { .. } => "pairs.vocabtree",
+        })?;
+        Ok(self.call(commands::match_pairs(pairs, db, self.info.cuda, vocab_tree)))
+    }
+
+    fn map(
+        &self,
+        mapper: MapperKind,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        snapshots: &Path,
+        snapshot_every: u32,
+        input: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        match mapper {
+            MapperKind::Incremental => self.require("map.incremental")?,
+            MapperKind::Hierarchical => self.require("map.hierarchical")?,
+            MapperKind::Global => self.info.require(
+                "map.global",
+                "use `incremental`, or a CUDA COLMAP >= 3.14 worker",
+            )?,
+        }
+        if mapper == MapperKind::Global {
+            let args = vec![
+                "global_mapper".into(),
+                "--database_path".into(),
+                db.display().to_string(),
+                "--image_path".into(),
+                images.display().to_string(),
+                "--output_path".into(),
+                out.display().to_string(),
+            ];
+            return Ok(self.call(args));
+        }
+        Ok(self.call(commands::map(
+            mapper == MapperKind::Hierarchical,
+            db,
+            images,
+            out,
+            snapshots,
+            snapshot_every,
+            input,
+        )))
+    }
+
+    fn bundle_adjust(
+        &self,
+        mode: BaMode,
+        input: &Path,
+        mid: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require(if mode == BaMode::TwoStage {
+            "ba.two_stage"
+        } else {
+            "ba.standard"
+        })?;
+        Ok(commands::bundle_adjust(mode, input, mid, out)
+            .into_iter()
+            .flat_map(|a| self.call(a))
+            .collect())
+    }
+
+    fn georegister_gps(
+        &self,
+        input: &Path,
+        out: &Path,
+        db: &Path,
+        ecef: bool,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("georegister.sim3")?;
+        Ok(self.call(commands::align_gps(input, out, db, ecef, 50.0)))
+    }
+
+    fn register_images(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("relocalize.images")?;
+        let p = |x: &Path| x.display().to_string();
+        Ok(self.call(vec![
+            "image_registrator".into(),
+            "--database_path".into(),
+            p(db),
+            "--input_path".into(),
+            p(input),
+            "--output_path".into(),
+            p(out),
+        ]))
+    }
+
+    fn triangulate(
+        &self,
+        db: &Path,
+        images: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("triangulate.retri")?;
+        let p = |x: &Path| x.display().to_string();
+        Ok(self.call(vec![
+            "point_triangulator".into(),
+            "--database_path".into(),
+            p(db),
+            "--image_path".into(),
+            p(images),
+            "--input_path".into(),
+            p(input),
+            "--output_path".into(),
+            p(out),
+            "--clear_points".into(),
+            "1".into(),
+        ]))
+    }
+
+    fn parse_line(&self, line: &str, total: Option<u64>) -> Option<LineEvent> {
+        progress::parse(line, total)
+    }
+
+    fn database_stats(
+        &self,
+        db: &Path,
+    ) -> Result<database::DatabaseStats, database::DatabaseError> {
+        database::stats(db)
+    }
 }
 
 /// Run `colmap help` and describe the backend.

@@ -3,25 +3,7 @@
 
 use tessera_core::event::Phase;
 
-/// What a line says.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LineEvent {
-    /// Progress in a phase.
-    Progress {
-        /// Phase.
-        phase: Phase,
-        /// Done so far.
-        current: u64,
-        /// Out of.
-        total: Option<u64>,
-    },
-    /// A phase began.
-    Started(Phase),
-    /// A figure COLMAP reported.
-    Figure(&'static str, f64),
-    /// A warning worth showing.
-    Warning(String),
-}
+pub use crate::backend::LineEvent;
 
 fn bracket(line: &str, prefix: &str) -> Option<(u64, u64)> {
     let rest = line.trim_start().strip_prefix(prefix)?;
