@@ -216,6 +216,8 @@ struct ReconstructReport {
     tessera_points: u64,
     /// Attempts over all stages (one each when nothing was retried).
     tessera_attempts: u64,
+    /// Per stage: wall time and peak RSS, for the memory model.
+    tessera_stages: Vec<serde_json::Value>,
     colmap_version: String,
 }
 
@@ -360,6 +362,11 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
             .iter()
             .filter_map(|s| s["attempts"].as_u64())
             .sum(),
+        tessera_stages: report
+            .stages
+            .iter()
+            .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "peak_rss_bytes": s["peak_rss_bytes"] }))
+            .collect(),
         colmap_version: backend.info().version.clone(),
     };
     emit(json, &r, || {

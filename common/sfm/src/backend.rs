@@ -173,6 +173,15 @@ pub trait EngineBackend: Send + Sync + 'static {
         input: Option<&Path>,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
+    /// Incremental mapping again with relaxed initialisation thresholds, for scenes the
+    /// defaults split into several models.
+    fn map_relaxed(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
     /// Bundle adjustment of `input` into `out` (`mid` holds a first pass).
     fn bundle_adjust(
         &self,

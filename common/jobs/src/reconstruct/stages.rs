@@ -501,13 +501,61 @@ impl Run<'_> {
             };
             tokio::join!(run, sealer(stop.clone()))
         };
-        let report = report?;
-        let mut models = Vec::new();
-        for entry in std::fs::read_dir(&sparse).map_err(io("listing models"))? {
-            let path = entry.map_err(io("listing models"))?.path();
-            if path.join("cameras.bin").is_file() {
-                let rec = model_bin::read(&path).map_err(TaskError::from_classified)?;
-                models.push((path, metrics::compute(&rec)));
+        let report = match report {
+            Ok(r) => Some(r),
+            // COLMAP's mapper exits 1 when it builds no model; let the relaxed pass try,
+            // and if nothing is built, say so plainly below.
+            Err(e)
+                if e.class == tessera_core::ErrorClass::Permanent
+                    && read_models(&sparse)?.is_empty() =>
+            {
+                self.ctx
+                    .emit(EventKind::Warning { message: e.message })
+                    .await?;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let mut models = read_models(&sparse)?;
+        let mut relaxed_tried = false;
+        if self.spec.mapper == tessera_core::spec::MapperKind::Incremental
+            && models
+                .first()
+                .is_none_or(|(_, m)| m.registered_images < photos.len())
+        {
+            // COLMAP's default initialisation splits some scenes; one more pass with
+            // relaxed thresholds often registers them whole. The better model wins.
+            relaxed_tried = true;
+            let registered = models.first().map_or(0, |(_, m)| m.registered_images);
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!("the mapper registered {registered} of {} photos; trying again with relaxed initialisation", photos.len()),
+                })
+                .await?;
+            let relaxed = dir.join("sparse_relaxed");
+            fresh_dir(&relaxed)?;
+            let relaxed_run = self
+                .exec(
+                    backend.map_relaxed(&db, &images, &relaxed),
+                    Phase::IncrementalRegister,
+                    Some(photos.len() as u64),
+                )
+                .await;
+            match relaxed_run {
+                Ok(_) => models.extend(read_models(&relaxed)?),
+                // COLMAP's mapper exits 1 when it builds no model at all; the first
+                // result stands.
+                Err(e) if e.class == tessera_core::ErrorClass::Permanent => {
+                    self.ctx
+                        .emit(EventKind::Warning {
+                            message: format!(
+                                "the relaxed pass built nothing better: {}",
+                                e.message
+                            ),
+                        })
+                        .await?;
+                }
+                Err(e) => return Err(e),
             }
         }
         models.sort_by(|a, b| {
@@ -553,8 +601,9 @@ impl Run<'_> {
             "models": models.iter().map(|(_, m)| m).collect::<Vec<_>>(),
             "total_images": photos.len(),
             "snapshots_sealed": sealed,
+            "relaxed_retry": relaxed_tried,
             "resumed_from_snapshot": resume_from.map(|(s, _)| s),
-            "process": Self::report_json(&report),
+            "process": report.as_ref().map(Self::report_json),
         });
         self.publish(
             Stage::Map,
@@ -843,6 +892,19 @@ impl Run<'_> {
         let result = json!({ "files": files, "model": m, "from": from.name(), "memory_model": memory::MEASURED_WITH });
         self.publish(Stage::Export, &dir, &refs, result).await
     }
+}
+
+/// Every model COLMAP wrote under `dir` (`0/`, `1/`, …) with its metrics.
+fn read_models(dir: &Path) -> Result<Vec<(PathBuf, metrics::ModelMetrics)>, TaskError> {
+    let mut models = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io("listing models"))? {
+        let path = entry.map_err(io("listing models"))?.path();
+        if path.join("cameras.bin").is_file() {
+            let rec = model_bin::read(&path).map_err(TaskError::from_classified)?;
+            models.push((path, metrics::compute(&rec)));
+        }
+    }
+    Ok(models)
 }
 
 /// Mean distance (m) between aligned camera centres and their photos' GPS positions,

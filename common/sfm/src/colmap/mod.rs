@@ -212,6 +212,38 @@ impl EngineBackend for ColmapBackend {
         )))
     }
 
+    fn map_relaxed(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("map.incremental")?;
+        let p = |x: &Path| x.display().to_string();
+        let mut args: Vec<String> = vec![
+            "mapper".into(),
+            "--database_path".into(),
+            p(db),
+            "--image_path".into(),
+            p(images),
+            "--output_path".into(),
+            p(out),
+        ];
+        args.extend(
+            [
+                "--Mapper.init_min_num_inliers",
+                "50",
+                "--Mapper.init_min_tri_angle",
+                "8",
+                "--Mapper.abs_pose_min_num_inliers",
+                "15",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        Ok(self.call(args))
+    }
+
     fn bundle_adjust(
         &self,
         mode: BaMode,
