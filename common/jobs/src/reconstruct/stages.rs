@@ -144,6 +144,18 @@ impl Run<'_> {
             .map_err(|e| TaskError::permanent(format!("ingest checkpoint is unreadable: {e}")))
     }
 
+    /// The feature database of an upstream checkpoint, verified, as `dir/database.db`.
+    async fn database_from(&self, cp: &Checkpoint, dir: &Path) -> Result<PathBuf, TaskError> {
+        checkpoint::materialize(
+            self.ctx.ports().objects.as_ref(),
+            self.job,
+            cp,
+            "database.db",
+            dir,
+        )
+        .await
+    }
+
     /// Make `scratch/images` hold exactly the accepted photos, verified by checksum.
     async fn ensure_images(&self) -> Result<(PathBuf, Vec<PhotoFacts>), TaskError> {
         let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
@@ -370,14 +382,7 @@ impl Run<'_> {
         let extract = self.upstream(Stage::Extract).await?;
         let dir = self.scratch.join("match");
         fresh_dir(&dir)?;
-        let db = checkpoint::materialize(
-            self.ctx.ports().objects.as_ref(),
-            self.job,
-            &extract,
-            "database.db",
-            &dir,
-        )
-        .await?;
+        let db = self.database_from(&extract, &dir).await?;
         let tree = match &self.spec.pairs {
             PairStrategy::VocabTree { tree, .. } => {
                 let local = dir.join("vocab_tree.bin");
@@ -417,14 +422,7 @@ impl Run<'_> {
         let dir = self.scratch.join("verify");
         fresh_dir(&dir)?;
         let started = self.ctx.phase_started(Phase::GeometricVerification).await?;
-        let db = checkpoint::materialize(
-            self.ctx.ports().objects.as_ref(),
-            self.job,
-            &matched,
-            "database.db",
-            &dir,
-        )
-        .await?;
+        let db = self.database_from(&matched, &dir).await?;
         let stats = backend_for(&self.spec.backend)?
             .database_stats(&db)
             .map_err(TaskError::from_classified)?;
@@ -453,14 +451,7 @@ impl Run<'_> {
         let matched = self.upstream(Stage::Match).await?;
         let dir = self.scratch.join("map");
         std::fs::create_dir_all(&dir).map_err(io("creating map folder"))?;
-        let db = checkpoint::materialize(
-            self.ctx.ports().objects.as_ref(),
-            self.job,
-            &matched,
-            "database.db",
-            &dir,
-        )
-        .await?;
+        let db = self.database_from(&matched, &dir).await?;
         let sparse = dir.join("sparse");
         fresh_dir(&sparse)?;
         let live = dir.join("snapshots_live");
@@ -822,14 +813,7 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let input = self.model_from(Stage::BundleAdjust, &dir).await?;
         let matched = self.upstream(Stage::Match).await?;
-        let db = checkpoint::materialize(
-            self.ctx.ports().objects.as_ref(),
-            self.job,
-            &matched,
-            "database.db",
-            &dir,
-        )
-        .await?;
+        let db = self.database_from(&matched, &dir).await?;
         let out = dir.join("aligned");
         fresh_dir(&out)?;
         let ecef = matches!(
