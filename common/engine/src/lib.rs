@@ -61,7 +61,8 @@ pub struct EngineConfig {
     pub queue: String,
     /// How long a claim holds a task without a heartbeat.
     pub lease: Duration,
-    /// How often the heartbeat renews the lease (well under `lease`).
+    /// How often the heartbeat renews the lease (well under `lease`); also how soon a
+    /// revoked lease is noticed.
     pub heartbeat_every: Duration,
     /// Back-off for transient failures.
     pub retry: RetryPolicy,
@@ -82,7 +83,7 @@ impl Default for EngineConfig {
         EngineConfig {
             queue: "tasks".into(),
             lease: Duration::from_secs(30),
-            heartbeat_every: Duration::from_secs(10),
+            heartbeat_every: Duration::from_secs(2),
             retry: RetryPolicy::default(),
             default_max_attempts: 5,
             owner: worker_identity(),
@@ -93,10 +94,12 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// This config with a lease of `lease` and a heartbeat every third of it.
+    /// This config with a lease of `lease` and a heartbeat every third of it, at most
+    /// every 2 s: the heartbeat is also how a worker learns its lease was revoked (a
+    /// forced cancel), so it should not wait long.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
-        self.heartbeat_every = lease / 3;
+        self.heartbeat_every = (lease / 3).min(Duration::from_secs(2));
         self
     }
 }
