@@ -142,56 +142,47 @@ pub async fn materialize(
     Ok(dest)
 }
 
-/// Whether every file of the checkpoint is stored with its recorded checksum.
-pub async fn files_intact(
-    objects: &dyn ObjectStore,
-    job: JobId,
-    cp: &Checkpoint,
-) -> Result<bool, TaskError> {
-    for f in &cp.files {
-        let key = format!("{}/{}", prefix(job, &cp.stage), f.name);
-        let bytes = match objects.get(&key).await {
-            Ok(b) => b,
-            Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        if bytes.len() as u64 != f.size || hex::encode(Sha256::digest(&bytes)) != f.sha256 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Whether the checkpoint can be trusted: every file intact *and* meaningful — a
-/// database opens and holds images with keypoints, a model parses with consistent
-/// references.
+/// Whether the checkpoint can be trusted: every file is stored with its recorded size
+/// and checksum, *and* means something — a database opens and holds images with
+/// keypoints, a model parses with consistent references. Each file is fetched once.
 pub async fn validates(
     objects: &dyn ObjectStore,
     job: JobId,
     cp: &Checkpoint,
 ) -> Result<bool, TaskError> {
-    if !files_intact(objects, job, cp).await? {
-        return Ok(false);
-    }
-    let scratch = std::env::temp_dir().join(format!("tessera-validate-{}", ulid_like()));
-    let result = semantic(objects, job, cp, &scratch).await;
+    let scratch =
+        std::env::temp_dir().join(format!("tessera-validate-{}", tessera_core::TaskId::new()));
+    let result = fetch_and_check(objects, job, cp, &scratch).await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
 
-fn ulid_like() -> String {
-    tessera_core::TaskId::new().to_string()
-}
-
-async fn semantic(
+async fn fetch_and_check(
     objects: &dyn ObjectStore,
     job: JobId,
     cp: &Checkpoint,
     scratch: &Path,
 ) -> Result<bool, TaskError> {
+    for f in &cp.files {
+        let local = scratch.join(&f.name);
+        if let Some(parent) = local.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| io_err("creating a validation folder", e))?;
+        }
+        match objects
+            .get_to_file(&format!("{}/{}", prefix(job, &cp.stage), f.name), &local)
+            .await
+        {
+            Ok(meta) if meta.size == f.size => {}
+            Ok(_) | Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        if sha256_file(&local).map_err(|e| io_err("hashing", e))? != f.sha256 {
+            return Ok(false);
+        }
+    }
     if cp.files.iter().any(|f| f.name == "database.db") {
-        let db = materialize(objects, job, cp, "database.db", scratch).await?;
-        match tessera_sfm::colmap::database::stats(&db) {
+        match tessera_sfm::colmap::database::stats(&scratch.join("database.db")) {
             Ok(s) if s.images > 0 && s.images_with_keypoints > 0 => {}
             _ => return Ok(false),
         }
@@ -201,13 +192,9 @@ async fn semantic(
             .files
             .iter()
             .any(|f| f.name == format!("{dir}/cameras.bin"))
+            && tessera_sfm::model_bin::read(&scratch.join(dir)).is_err()
         {
-            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-                materialize(objects, job, cp, &format!("{dir}/{f}"), scratch).await?;
-            }
-            if tessera_sfm::model_bin::read(&scratch.join(dir)).is_err() {
-                return Ok(false);
-            }
+            return Ok(false);
         }
     }
     Ok(true)
