@@ -93,19 +93,7 @@ pub fn fingerprint(kind: &str, spec: &Value) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// COLMAP camera models a reconstruction may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[allow(missing_docs)]
-pub enum CameraModel {
-    SimplePinhole,
-    Pinhole,
-    SimpleRadial,
-    Radial,
-    Opencv,
-    OpencvFisheye,
-    FullOpencv,
-}
+pub use crate::camera::CameraModel;
 
 /// How image pairs are chosen for matching.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,88 +1,17 @@
-//! COLMAP camera models: ids, parameter counts, and projection from camera coordinates
-//! to pixels (the distortion formulas of COLMAP's `models.h`).
+//! Projection through COLMAP's camera models (the distortion formulas of COLMAP's
+//! `models.h`). The models themselves are `tessera_core::camera::CameraModel`.
 
-use serde::{Deserialize, Serialize};
+pub use tessera_core::camera::{ALL, CameraModel};
 
-/// A COLMAP camera model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[allow(missing_docs)]
-pub enum CameraModel {
-    SimplePinhole,
-    Pinhole,
-    SimpleRadial,
-    Radial,
-    Opencv,
-    OpencvFisheye,
-    FullOpencv,
-    Fov,
-    SimpleRadialFisheye,
-    RadialFisheye,
-    ThinPrismFisheye,
+/// Projection from camera coordinates to pixels.
+pub trait Project {
+    /// Project a point in camera coordinates to pixels with `params` in the model's
+    /// order; `None` behind the camera.
+    fn project(self, params: &[f64], xc: [f64; 3]) -> Option<[f64; 2]>;
 }
 
-const ALL: [CameraModel; 11] = [
-    CameraModel::SimplePinhole,
-    CameraModel::Pinhole,
-    CameraModel::SimpleRadial,
-    CameraModel::Radial,
-    CameraModel::Opencv,
-    CameraModel::OpencvFisheye,
-    CameraModel::FullOpencv,
-    CameraModel::Fov,
-    CameraModel::SimpleRadialFisheye,
-    CameraModel::RadialFisheye,
-    CameraModel::ThinPrismFisheye,
-];
-
-impl CameraModel {
-    /// COLMAP's numeric id.
-    pub fn id(self) -> i32 {
-        ALL.iter().position(|m| *m == self).expect("listed") as i32
-    }
-
-    /// The model for a numeric id.
-    pub fn from_id(id: i32) -> Option<Self> {
-        usize::try_from(id).ok().and_then(|i| ALL.get(i).copied())
-    }
-
-    /// COLMAP's name (`SIMPLE_RADIAL`).
-    pub fn name(self) -> &'static str {
-        match self {
-            CameraModel::SimplePinhole => "SIMPLE_PINHOLE",
-            CameraModel::Pinhole => "PINHOLE",
-            CameraModel::SimpleRadial => "SIMPLE_RADIAL",
-            CameraModel::Radial => "RADIAL",
-            CameraModel::Opencv => "OPENCV",
-            CameraModel::OpencvFisheye => "OPENCV_FISHEYE",
-            CameraModel::FullOpencv => "FULL_OPENCV",
-            CameraModel::Fov => "FOV",
-            CameraModel::SimpleRadialFisheye => "SIMPLE_RADIAL_FISHEYE",
-            CameraModel::RadialFisheye => "RADIAL_FISHEYE",
-            CameraModel::ThinPrismFisheye => "THIN_PRISM_FISHEYE",
-        }
-    }
-
-    /// The model for a name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        ALL.iter().copied().find(|m| m.name() == name)
-    }
-
-    /// How many parameters it has.
-    pub fn num_params(self) -> usize {
-        match self {
-            CameraModel::SimplePinhole => 3,
-            CameraModel::Pinhole | CameraModel::SimpleRadial | CameraModel::SimpleRadialFisheye => {
-                4
-            }
-            CameraModel::Radial | CameraModel::Fov | CameraModel::RadialFisheye => 5,
-            CameraModel::Opencv | CameraModel::OpencvFisheye => 8,
-            CameraModel::FullOpencv | CameraModel::ThinPrismFisheye => 12,
-        }
-    }
-
-    /// Project a point in camera coordinates to pixels; `None` behind the camera.
-    pub fn project(self, p: &[f64], xc: [f64; 3]) -> Option<[f64; 2]> {
+impl Project for CameraModel {
+    fn project(self, p: &[f64], xc: [f64; 3]) -> Option<[f64; 2]> {
         if xc[2] <= f64::EPSILON {
             return None;
         }

@@ -1,6 +1,7 @@
 //! Model metrics computed natively: what `colmap model_analyzer` reports, with the
 //! reprojection error recomputed by projecting every observation through its camera.
 
+use crate::camera::Project;
 use crate::model::Reconstruction;
 use serde::{Deserialize, Serialize};
 

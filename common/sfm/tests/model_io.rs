@@ -1,7 +1,7 @@
 //! Model files: round trips, hostile and damaged input, and exports read back by an
 //! independent reader.
 
-use tessera_sfm::camera::CameraModel;
+use tessera_sfm::camera::{CameraModel, Project};
 use tessera_sfm::model::{Camera, Image, NO_POINT, Observation, Point2D, Point3D, Reconstruction};
 use tessera_sfm::{ModelError, export, metrics, model_bin, model_text};
 
