@@ -242,7 +242,7 @@ fn bare(args: &[String]) -> anyhow::Result<()> {
 
 async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
     use super::reconstruct::{Args, Ba, GeorefArg, Mapper, Pairs};
-    let files = super::demo::list_images(&b.images)?;
+    let files = crate::photos::list_images(&b.images)?;
     let backend =
         tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
     let scratch = Scratch::new("bench-reconstruct")?;
@@ -275,30 +275,8 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
     for f in &files {
         std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
     }
-    let spec = tessera_core::spec::ReconstructionSpec {
-        project: super::reconstruct::LOCAL_PROJECT.into(),
-        image_set: "bench".into(),
-        backend: tessera_core::spec::BackendSpec {
-            name: "colmap".into(),
-            version: None,
-        },
-        camera_model: tessera_core::spec::CameraModel::SimpleRadial,
-        max_features: b.max_features,
-        max_image_size: b.max_image_size,
-        pairs: match b.pairs {
-            Pairs::Exhaustive => tessera_core::spec::PairStrategy::Exhaustive,
-            Pairs::Spatial => tessera_core::spec::PairStrategy::Spatial {
-                max_neighbors: 8,
-                max_distance_m: 1000.0,
-            },
-            _ => tessera_core::spec::PairStrategy::Sequential { overlap: b.overlap },
-        },
-        mapper: tessera_core::spec::MapperKind::Incremental,
-        ba: tessera_core::spec::BaMode::Standard,
-        georef: tessera_core::spec::Georef::None,
-        exports: vec![],
-        priority: 0,
-    };
+    // The very spec Tessera runs below, so both sides run the same COLMAP options.
+    let spec = super::reconstruct::spec_from(&args, "bench".into())?;
     use tessera_sfm::colmap::commands;
     let db = bare_dir.join("database.db");
     let (sparse, adjusted) = (bare_dir.join("sparse"), bare_dir.join("adjusted"));
