@@ -38,6 +38,14 @@ impl Engine {
         }
     }
 
+    /// A task by id, as stored now.
+    pub async fn task(&self, id: TaskId) -> Result<Task, EngineError> {
+        match self.ports.store.get(&records::task_key(id)).await? {
+            Some(item) => Ok(records::task_from(&item)?),
+            None => Err(EngineError::NoSuchTask(id)),
+        }
+    }
+
     /// A page of a tenant's jobs, oldest first; pass the cursor back for the next page.
     pub async fn list_jobs(
         &self,
@@ -132,13 +140,7 @@ impl Engine {
                         break;
                     }
                     Err(_) => {
-                        let item = self
-                            .ports
-                            .store
-                            .get(&records::task_key(task.id))
-                            .await?
-                            .ok_or(EngineError::NoSuchTask(task.id))?;
-                        task = records::task_from(&item)?;
+                        task = self.task(task.id).await?;
                     }
                 }
             }
@@ -261,13 +263,7 @@ impl Engine {
                         break;
                     }
                     Err(StoreError::Conflict { .. }) => {
-                        let item = self
-                            .ports
-                            .store
-                            .get(&records::task_key(task.id))
-                            .await?
-                            .ok_or(EngineError::NoSuchTask(task.id))?;
-                        task = records::task_from(&item)?;
+                        task = self.task(task.id).await?;
                     }
                     Err(e) => return Err(e.into()),
                 }

@@ -173,10 +173,7 @@ impl Engine {
     pub async fn advance(&self, task_id: TaskId) -> Result<usize, EngineError> {
         let mut advanced = 0;
         loop {
-            let Some(item) = self.ports.store.get(&records::task_key(task_id)).await? else {
-                return Err(EngineError::NoSuchTask(task_id));
-            };
-            let mut t = records::task_from(&item)?;
+            let mut t = self.task(task_id).await?;
             if !t.state.is_terminal() || t.advance_pending.is_empty() {
                 return Ok(advanced);
             }
@@ -185,7 +182,7 @@ impl Engine {
             let fan = self.dependent_writes(&t, &chunk, Millis::now()).await?;
             let mut writes = vec![Write::Put {
                 item: records::task_item(&t),
-                condition: Condition::Rev(item.rev),
+                condition: Condition::Rev(t.rev),
             }];
             if !fan.cancelled.is_empty() {
                 writes.push(Write::add(

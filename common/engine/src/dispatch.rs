@@ -203,10 +203,7 @@ impl Engine {
                 }
                 ClaimDecision::Finished => return Ok(Claim::Skipped("already finished", None)),
             }
-            match self.ports.store.get(&records::task_key(task.id)).await? {
-                Some(item) => task = records::task_from(&item)?,
-                None => return Err(EngineError::NoSuchTask(task.id)),
-            }
+            task = self.task(task.id).await?;
         }
         Err(StoreError::Unavailable(format!(
             "claim of task {} lost {RACE_ROUNDS} races in a row",
