@@ -140,6 +140,30 @@ async fn photos_into(
     Ok(())
 }
 
+/// Seal `work/model` as the checkpoint of `stage`.
+async fn publish_model(
+    ctx: &TaskContext,
+    stage: &str,
+    work: &Path,
+    result: &Value,
+) -> Result<(), TaskError> {
+    let files = [
+        "model/cameras.bin",
+        "model/images.bin",
+        "model/points3D.bin",
+    ];
+    checkpoint::publish(
+        ctx.ports().objects.as_ref(),
+        ctx.task().job_id,
+        stage,
+        work,
+        &files,
+        result.clone(),
+    )
+    .await?;
+    Ok(())
+}
+
 /// The spec the base reconstruction was made with.
 async fn base_spec(
     ctx: &TaskContext,
@@ -327,19 +351,7 @@ impl TaskHandler for Relocalize {
         ctx.metric("registered_new_images", registered_new.len() as f64, None)
             .await?;
         let result = json!({ "registered_new": registered_new, "new_photos": new.len(), "model": m, "wall_s": started.elapsed().as_secs_f64() });
-        checkpoint::publish(
-            ctx.ports().objects.as_ref(),
-            ctx.task().job_id,
-            "relocalize",
-            &work,
-            &[
-                "model/cameras.bin",
-                "model/images.bin",
-                "model/points3D.bin",
-            ],
-            result.clone(),
-        )
-        .await?;
+        publish_model(ctx, "relocalize", &work, &result).await?;
         Ok(TaskOutput::result(result))
     }
 }
@@ -383,19 +395,7 @@ impl TaskHandler for Triangulate {
         let m = metrics::compute(&rec);
         ctx.metric("points", m.points as f64, None).await?;
         let result = json!({ "points_before": before.points.len(), "model": m, "wall_s": started.elapsed().as_secs_f64() });
-        checkpoint::publish(
-            ctx.ports().objects.as_ref(),
-            ctx.task().job_id,
-            "triangulate",
-            &work,
-            &[
-                "model/cameras.bin",
-                "model/images.bin",
-                "model/points3D.bin",
-            ],
-            result.clone(),
-        )
-        .await?;
+        publish_model(ctx, "triangulate", &work, &result).await?;
         Ok(TaskOutput::result(result))
     }
 }
