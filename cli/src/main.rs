@@ -5,6 +5,7 @@
 mod commands;
 mod embedded;
 mod output;
+mod photos;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

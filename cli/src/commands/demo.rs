@@ -3,7 +3,7 @@
 
 use crate::embedded;
 use crate::output::emit;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,43 +28,6 @@ pub struct Args {
     pub workers: u32,
 }
 
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "tif", "tiff", "webp", "bmp", "gif"];
-
-/// Image files directly in `dir`, sorted by name.
-pub fn list_images(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if !dir.exists() {
-        bail!(
-            "folder {} does not exist; give a folder of photos (the sample is sample/images)",
-            dir.display()
-        );
-    }
-    if !dir.is_dir() {
-        bail!("{} is not a folder; give a folder of photos", dir.display());
-    }
-    let mut out = Vec::new();
-    for entry in
-        std::fs::read_dir(dir).with_context(|| format!("cannot read folder {}", dir.display()))?
-    {
-        let path = entry?.path();
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        if path.is_file() && ext.is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.as_str())) {
-            out.push(path);
-        }
-    }
-    out.sort();
-    if out.is_empty() {
-        bail!(
-            "folder {} holds no photos (looked for {}); add some or pick another folder",
-            dir.display(),
-            IMAGE_EXTENSIONS.join(", ")
-        );
-    }
-    Ok(out)
-}
-
 /// Key an upload by its content, so the same photos make the same job.
 fn upload_key(path: &Path, bytes: &[u8]) -> String {
     let digest = hex::encode(Sha256::digest(bytes));
@@ -78,7 +41,7 @@ fn upload_key(path: &Path, bytes: &[u8]) -> String {
 }
 
 pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCode> {
-    let images = list_images(&args.dir)?;
+    let images = crate::photos::list_images(&args.dir)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(10))).await?;
     let started = Instant::now();
     let mut keys = Vec::with_capacity(images.len());

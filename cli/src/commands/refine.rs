@@ -118,7 +118,7 @@ pub async fn relocalize(
     json: bool,
     args: RelocalizeArgs,
 ) -> anyhow::Result<ExitCode> {
-    let files = super::demo::list_images(&args.images)?;
+    let files = crate::photos::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     finished_base(&engine, &args.base_job).await?;
     let (set, _, _) = upload(&engine, &files).await?;
