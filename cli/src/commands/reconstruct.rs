@@ -134,7 +134,7 @@ pub struct Report {
     pub outputs: Vec<String>,
 }
 
-fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpec> {
+pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpec> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
         .map_err(|_| {
             anyhow::anyhow!(
@@ -265,7 +265,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(Strin
 /// Run (or continue) a reconstruction and write its outputs; `ui` shows progress bars.
 pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let files = super::demo::list_images(&args.images)?;
+    let files = crate::photos::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     let backend =
         tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
@@ -364,13 +364,12 @@ pub async fn drive(
     let interrupted = super::interrupted();
     tokio::pin!(interrupted);
     let mut cancels = 0;
-    let mut seen = engine
-        .ports()
-        .events
-        .last_seq(job_id)
-        .await?
-        .saturating_sub(0);
-    seen = if existing { seen } else { 0 };
+    // A job seen before shows only what happens from now on.
+    let mut seen = if existing {
+        engine.ports().events.last_seq(job_id).await?
+    } else {
+        0
+    };
     let job = loop {
         let job = engine.job(job_id).await?;
         stages.set_length(job.tasks_total as u64);

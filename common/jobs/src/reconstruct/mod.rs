@@ -128,7 +128,7 @@ pub async fn requeue_damaged(
         .iter()
         .filter(|t| t.kind.starts_with("sfm."))
         .collect();
-    order.sort_by_key(|t| t.depends_on.len() + stage_index(&t.name));
+    order.sort_by_key(|t| stage_index(&t.name));
     let mut rerun = Vec::new();
     let mut damaged = false;
     for t in order {
@@ -157,6 +157,7 @@ pub async fn requeue_damaged(
     Ok(names)
 }
 
+/// Position of a stage in the pipeline (unknown names last).
 fn stage_index(name: &str) -> usize {
     [
         "ingest",
@@ -170,8 +171,7 @@ fn stage_index(name: &str) -> usize {
     ]
     .iter()
     .position(|n| *n == name)
-    .unwrap_or(99)
-        * 1000
+    .unwrap_or(usize::MAX)
 }
 
 /// Register the stage handlers.
