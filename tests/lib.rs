@@ -23,9 +23,13 @@ pub fn tessera_bin() -> PathBuf {
     bin
 }
 
-/// The repository root.
+/// The repository root. Read at run time (cargo sets `CARGO_MANIFEST_DIR` when it runs
+/// tests), so a test binary built from another checkout that shares the target
+/// directory still looks at this one.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest
         .parent()
         .expect("tests/ is in the repo root")
         .to_path_buf()
