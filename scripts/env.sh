@@ -2,3 +2,7 @@
 # quick start, the tests and CI, so a second run rebuilds nothing.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tessera/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# ONNX Runtime is loaded at run time from the library in the onnxruntime wheel
+# (scripts/setup-onnx puts it there); the face models live beside it.
+export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$HOME/.cache/tessera/onnxruntime/1.32.0/libonnxruntime.so.1.32.0}"
+export TESSERA_MODELS="${TESSERA_MODELS:-$HOME/.cache/tessera/models}"

@@ -1,0 +1,58 @@
+//! SFace embeddings: 128 numbers per face, unit length, compared by cosine similarity.
+
+use crate::align;
+use crate::error::{FaceError, inference};
+use image::RgbImage;
+use ort::session::Session;
+use ort::value::Tensor;
+
+/// Length of an embedding.
+pub const DIM: usize = 128;
+
+/// Embed the face whose landmarks are given (in `img`'s pixels).
+pub(crate) fn run(
+    session: &mut Session,
+    img: &RgbImage,
+    landmarks: &[[f32; 2]; 5],
+) -> Result<Vec<f32>, FaceError> {
+    let face = align::crop(img, landmarks);
+    let s = align::SIZE as usize;
+    let plane = s * s;
+    // RGB, 0..255: the model normalises internally.
+    let mut data = vec![0f32; 3 * plane];
+    for (x, y, p) in face.enumerate_pixels() {
+        let i = y as usize * s + x as usize;
+        for c in 0..3 {
+            data[c * plane + i] = p.0[c] as f32;
+        }
+    }
+    let input = Tensor::from_array(([1usize, 3, s, s], data)).map_err(|e| inference("sface", e))?;
+    let outputs = session
+        .run(ort::inputs![input])
+        .map_err(|e| inference("sface", e))?;
+    let (_, v) = outputs[0]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| inference("sface", e))?;
+    if v.len() != DIM {
+        return Err(inference(
+            "sface",
+            format!("returned {} numbers, expected {DIM}", v.len()),
+        ));
+    }
+    Ok(normalized(v))
+}
+
+/// `v` scaled to unit length (zeros stay zeros).
+pub fn normalized(v: &[f32]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        v.iter().map(|x| x / n).collect()
+    } else {
+        v.to_vec()
+    }
+}
+
+/// Cosine similarity of two unit-length embeddings (their dot product).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

@@ -1,0 +1,27 @@
+//! Faces in pixels, with no storage and no jobs: load the ONNX models once, find faces
+//! (YuNet, or CenterFace as a second detector), embed them (SFace, after aligning to the
+//! ArcFace 5-point template), decide who they are against a project's opted-out
+//! subjects, and blur so that it cannot be undone.
+//!
+//! Geometry that leaves this crate is in *fractions* of the stored image's width and
+//! height ([`FracRect`]), so boxes stay valid for any file derived from the same pixels
+//! and reprocessing never needs to detect again. Pixels are read as stored: nothing
+//! here applies an EXIF orientation.
+#![deny(missing_docs)]
+
+pub mod align;
+pub mod blur;
+pub mod detect;
+pub mod embed;
+pub mod error;
+pub mod geometry;
+pub mod matching;
+pub mod models;
+pub mod runtime;
+
+pub use detect::{Detection, DetectorKind};
+pub use error::FaceError;
+pub use geometry::FracRect;
+pub use matching::{FaceDecision, MatchPolicy, SubjectEmbeddings};
+pub use models::{FaceModels, ModelFiles};
+pub use runtime::OnnxRuntime;

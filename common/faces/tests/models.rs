@@ -1,0 +1,149 @@
+//! The real models on the real ONNX Runtime (the library named by ORT_DYLIB_PATH, which
+//! scripts/env.sh sets) against the shared test photos.
+
+use std::path::PathBuf;
+use tessera_faces::blur::{self, BlurPlan};
+use tessera_faces::embed::cosine;
+use tessera_faces::{DetectorKind, FaceModels, FracRect, ModelFiles, OnnxRuntime};
+
+fn shared() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../../shared")
+}
+
+fn photo(name: &str) -> image::RgbImage {
+    image::open(shared().join("testdata/faces").join(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .to_rgb8()
+}
+
+fn models(kind: DetectorKind) -> FaceModels {
+    let rt =
+        OnnxRuntime::from_env().expect("ORT_DYLIB_PATH names ONNX Runtime 1.32 (scripts/env.sh)");
+    FaceModels::load(&rt, &ModelFiles::in_dir(shared().join("models")), kind, 1).unwrap()
+}
+
+#[test]
+fn both_detectors_find_the_eight_composite_faces_and_none_in_negatives() {
+    for kind in [DetectorKind::Yunet, DetectorKind::Centerface] {
+        let m = models(kind);
+        let faces = m.detect(&photo("composite_pd_1280x896.jpg")).unwrap();
+        assert_eq!(faces.len(), 8, "{kind:?}: {faces:?}");
+        for f in &faces {
+            let (w, h) = (f.bbox[2] - f.bbox[0], f.bbox[3] - f.bbox[1]);
+            assert!(
+                (20.0..200.0).contains(&w) && (20.0..260.0).contains(&h),
+                "{kind:?} {f:?}"
+            );
+            // Landmarks lie inside (or at) the box.
+            for l in &f.landmarks {
+                assert!(
+                    l[0] >= f.bbox[0] - 5.0 && l[0] <= f.bbox[2] + 5.0,
+                    "{kind:?} {f:?}"
+                );
+            }
+        }
+        for neg in ["negatives/coffee.png", "negatives/chelsea.png"] {
+            assert!(
+                m.detect(&photo(neg)).unwrap().is_empty(),
+                "{kind:?} on {neg}"
+            );
+        }
+        for one in ["astronaut.png", "grace_hopper.jpg", "camera.png"] {
+            assert_eq!(m.detect(&photo(one)).unwrap().len(), 1, "{kind:?} on {one}");
+        }
+    }
+}
+
+#[test]
+fn embeddings_tell_people_apart() {
+    let m = models(DetectorKind::Yunet);
+    let reference = |name: &str| {
+        let img = photo(name);
+        let f = &m.detect(&img).unwrap()[0];
+        m.embed(&img, &f.landmarks).unwrap()
+    };
+    let astronaut = reference("astronaut.png");
+    let hopper = reference("grace_hopper.jpg");
+    assert!((astronaut.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4);
+    assert!(cosine(&astronaut, &hopper) < 0.3);
+    let comp = photo("composite_pd_1280x896.jpg");
+    let mut astronauts = 0;
+    let mut hoppers = 0;
+    for f in m.detect(&comp).unwrap() {
+        let e = m.embed(&comp, &f.landmarks).unwrap();
+        let (a, h) = (cosine(&e, &astronaut), cosine(&e, &hopper));
+        if a >= 0.363 && h < 0.363 {
+            astronauts += 1;
+        }
+        if h >= 0.363 && a < 0.363 {
+            hoppers += 1;
+        }
+    }
+    assert_eq!((astronauts, hoppers), (4, 3));
+}
+
+#[test]
+fn after_blurring_the_detector_finds_no_face_there() {
+    let m = models(DetectorKind::Yunet);
+    let mut comp = photo("composite_pd_1280x896.jpg");
+    let (w, h) = comp.dimensions();
+    let faces: Vec<FracRect> = m
+        .detect(&comp)
+        .unwrap()
+        .iter()
+        .map(|d| FracRect::from_pixels(d.bbox, w, h))
+        .collect();
+    blur::apply(
+        &mut comp,
+        &BlurPlan {
+            faces: faces.clone(),
+            regions: vec![],
+            expand: blur::DEFAULT_EXPAND,
+        },
+    );
+    let again = m.detect(&comp).unwrap();
+    let inside: Vec<_> = again
+        .iter()
+        .filter(|d| {
+            faces
+                .iter()
+                .any(|f| f.iou(&FracRect::from_pixels(d.bbox, w, h)) > 0.0)
+        })
+        .collect();
+    assert!(
+        inside.is_empty(),
+        "faces found in blurred regions: {inside:?}"
+    );
+    // The other detector agrees.
+    let c = models(DetectorKind::Centerface);
+    assert!(c.detect(&comp).unwrap().is_empty());
+}
+
+#[test]
+fn a_missing_or_wrong_runtime_is_a_clear_error() {
+    let e = OnnxRuntime::load(std::path::Path::new("/nonexistent/libonnxruntime.so")).err();
+    // Once a runtime is loaded in this process, later loads return it; only check the
+    // message when this test ran first.
+    if let Some(e) = e {
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/nonexistent/libonnxruntime.so") && msg.contains("setup-onnx"),
+            "{msg}"
+        );
+    }
+    let rt = OnnxRuntime::from_env().unwrap();
+    assert!(rt.version.starts_with("1.32."), "{}", rt.version);
+    let err = FaceModels::load(
+        &rt,
+        &ModelFiles::in_dir("/nonexistent"),
+        DetectorKind::Yunet,
+        1,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("/nonexistent/yunet_2023mar_fp32_dynamic.onnx")
+            && err.contains("TESSERA_MODELS"),
+        "{err}"
+    );
+}
