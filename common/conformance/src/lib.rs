@@ -157,6 +157,40 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
             .is_conflict()
     );
 
+    // Set changes named fields of an existing item, keeps the rest, bumps the revision,
+    // and refuses a missing item or a failed condition.
+    let rev = store.get(&a).await.unwrap().unwrap().rev;
+    store
+        .transact(vec![Write::Set {
+            key: a.clone(),
+            fields: vec![("label".into(), json!("x")), ("fresh".into(), json!(null))],
+            condition: Condition::field_eq("n", 15),
+        }])
+        .await
+        .unwrap();
+    let got = store.get(&a).await.unwrap().unwrap();
+    assert_eq!(got.body["label"], json!("x"));
+    assert_eq!(got.body["fresh"], json!(null));
+    assert_eq!(got.body["n"], json!(15));
+    assert!(got.rev > rev);
+    for (key, condition) in [
+        (a.clone(), Condition::field_eq("n", 16)),
+        (b.clone(), Condition::None),
+    ] {
+        assert!(
+            store
+                .transact(vec![Write::Set {
+                    key,
+                    fields: vec![("label".into(), json!("y"))],
+                    condition,
+                }])
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+    }
+    assert_eq!(store.get(&a).await.unwrap().unwrap().body["label"], json!("x"));
+
     // Delete with a condition; deleting a missing item is fine.
     assert!(
         store

@@ -229,6 +229,22 @@ fn apply(conn: &mut Connection, writes: &[Write]) -> Result<(), StoreError> {
                 }
                 write_item(&tx, &cur, cur.rev + 1)?;
             }
+            Write::Set {
+                key,
+                fields,
+                condition,
+            } => {
+                let Some(mut cur) = current.filter(|c| condition.holds(Some(c))) else {
+                    return Err(conflict(index, key));
+                };
+                let obj = cur.body.as_object_mut().ok_or_else(|| {
+                    StoreError::Corrupt(format!("item {} body is not an object", key.pk))
+                })?;
+                for (field, value) in fields {
+                    obj.insert(field.clone(), value.clone());
+                }
+                write_item(&tx, &cur, cur.rev + 1)?;
+            }
         }
     }
     tx.commit()

@@ -145,6 +145,17 @@ pub enum Write {
         /// Field and amount, each field once.
         deltas: Vec<(String, i64)>,
     },
+    /// Set top-level fields of an existing item if the condition holds, leaving the rest
+    /// of its body alone (DynamoDB's UpdateItem `SET`). For writes that must not depend
+    /// on a body read earlier, such as a compensation that unpublishes a photo.
+    Set {
+        /// Which item; it must exist.
+        key: ItemKey,
+        /// Field and new value (JSON `null` stores null), each field once.
+        fields: Vec<(String, Value)>,
+        /// Must hold on the current item (besides existing).
+        condition: Condition,
+    },
 }
 
 impl Write {
@@ -160,7 +171,10 @@ impl Write {
     pub fn key(&self) -> &ItemKey {
         match self {
             Write::Put { item, .. } => &item.key,
-            Write::Delete { key, .. } | Write::Check { key, .. } | Write::Add { key, .. } => key,
+            Write::Delete { key, .. }
+            | Write::Check { key, .. }
+            | Write::Add { key, .. }
+            | Write::Set { key, .. } => key,
         }
     }
 }
