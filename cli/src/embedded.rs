@@ -53,6 +53,20 @@ pub fn ports(dir: &Path) -> anyhow::Result<(StateDir, Ports)> {
 
 /// An engine on the state directory.
 pub async fn engine(dir: &Path, lease: Option<Duration>) -> anyhow::Result<(StateDir, Engine)> {
+    engine_with(
+        dir,
+        lease,
+        Arc::new(tessera_jobs::photos::FaceService::from_env()),
+    )
+    .await
+}
+
+/// An engine on the state directory whose photo tasks use `faces`.
+pub async fn engine_with(
+    dir: &Path,
+    lease: Option<Duration>,
+    faces: Arc<tessera_jobs::photos::FaceService>,
+) -> anyhow::Result<(StateDir, Engine)> {
     let (state, ports) = ports(dir)?;
     let mut config = EngineConfig {
         scratch: state.work(),
@@ -62,7 +76,7 @@ pub async fn engine(dir: &Path, lease: Option<Duration>) -> anyhow::Result<(Stat
         config = config.with_lease(l);
         config.reoffer_grace = l * 4;
     }
-    let engine = Engine::new(ports, config, tessera_jobs::registry());
+    let engine = Engine::new(ports, config, tessera_jobs::registry_with(faces));
     engine
         .ensure_queue()
         .await

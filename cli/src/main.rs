@@ -45,6 +45,18 @@ pub enum Command {
     Triangulate(commands::refine::TriangulateArgs),
     /// Run the demo job on a folder of photos (the sample by default) and wait for it.
     Demo(commands::demo::Args),
+    /// Blur every face that must be hidden in a folder of photos (one-shot, embedded):
+    /// variants, thumbnails and a manifest under OUT.
+    Blur(commands::blur::Args),
+    /// Create and show photo projects.
+    #[command(subcommand)]
+    Projects(commands::photos::ProjectsCommand),
+    /// Enrol people who asked not to be published.
+    #[command(subcommand)]
+    Subjects(commands::photos::SubjectsCommand),
+    /// Upload, list, show and re-blur photos.
+    #[command(subcommand)]
+    Photos(commands::photos::PhotosCommand),
     /// Measure the engine.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),

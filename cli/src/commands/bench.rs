@@ -27,6 +27,9 @@ pub enum BenchCommand {
     Chaos(super::chaos::Args),
     /// The same COLMAP commands run bare and through Tessera on the same photos.
     Reconstruct(ReconstructBench),
+    /// Face processing per photo on one core: decode, detect, embed, match, blur,
+    /// encode variants and thumbnails.
+    Photos(super::blur::PhotosBench),
 }
 
 #[derive(clap::Args, Debug)]
@@ -54,6 +57,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Chaos(args) => super::chaos::run(json, args).await,
         BenchCommand::Reconstruct(b) => reconstruct(json, b).await,
+        BenchCommand::Photos(b) => super::blur::bench(json, b).await,
     }
 }
 

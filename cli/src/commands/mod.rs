@@ -1,10 +1,12 @@
 //! One module per command.
 
 pub mod bench;
+pub mod blur;
 mod chaos;
 pub mod demo;
 pub mod events;
 pub mod jobs;
+pub mod photos;
 pub mod reconstruct;
 pub mod refine;
 pub mod worker;
@@ -23,6 +25,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relocalize(a) => refine::relocalize(&cli.state, cli.json, a).await,
         Command::Triangulate(a) => refine::triangulate(&cli.state, cli.json, a).await,
         Command::Bench(c) => bench::run(cli.json, c).await,
+        Command::Blur(a) => blur::run(cli.json, a).await,
+        Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
+        Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
+        Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,
     }
 }
 

@@ -189,7 +189,10 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
                 .is_conflict()
         );
     }
-    assert_eq!(store.get(&a).await.unwrap().unwrap().body["label"], json!("x"));
+    assert_eq!(
+        store.get(&a).await.unwrap().unwrap().body["label"],
+        json!("x")
+    );
 
     // Delete with a condition; deleting a missing item is fine.
     assert!(

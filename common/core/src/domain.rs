@@ -1,8 +1,8 @@
-//! The nouns of the photo and reconstruction products that other issues fill in with
-//! behaviour: projects, datasets, images, photos and opted-out subjects.
+//! The nouns of the reconstruction product: projects, datasets and images. Photos and
+//! opted-out subjects are in [`crate::photo`].
 
 use crate::clock::Millis;
-use crate::ids::{DatasetId, ImageId, PhotoId, ProjectId, SubjectId, TenantId};
+use crate::ids::{DatasetId, ImageId, ProjectId, TenantId};
 use serde::{Deserialize, Serialize};
 
 /// A project: scope of datasets, photos, subjects and privacy settings.
@@ -17,6 +17,13 @@ pub struct Project {
     /// Cosine similarity at or above which a face is taken to be an opted-out subject.
     /// `None` means *fail closed*: every face is blurred and no match is recorded.
     pub match_threshold: Option<f32>,
+    /// How much face boxes grow before blurring (0.30..=0.40).
+    pub blur_expand: f32,
+    /// Bumped whenever the opted-out subjects change, so re-blurring after each change
+    /// is a new job.
+    pub subjects_rev: u64,
+    /// How many opted-out subjects the project has.
+    pub opted_out: u64,
     /// Created.
     pub created_at: Millis,
 }
@@ -49,33 +56,4 @@ pub struct Image {
     pub sha256: String,
     /// Size in bytes.
     pub size: u64,
-}
-
-/// An uploaded photo and its publication state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Photo {
-    /// Id.
-    pub id: PhotoId,
-    /// Project.
-    pub project: ProjectId,
-    /// Object-store key of the upload; never deleted by processing.
-    pub upload_key: String,
-    /// Bumped on every write of derived files and part of every derived key, so a key a
-    /// row points at is never overwritten.
-    pub variant_version: u64,
-    /// Written last, after every file is stored; cleared by a final failure.
-    pub published_at: Option<Millis>,
-}
-
-/// A person who asked not to be published in one project.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Subject {
-    /// Id.
-    pub id: SubjectId,
-    /// The only project they are matched in.
-    pub project: ProjectId,
-    /// A label for people.
-    pub label: String,
-    /// Created.
-    pub created_at: Millis,
 }

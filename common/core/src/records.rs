@@ -9,9 +9,15 @@
 //! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
 //! | cache entry | `CACHE#<key>` | `CACHE` | — | — |
 //! | event | `EVENTS#<job>` | `<seq, 12 digits>` | — | — |
+//! | project | `PROJECT#<id>` | `PROJECT` | `TENANT#<t>#PROJECTS` / `<name>` | — |
+//! | project name | `PROJECTNAME#<tenant>#<name>` | `NAME` | — | — |
+//! | subject | `PROJECT#<project>` | `SUBJECT#<id>` | — | — |
+//! | photo | `PHOTO#<id>` | `PHOTO` | `PROJECT#<project>#PHOTOS` / `<id>` | — |
 
-use crate::ids::{JobId, TaskId, TenantId};
+use crate::domain::Project;
+use crate::ids::{JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId};
 use crate::job::Job;
+use crate::photo::{Photo, Subject};
 use crate::ports::state_store::{Condition, Item, ItemKey, StoreError};
 use crate::task::{Task, TaskState};
 use serde::{Serialize, de::DeserializeOwned};
@@ -136,4 +142,65 @@ pub fn job_from(item: &Item) -> Result<Job, StoreError> {
     let mut j: Job = decode(item)?;
     j.rev = item.rev;
     Ok(j)
+}
+
+/// Key of a project.
+pub fn project_key(id: ProjectId) -> ItemKey {
+    ItemKey::new(format!("PROJECT#{id}"), "PROJECT")
+}
+
+/// Key of the record that keeps a tenant's project names unique.
+pub fn project_name_key(tenant: &TenantId, name: &str) -> ItemKey {
+    ItemKey::new(format!("PROJECTNAME#{tenant}#{name}"), "NAME")
+}
+
+/// A project as an item.
+pub fn project_item(p: &Project) -> Item {
+    Item {
+        key: project_key(p.id),
+        body: to_body(p),
+        by_parent: Some(ItemKey::new(
+            format!("TENANT#{}#PROJECTS", p.tenant),
+            p.name.clone(),
+        )),
+        by_due: None,
+        rev: 0,
+    }
+}
+
+/// Key of an opted-out subject.
+pub fn subject_key(project: ProjectId, id: SubjectId) -> ItemKey {
+    ItemKey::new(format!("PROJECT#{project}"), format!("SUBJECT#{id}"))
+}
+
+/// Sort-key prefix of a project's subjects (in the project's partition).
+pub const SUBJECT_PREFIX: &str = "SUBJECT#";
+
+/// A subject as an item.
+pub fn subject_item(s: &Subject) -> Item {
+    Item::new(subject_key(s.project, s.id), to_body(s))
+}
+
+/// Key of a photo.
+pub fn photo_key(id: PhotoId) -> ItemKey {
+    ItemKey::new(format!("PHOTO#{id}"), "PHOTO")
+}
+
+/// The by-parent partition holding a project's photos.
+pub fn project_photos_partition(project: ProjectId) -> String {
+    format!("PROJECT#{project}#PHOTOS")
+}
+
+/// A photo as an item.
+pub fn photo_item(p: &Photo) -> Item {
+    Item {
+        key: photo_key(p.id),
+        body: to_body(p),
+        by_parent: Some(ItemKey::new(
+            project_photos_partition(p.project),
+            p.id.to_string(),
+        )),
+        by_due: None,
+        rev: 0,
+    }
 }

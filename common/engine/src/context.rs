@@ -3,11 +3,13 @@
 
 use crate::handler::TaskError;
 use crate::{Engine, Ports};
+use crate::{JobPlan, Submitted};
 use std::time::Instant;
 use tessera_core::event::{EventKind, Phase};
 use tessera_core::job::Job;
 use tessera_core::ports::compute::{LineSink, ProcessReport, ProcessSpec};
 use tessera_core::ports::event_log::Fence;
+use tessera_core::ports::state_store::{StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::Task;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +61,34 @@ impl TaskContext {
     /// Cancelled when the lease is lost (taken over, revoked by a forced cancel).
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.cancel
+    }
+
+    /// Commit `writes` in one transaction, only while this run still holds its lease
+    /// (the task is running under this worker's epoch). A handler's own state changes
+    /// made before it finishes go through here, so a worker whose lease was taken over
+    /// can never write after its successor.
+    pub async fn commit(&self, mut writes: Vec<Write>) -> Result<(), TaskError> {
+        writes.insert(
+            0,
+            Write::Check {
+                key: records::task_key(self.task.id),
+                condition: records::fenced(self.task.epoch),
+            },
+        );
+        match self.engine.ports.store.transact(writes).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::Conflict { index: 0, .. }) => Err(TaskError::cancelled(format!(
+                "task {} lost its lease (epoch {}); another worker owns it now",
+                self.task.id, self.task.epoch
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Submit a follow-up job (idempotent: an identical plan is the same job, so a
+    /// retried task does not start it twice).
+    pub async fn submit(&self, plan: JobPlan) -> Result<Submitted, TaskError> {
+        Ok(self.engine.submit(plan).await?)
     }
 
     /// Store a progress event under the fence.

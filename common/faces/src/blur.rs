@@ -6,9 +6,9 @@
 //! down to a handful of cells, scaled back up, and box-blurred on top. Manual regions
 //! get the same treatment over exactly the rectangle drawn.
 
-use crate::geometry::FracRect;
 use image::imageops::FilterType;
 use image::{Rgb, RgbImage};
+use tessera_core::geometry::FracRect;
 
 /// How much a face box grows in width and height before blurring.
 pub const DEFAULT_EXPAND: f32 = 0.35;

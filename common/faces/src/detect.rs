@@ -6,12 +6,12 @@
 //! and right. Small faces survive because nothing is cropped or squashed.
 
 use crate::error::{FaceError, inference};
-use crate::geometry::iou_px;
 use image::RgbImage;
 use image::imageops::FilterType;
 use ort::session::Session;
 use ort::value::Tensor;
 use serde::{Deserialize, Serialize};
+use tessera_core::geometry::iou_px;
 
 /// Longest side the detector sees; larger photos are scaled down to it.
 pub const MAX_SIDE: u32 = 1920;

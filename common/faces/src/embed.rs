@@ -5,6 +5,7 @@ use crate::error::{FaceError, inference};
 use image::RgbImage;
 use ort::session::Session;
 use ort::value::Tensor;
+use tessera_core::privacy::normalized;
 
 /// Length of an embedding.
 pub const DIM: usize = 128;
@@ -40,19 +41,4 @@ pub(crate) fn run(
         ));
     }
     Ok(normalized(v))
-}
-
-/// `v` scaled to unit length (zeros stay zeros).
-pub fn normalized(v: &[f32]) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n > 0.0 {
-        v.iter().map(|x| x / n).collect()
-    } else {
-        v.to_vec()
-    }
-}
-
-/// Cosine similarity of two unit-length embeddings (their dot product).
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

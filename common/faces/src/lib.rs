@@ -14,14 +14,11 @@ pub mod blur;
 pub mod detect;
 pub mod embed;
 pub mod error;
-pub mod geometry;
-pub mod matching;
 pub mod models;
 pub mod runtime;
 
 pub use detect::{Detection, DetectorKind};
 pub use error::FaceError;
-pub use geometry::FracRect;
-pub use matching::{FaceDecision, MatchPolicy, SubjectEmbeddings};
 pub use models::{FaceModels, ModelFiles};
 pub use runtime::OnnxRuntime;
+pub use tessera_core::geometry::FracRect;

@@ -2,8 +2,8 @@
 //! scripts/env.sh sets) against the shared test photos.
 
 use std::path::PathBuf;
+use tessera_core::privacy::cosine;
 use tessera_faces::blur::{self, BlurPlan};
-use tessera_faces::embed::cosine;
 use tessera_faces::{DetectorKind, FaceModels, FracRect, ModelFiles, OnnxRuntime};
 
 fn shared() -> PathBuf {

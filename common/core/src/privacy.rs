@@ -1,5 +1,5 @@
-//! Who a face is, against one project's opted-out subjects, and where it must be
-//! blurred.
+//! The privacy rules: who a face is, against one project's opted-out subjects, and in
+//! which files it must be blurred.
 //!
 //! Matching is biased toward blurring: a missed match publishes someone who asked not
 //! to be shown, while a false match only blurs a face that could have stayed. So a face
@@ -7,9 +7,8 @@
 //! project without a configured threshold fails closed: every face is blurred in every
 //! file and no match is recorded.
 
-use crate::embed::cosine;
+use crate::ids::SubjectId;
 use serde::{Deserialize, Serialize};
-use tessera_core::SubjectId;
 
 /// One opted-out subject's reference embeddings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,12 +114,27 @@ pub fn decide(
     }
 }
 
+/// `v` scaled to unit length (zeros stay zeros).
+pub fn normalized(v: &[f32]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        v.iter().map(|x| x / n).collect()
+    } else {
+        v.to_vec()
+    }
+}
+
+/// Cosine similarity of two unit-length embeddings (their dot product).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn unit(v: &[f32]) -> Vec<f32> {
-        crate::embed::normalized(v)
+        normalized(v)
     }
 
     #[test]

@@ -1,0 +1,542 @@
+//! Project-scoped photo commands in embedded mode: `projects`, `subjects`, `photos`, and
+//! the driver that runs photo jobs (and the follow-ups ingest starts) to the end.
+
+use crate::embedded;
+use crate::output::emit;
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_core::domain::Project;
+use tessera_core::geometry::FracRect;
+use tessera_core::job::Job;
+use tessera_core::photo::{Photo, keys};
+use tessera_core::{JobId, PhotoId, TenantId, records};
+use tessera_engine::{Engine, Worker};
+use tessera_jobs::photos::{self, ObjectCreated, kinds, project};
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ProjectsCommand {
+    /// Create a project.
+    Create {
+        /// Unique name.
+        name: String,
+        /// Cosine similarity at or above which a face is an opted-out subject. Without
+        /// it the project fails closed: every face is blurred in every file.
+        #[arg(long)]
+        threshold: Option<f32>,
+        /// How much face boxes grow before blurring (0.30..0.40).
+        #[arg(long, default_value_t = tessera_faces::blur::DEFAULT_EXPAND)]
+        blur_expand: f32,
+    },
+    /// Show a project, its subjects and photos.
+    Show {
+        /// Project name.
+        name: String,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SubjectsCommand {
+    /// Enrol a person who asked not to be published, from reference photos of them;
+    /// every photo of the project is re-blurred.
+    Add {
+        /// Project name.
+        #[arg(long)]
+        project: String,
+        /// Their name, as people know them.
+        #[arg(long)]
+        label: String,
+        /// Reference photos (one face each; the largest face is used).
+        #[arg(required = true)]
+        references: Vec<PathBuf>,
+        /// Only submit the re-blur jobs; `tessera worker` runs them.
+        #[arg(long)]
+        submit_only: bool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PhotosCommand {
+    /// Upload photos (files or folders) into a project and process them.
+    Add {
+        /// Project name.
+        #[arg(long)]
+        project: String,
+        /// Photo files or folders of photos.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Only submit the ingest jobs; `tessera worker` runs them.
+        #[arg(long)]
+        submit_only: bool,
+    },
+    /// List a project's photos.
+    List {
+        /// Project name.
+        #[arg(long)]
+        project: String,
+    },
+    /// Show one photo: faces, decisions, files, publication.
+    Show {
+        /// Photo id.
+        photo: String,
+    },
+    /// Re-blur a photo from its stored faces, optionally with new manual blur regions.
+    Reprocess {
+        /// Photo id.
+        photo: String,
+        /// A manual blur region `x,y,w,h` in fractions of the image (repeatable);
+        /// replaces the photo's regions.
+        #[arg(long = "region", value_parser = parse_region)]
+        regions: Vec<FracRect>,
+        /// Remove every manual region.
+        #[arg(long, conflicts_with = "regions")]
+        clear_regions: bool,
+        /// Only submit the job; `tessera worker` runs it.
+        #[arg(long)]
+        submit_only: bool,
+    },
+}
+
+fn parse_region(s: &str) -> Result<FracRect, String> {
+    let v: Vec<f32> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            format!("region `{s}` must be four numbers x,y,w,h (fractions of the image)")
+        })?;
+    let [x, y, w, h] = v[..] else {
+        return Err(format!("region `{s}` must be four numbers x,y,w,h"));
+    };
+    let r = FracRect { x, y, w, h };
+    match r.problem() {
+        Some(p) => Err(format!("region `{s}` {p}")),
+        None => Ok(r),
+    }
+}
+
+fn parse_photo(s: &str) -> anyhow::Result<PhotoId> {
+    s.parse().map_err(|_| {
+        anyhow::anyhow!("`{s}` is not a photo id; `tessera photos list --project NAME` shows them")
+    })
+}
+
+/// Upload one file into `project` as a new photo and submit its ingest job, with the
+/// event S3 would send.
+pub async fn upload(
+    engine: &Engine,
+    project: &Project,
+    path: &Path,
+) -> anyhow::Result<(PhotoId, JobId)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let photo = PhotoId::new();
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("photo");
+    let mut key = keys::upload(project.id, photo, name);
+    if tessera_core::ports::object_store::validate_key(&key).is_err() {
+        key = keys::upload(project.id, photo, "photo");
+    }
+    let size = bytes.len() as u64;
+    engine.ports().objects.put(&key, bytes.into()).await?;
+    let sequencer = format!("{:016X}", tessera_core::Millis::now().0);
+    let event = ObjectCreated::for_key("local", &key, size, &sequencer);
+    let submitted = engine
+        .submit(photos::ingest_plan(
+            project.tenant.clone(),
+            project.id,
+            &event,
+        ))
+        .await?;
+    Ok((photo, submitted.job_id))
+}
+
+fn terminal(job: &Job) -> bool {
+    job.sealed && job.finished() >= job.tasks_total
+}
+
+/// Run photo jobs with in-process workers until they, and the follow-up jobs their
+/// ingest tasks start, have ended. Returns every job that ran, in the order they ended.
+pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Result<Vec<Job>> {
+    let stop = CancellationToken::new();
+    let worker = Worker::new(engine.clone(), 1, Some(Duration::from_secs(5)));
+    let s = stop.clone();
+    let worker_task = tokio::spawn(async move { worker.run(s).await });
+    let bar = if ui {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] photo jobs {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    let mut pending: BTreeSet<JobId> = jobs.into_iter().collect();
+    let mut seen = pending.clone();
+    let mut done = Vec::new();
+    let interrupted = super::interrupted();
+    tokio::pin!(interrupted);
+    while !pending.is_empty() {
+        bar.set_length(seen.len() as u64);
+        for id in pending.clone() {
+            let job = engine.job(id).await?;
+            if !terminal(&job) {
+                continue;
+            }
+            pending.remove(&id);
+            bar.inc(1);
+            if job.kind == kinds::INGEST_JOB {
+                for t in engine.job_tasks(id).await? {
+                    if let Some(f) = t
+                        .result
+                        .as_ref()
+                        .and_then(|r| r["follow_up"].as_str())
+                        .and_then(|f| f.parse::<JobId>().ok())
+                        && seen.insert(f)
+                    {
+                        pending.insert(f);
+                    }
+                }
+            }
+            done.push(job);
+        }
+        tokio::select! {
+            _ = &mut interrupted => {
+                stop.cancel();
+                let _ = worker_task.await;
+                bar.finish_and_clear();
+                bail!("interrupted; the jobs continue when `tessera worker` runs on this state directory");
+            }
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    stop.cancel();
+    let _ = worker_task.await;
+    bar.finish_and_clear();
+    Ok(done)
+}
+
+/// The first failure message of a job's tasks.
+pub async fn job_error(engine: &Engine, job: &Job) -> anyhow::Result<Option<String>> {
+    Ok(engine.job_tasks(job.id).await?.into_iter().find_map(|t| {
+        t.last_error
+            .filter(|_| {
+                t.state.is_terminal() && t.state != tessera_core::task::TaskState::Succeeded
+            })
+            .map(|e| e.message)
+    }))
+}
+
+async fn load_photo(engine: &Engine, id: PhotoId) -> anyhow::Result<Photo> {
+    let item = engine
+        .ports()
+        .store
+        .get(&records::photo_key(id))
+        .await?
+        .with_context(|| {
+            format!(
+                "photo {id} does not exist (or its upload was refused; see `tessera jobs list`)"
+            )
+        })?;
+    Ok(records::decode(&item)?)
+}
+
+fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            out.extend(crate::photos::list_images(p)?);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            bail!(
+                "{} does not exist; give photo files or folders",
+                p.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+async fn reblur_all(engine: &Engine, project: &Project) -> anyhow::Result<Vec<JobId>> {
+    let project = project::load(engine.ports().store.as_ref(), project.id).await?;
+    let mut jobs = Vec::new();
+    for p in project::photos(engine.ports().store.as_ref(), project.id).await? {
+        let plan = photos::reprocess_plan(
+            project.tenant.clone(),
+            project.id,
+            p.id,
+            project.subjects_rev,
+            p.edits_rev,
+        );
+        jobs.push(engine.submit(plan).await?.job_id);
+    }
+    Ok(jobs)
+}
+
+pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow::Result<ExitCode> {
+    let (_dir, engine) = embedded::engine(state, None).await?;
+    let store = engine.ports().store.clone();
+    match cmd {
+        ProjectsCommand::Create {
+            name,
+            threshold,
+            blur_expand,
+        } => {
+            let p = project::create(
+                store.as_ref(),
+                TenantId::local(),
+                &name,
+                threshold,
+                blur_expand,
+            )
+            .await?;
+            emit(json, &p, || match threshold {
+                Some(t) => format!("project `{name}` ({}) created; match threshold {t}", p.id),
+                None => format!(
+                    "project `{name}` ({}) created with no match threshold: it fails closed (every face is blurred everywhere)",
+                    p.id
+                ),
+            });
+        }
+        ProjectsCommand::Show { name } => {
+            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
+            let subjects = project::subjects(store.as_ref(), p.id).await?;
+            let photos = project::photos(store.as_ref(), p.id).await?;
+            let value = serde_json::json!({
+                "project": p,
+                "subjects": subjects.iter().map(|s| serde_json::json!({"id": s.id, "label": s.label, "references": s.references})).collect::<Vec<_>>(),
+                "photos": photos.len(),
+                "published": photos.iter().filter(|p| p.published_at.is_some()).count(),
+            });
+            emit(json, &value, || {
+                format!(
+                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published)",
+                    p.name,
+                    p.id,
+                    p.match_threshold
+                        .map_or("none (fails closed)".to_string(), |t| t.to_string()),
+                    subjects
+                        .iter()
+                        .map(|s| s.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    photos.len(),
+                    value["published"]
+                )
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow::Result<ExitCode> {
+    let SubjectsCommand::Add {
+        project: name,
+        label,
+        references,
+        submit_only,
+    } = cmd;
+    let models = photos::FaceService::load_from_env(tessera_faces::DetectorKind::Yunet, 1)?;
+    let (_dir, engine) = embedded::engine_with(
+        state,
+        None,
+        Arc::new(photos::FaceService::with_models(models.clone())),
+    )
+    .await?;
+    let p = project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
+    let mut refs = Vec::new();
+    for path in files_of(&references)? {
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        refs.push((path.display().to_string(), bytes));
+    }
+    let s = project::enrol(engine.ports().store.as_ref(), models, p.id, &label, refs).await?;
+    let jobs = reblur_all(&engine, &p).await?;
+    if !submit_only {
+        drive(&engine, jobs.clone(), !json).await?;
+    }
+    let value = serde_json::json!({"subject": s.id, "label": s.label, "references": s.references, "reprocess_jobs": jobs});
+    emit(json, &value, || {
+        format!(
+            "subject `{label}` ({}) enrolled from {} photo(s); {} photo(s) re-blurred",
+            s.id,
+            s.references.len(),
+            jobs.len()
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn photo_view(p: &Photo) -> serde_json::Value {
+    serde_json::json!({
+        "id": p.id, "file_name": p.file_name, "width": p.width, "height": p.height,
+        "pipeline": p.pipeline, "variant_version": p.variant_version,
+        "published_at": p.published_at,
+        "faces": p.faces.as_ref().map(|f| f.iter().map(|f| serde_json::json!({
+            "bbox": f.bbox, "score": f.score, "decision": f.decision,
+        })).collect::<Vec<_>>()),
+        "blur_regions": p.blur_regions,
+        "renditions": p.renditions,
+    })
+}
+
+pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow::Result<ExitCode> {
+    let (_dir, engine) = embedded::engine(state, None).await?;
+    let store = engine.ports().store.clone();
+    match cmd {
+        PhotosCommand::Add {
+            project: name,
+            paths,
+            submit_only,
+        } => {
+            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
+            let mut submitted = Vec::new();
+            for path in files_of(&paths)? {
+                let (photo, job) = upload(&engine, &p, &path).await?;
+                submitted.push((path, photo, job));
+            }
+            if submit_only {
+                let v: Vec<_> = submitted
+                    .iter()
+                    .map(|(f, p, j)| serde_json::json!({"file": f, "photo": p, "ingest_job": j}))
+                    .collect();
+                emit(json, &v, || {
+                    submitted
+                        .iter()
+                        .map(|(f, p, j)| format!("{} → photo {p} (job {j})", f.display()))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                return Ok(ExitCode::SUCCESS);
+            }
+            let jobs = drive(&engine, submitted.iter().map(|s| s.2).collect(), !json).await?;
+            let mut rows = Vec::new();
+            let mut failed = 0;
+            for (file, photo, job) in &submitted {
+                let row = match load_photo(&engine, *photo).await {
+                    Ok(r) if r.published_at.is_some() => {
+                        serde_json::json!({"file": file, "photo": photo, "published": true})
+                    }
+                    _ => {
+                        failed += 1;
+                        let mut err = None;
+                        for j in jobs
+                            .iter()
+                            .filter(|j| j.id == *job || j.label.ends_with(&photo.to_string()))
+                        {
+                            if let Some(e) = job_error(&engine, j).await? {
+                                err = Some(e);
+                            }
+                        }
+                        serde_json::json!({"file": file, "photo": photo, "published": false, "error": err})
+                    }
+                };
+                rows.push(row);
+            }
+            emit(json, &rows, || {
+                rows.iter()
+                    .map(|r| match r["error"].as_str() {
+                        Some(e) => {
+                            format!("{}: not published: {e}", r["file"].as_str().unwrap_or(""))
+                        }
+                        None => format!(
+                            "{}: photo {} published",
+                            r["file"].as_str().unwrap_or(""),
+                            r["photo"].as_str().unwrap_or("")
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        PhotosCommand::List { project: name } => {
+            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
+            let photos = project::photos(store.as_ref(), p.id).await?;
+            let v: Vec<_> = photos.iter().map(photo_view).collect();
+            emit(json, &v, || {
+                photos
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "{}  {}  v{}  {}",
+                            p.id,
+                            p.file_name,
+                            p.variant_version,
+                            if p.published_at.is_some() {
+                                "published"
+                            } else {
+                                "unpublished"
+                            }
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        PhotosCommand::Show { photo } => {
+            let p = load_photo(&engine, parse_photo(&photo)?).await?;
+            let v = photo_view(&p);
+            emit(json, &v, || {
+                serde_json::to_string_pretty(&v).expect("serializable")
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        PhotosCommand::Reprocess {
+            photo,
+            regions,
+            clear_regions,
+            submit_only,
+        } => {
+            let id = parse_photo(&photo)?;
+            let mut p = load_photo(&engine, id).await?;
+            if clear_regions || !regions.is_empty() {
+                p.edits_rev = project::set_regions(store.as_ref(), id, &regions).await?;
+            }
+            let proj = project::load(store.as_ref(), p.project).await?;
+            let job = engine
+                .submit(photos::reprocess_plan(
+                    proj.tenant.clone(),
+                    proj.id,
+                    id,
+                    proj.subjects_rev,
+                    p.edits_rev,
+                ))
+                .await?
+                .job_id;
+            if submit_only {
+                emit(json, &serde_json::json!({"job": job}), || {
+                    format!("reprocess job {job} submitted")
+                });
+                return Ok(ExitCode::SUCCESS);
+            }
+            let jobs = drive(&engine, vec![job], !json).await?;
+            let p = load_photo(&engine, id).await?;
+            let mut v = photo_view(&p);
+            if let Some(j) = jobs.first()
+                && let Some(e) = job_error(&engine, j).await?
+            {
+                v["error"] = e.clone().into();
+                emit(json, &v, || format!("reprocess failed: {e}"));
+                return Ok(ExitCode::FAILURE);
+            }
+            emit(json, &v, || {
+                format!(
+                    "photo {id} re-blurred: version {}, {} file(s), published",
+                    p.variant_version,
+                    p.renditions.len()
+                )
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

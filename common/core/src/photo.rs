@@ -1,0 +1,237 @@
+//! Photos, their faces and files, and the people who asked not to be published.
+//!
+//! A photo row is the one place that says what is published. Its invariants:
+//! - every derived object key contains the row's `variant_version`, which is bumped
+//!   before any file of a new version is written, so a key a row points at is never
+//!   overwritten;
+//! - keys are staged on the row *before* their upload and moved into `renditions` after
+//!   it, so every object under the photo's prefix is either pointed at, staged, or an
+//!   orphan that cleanup may delete;
+//! - `published_at` is written last, after every file of the version is stored, and is
+//!   cleared first when a new version starts or when processing finally fails;
+//! - the upload and its thumbnail are never deleted.
+
+use crate::clock::Millis;
+use crate::geometry::FracRect;
+use crate::ids::{PhotoId, ProjectId, SubjectId};
+use crate::privacy::FaceDecision;
+use serde::{Deserialize, Serialize};
+
+/// Which job acts on a photo after ingest. Chosen once, at ingest, so the two never
+/// both act on one upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pipeline {
+    /// Detect, match, blur, write variants.
+    FaceProcess,
+    /// Nobody in the project opted out and a threshold is set: read the dimensions,
+    /// make a thumbnail, publish the upload as it is.
+    ThumbnailDims,
+}
+
+/// One face, found once per photo and kept for every later re-blur.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Face {
+    /// Box, as fractions of the stored image.
+    pub bbox: FracRect,
+    /// Eye, eye, nose, mouth corner, mouth corner, as fractions of the stored image.
+    pub landmarks: [[f32; 2]; 5],
+    /// Detector confidence.
+    pub score: f32,
+    /// Unit-length embedding.
+    pub embedding: Vec<f32>,
+    /// What matching decided, against the subjects at the time of the last render.
+    pub decision: FaceDecision,
+}
+
+/// One published file and its thumbnail: the public one (`variant: None`) or the one
+/// made for one opted-out subject, showing only them unblurred.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rendition {
+    /// `None` for the public file, else the subject it is made for.
+    pub variant: Option<SubjectId>,
+    /// Object key of the file.
+    pub key: String,
+    /// Object key of its thumbnail (cut from the file).
+    pub thumb_key: String,
+}
+
+/// An uploaded photo and its publication state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Photo {
+    /// Id.
+    pub id: PhotoId,
+    /// Project.
+    pub project: ProjectId,
+    /// Object key of the upload; never deleted by processing.
+    pub upload_key: String,
+    /// File name as uploaded.
+    pub file_name: String,
+    /// SHA-256 of the upload, hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// `jpeg` or `png`.
+    pub format: String,
+    /// Width of the stored pixels (no EXIF orientation applied).
+    pub width: u32,
+    /// Height of the stored pixels.
+    pub height: u32,
+    /// The storage event's sequencer, so an older event for the key is recognised.
+    pub sequencer: String,
+    /// Which job acts after ingest.
+    pub pipeline: Pipeline,
+    /// Faces, once detected (`None`: not detected yet).
+    pub faces: Option<Vec<Face>>,
+    /// Which detector found them.
+    pub detector: Option<String>,
+    /// Manual blur regions, exactly as drawn.
+    pub blur_regions: Vec<FracRect>,
+    /// Bumped when regions change, so re-blurring after each edit is a new job.
+    pub edits_rev: u64,
+    /// Part of every derived key; bumped before each new set of files.
+    pub variant_version: u64,
+    /// What the row points at: the public file first, then one per subject.
+    pub renditions: Vec<Rendition>,
+    /// Thumbnail of the unblurred upload (for photos with nothing to blur).
+    pub upload_thumb_key: Option<String>,
+    /// Keys announced before upload and not yet pointed at.
+    pub staged_keys: Vec<String>,
+    /// Keys the row pointed at before; deleted by cleanup after publishing.
+    pub replaced_keys: Vec<String>,
+    /// Written last; `None` while unpublished.
+    pub published_at: Option<Millis>,
+    /// When the row was created.
+    pub created_at: Millis,
+}
+
+impl Photo {
+    /// The public rendition, if any.
+    pub fn public(&self) -> Option<&Rendition> {
+        self.renditions.iter().find(|r| r.variant.is_none())
+    }
+
+    /// Every key the row points at (renditions and the upload's thumbnail) plus the upload.
+    pub fn referenced_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = vec![self.upload_key.as_str()];
+        keys.extend(self.upload_thumb_key.as_deref());
+        for r in &self.renditions {
+            keys.push(&r.key);
+            keys.push(&r.thumb_key);
+        }
+        keys
+    }
+
+    /// Keys that must never be deleted.
+    pub fn is_protected(&self, key: &str) -> bool {
+        key == self.upload_key || self.upload_thumb_key.as_deref() == Some(key)
+    }
+}
+
+/// A person who asked not to be published in one project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subject {
+    /// Id.
+    pub id: SubjectId,
+    /// The only project they are matched in.
+    pub project: ProjectId,
+    /// A label for people.
+    pub label: String,
+    /// Unit-length embeddings of their reference photos.
+    pub embeddings: Vec<Vec<f32>>,
+    /// Names of the reference photos, in the order of `embeddings`.
+    pub references: Vec<String>,
+    /// Created.
+    pub created_at: Millis,
+}
+
+/// Object keys: the one place they are built.
+pub mod keys {
+    use crate::ids::{PhotoId, ProjectId, SubjectId};
+
+    /// Where an upload goes: `uploads/<project>/<photo>/<file name>`.
+    pub fn upload(project: ProjectId, photo: PhotoId, file_name: &str) -> String {
+        format!("uploads/{project}/{photo}/{file_name}")
+    }
+
+    /// The ids in an upload key, or why it is not one.
+    pub fn parse_upload(key: &str) -> Result<(ProjectId, PhotoId, String), String> {
+        let mut parts = key.splitn(4, '/');
+        let (Some("uploads"), Some(p), Some(ph), Some(name)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(format!(
+                "`{key}` is not an upload key (uploads/<project>/<photo>/<file>)"
+            ));
+        };
+        let project = p
+            .parse()
+            .map_err(|_| format!("`{key}`: `{p}` is not a project id"))?;
+        let photo = ph
+            .parse()
+            .map_err(|_| format!("`{key}`: `{ph}` is not a photo id"))?;
+        if name.is_empty() || name.contains('/') {
+            return Err(format!("`{key}`: the file name must be one path segment"));
+        }
+        Ok((project, photo, name.to_string()))
+    }
+
+    /// Prefix of every derived object of a photo.
+    pub fn derived_prefix(project: ProjectId, photo: PhotoId) -> String {
+        format!("photos/{project}/{photo}/")
+    }
+
+    /// Thumbnail of the unblurred upload (unversioned: it is made once and never changes).
+    pub fn upload_thumb(project: ProjectId, photo: PhotoId) -> String {
+        format!("{}upload-thumb.jpg", derived_prefix(project, photo))
+    }
+
+    /// A rendition's file and thumbnail keys at `version`.
+    pub fn rendition(
+        project: ProjectId,
+        photo: PhotoId,
+        version: u64,
+        variant: Option<SubjectId>,
+    ) -> (String, String) {
+        let base = format!("{}v{version}/", derived_prefix(project, photo));
+        let name = variant.map_or_else(|| "public".to_string(), |s| format!("subject-{s}"));
+        (
+            format!("{base}{name}.jpg"),
+            format!("{base}{name}-thumb.jpg"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_keys_round_trip_and_hostile_ones_are_refused() {
+        let (p, ph) = (ProjectId::new(), PhotoId::new());
+        let k = keys::upload(p, ph, "IMG 1.jpg");
+        assert_eq!(keys::parse_upload(&k).unwrap(), (p, ph, "IMG 1.jpg".into()));
+        for bad in [
+            "photos/x/y/z.jpg",
+            "uploads/x",
+            "uploads/not-an-id/also-not/f.jpg",
+            &format!("uploads/{p}/{ph}/"),
+            &format!("uploads/{p}/{ph}/a/b.jpg"),
+        ] {
+            assert!(keys::parse_upload(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_derived_key_carries_its_version() {
+        let (p, ph, s) = (ProjectId::new(), PhotoId::new(), SubjectId::new());
+        let (a, at) = keys::rendition(p, ph, 3, None);
+        let (b, bt) = keys::rendition(p, ph, 3, Some(s));
+        let (c, _) = keys::rendition(p, ph, 4, None);
+        for k in [&a, &at, &b, &bt] {
+            assert!(k.contains("/v3/") && k.starts_with(&keys::derived_prefix(p, ph)));
+        }
+        assert_ne!(a, c);
+        assert_ne!(a, b);
+    }
+}

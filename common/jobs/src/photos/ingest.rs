@@ -1,0 +1,136 @@
+//! `ingest`: an object-created event for an upload becomes a photo row, and the job that
+//! processes it is chosen.
+//!
+//! Duplicate and reordered events are harmless: the photo id is in the upload key, the
+//! row is created only if absent, an event older than the row's (by sequencer) is
+//! ignored, and the follow-up job is deduplicated by its spec. A bad upload is refused
+//! before anything is written.
+
+use super::{ObjectCreated, follow_up_plan, project, sequencer_older, upload};
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+use tessera_core::Millis;
+use tessera_core::event::Phase;
+use tessera_core::photo::{Photo, Pipeline, keys};
+use tessera_core::ports::state_store::{Condition, Write};
+use tessera_core::records;
+use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
+
+/// The handler.
+pub struct Ingest;
+
+fn refuse(key: &str, why: String) -> TaskError {
+    TaskError::permanent(format!("upload `{key}` refused: {why}"))
+}
+
+#[async_trait]
+impl TaskHandler for Ingest {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let event: ObjectCreated =
+            serde_json::from_value(ctx.task().payload.clone()).map_err(|e| {
+                TaskError::poison(format!(
+                    "ingest payload is not an object-created event: {e}"
+                ))
+            })?;
+        let key = event.object_key().map_err(TaskError::poison)?;
+        let (project_id, photo_id, name) = keys::parse_upload(&key).map_err(TaskError::poison)?;
+        let store = ctx.ports().store.as_ref();
+        let project = project::load(store, project_id)
+            .await
+            .map_err(|e| refuse(&key, e.to_string()))?;
+        let objects = ctx.ports().objects.as_ref();
+        if objects.head(&key).await?.is_none() {
+            return Err(TaskError::poison(format!(
+                "upload `{key}` is not in the object store (deleted, or the event is stale)"
+            )));
+        }
+        let existing = store.get(&records::photo_key(photo_id)).await?;
+        if let Some(item) = &existing {
+            let row: Photo = records::decode(item)?;
+            if sequencer_older(&event.sequencer, &row.sequencer) {
+                tracing::info!(photo = %photo_id, sequencer = %event.sequencer, row_sequencer = %row.sequencer, "older event; ignored");
+                return Ok(TaskOutput::result(serde_json::json!({
+                    "photo": photo_id, "ignored": "an older event for an upload already ingested",
+                })));
+            }
+        }
+        let started = ctx.phase_started(Phase::Ingest).await?;
+        let bytes = objects.get(&key).await?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let row = match existing {
+            Some(item) => {
+                let row: Photo = records::decode(&item)?;
+                if row.sha256 != sha256 {
+                    return Err(refuse(
+                        &key,
+                        format!(
+                            "photo {photo_id} was ingested with other content (sha256 {}); upload a changed photo as a new photo",
+                            &row.sha256[..12]
+                        ),
+                    ));
+                }
+                tracing::info!(photo = %photo_id, "duplicate event; the row exists");
+                row
+            }
+            None => {
+                let size = bytes.len() as u64;
+                let check_name = name.clone();
+                let decoded =
+                    tokio::task::spawn_blocking(move || upload::decode(&check_name, &bytes))
+                        .await
+                        .map_err(|e| TaskError::transient(format!("decoder thread: {e}")))?
+                        .map_err(|e| refuse(&key, e))?;
+                let pipeline = if project.match_threshold.is_some() && project.opted_out == 0 {
+                    Pipeline::ThumbnailDims
+                } else {
+                    Pipeline::FaceProcess
+                };
+                let row = Photo {
+                    id: photo_id,
+                    project: project_id,
+                    upload_key: key.clone(),
+                    file_name: name,
+                    sha256: sha256.clone(),
+                    bytes: size,
+                    format: decoded.format.into(),
+                    width: decoded.rgb.width(),
+                    height: decoded.rgb.height(),
+                    sequencer: event.sequencer.clone(),
+                    pipeline,
+                    faces: None,
+                    detector: None,
+                    blur_regions: Vec::new(),
+                    edits_rev: 0,
+                    variant_version: 0,
+                    renditions: Vec::new(),
+                    upload_thumb_key: None,
+                    staged_keys: Vec::new(),
+                    replaced_keys: Vec::new(),
+                    published_at: None,
+                    created_at: Millis::now(),
+                };
+                ctx.commit(vec![Write::Put {
+                    item: records::photo_item(&row),
+                    condition: Condition::Absent,
+                }])
+                .await?;
+                row
+            }
+        };
+        let follow = ctx
+            .submit(follow_up_plan(
+                project.tenant.clone(),
+                project_id,
+                photo_id,
+                &row.sha256,
+                row.pipeline,
+            ))
+            .await?;
+        ctx.phase_completed(Phase::Ingest, started).await?;
+        tracing::info!(photo = %photo_id, project = %project_id, pipeline = ?row.pipeline, follow_up = %follow.job_id, "ingested");
+        Ok(TaskOutput::result(serde_json::json!({
+            "photo": photo_id, "pipeline": row.pipeline, "follow_up": follow.job_id,
+            "width": row.width, "height": row.height,
+        })))
+    }
+}

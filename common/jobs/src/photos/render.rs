@@ -1,0 +1,178 @@
+//! Turning one photo's pixels, faces and blur regions into its files: the public file
+//! with every face that must be hidden blurred, one file per opted-out subject found
+//! with only that subject shown, and a thumbnail cut from each blurred file.
+
+use image::RgbImage;
+use image::codecs::jpeg::JpegEncoder;
+use tessera_core::SubjectId;
+use tessera_core::geometry::FracRect;
+use tessera_core::photo::Face;
+use tessera_faces::blur::{self, BlurPlan};
+
+/// Longest side of a thumbnail.
+pub const THUMB_SIDE: u32 = 320;
+/// JPEG quality of written files.
+pub const JPEG_QUALITY: u8 = 90;
+
+/// What one file must hide.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantPlan {
+    /// `None`: the public file; else the subject shown in it.
+    pub variant: Option<SubjectId>,
+    /// Faces and regions to blur.
+    pub blur: BlurPlan,
+}
+
+/// The files a photo needs: none (publish the upload as is) when nothing must be
+/// blurred, else the public file plus one per subject shown somewhere — N + 1, never
+/// 2^N, because no viewer needs two subjects unblurred at once.
+pub fn plan(faces: &[Face], regions: &[FracRect], expand: f32) -> Vec<VariantPlan> {
+    let mut subjects: Vec<SubjectId> = Vec::new();
+    for f in faces {
+        if let Some(s) = f.decision.shown_to()
+            && !subjects.contains(&s)
+        {
+            subjects.push(s);
+        }
+    }
+    let for_variant = |variant: Option<SubjectId>| VariantPlan {
+        variant,
+        blur: BlurPlan {
+            faces: faces
+                .iter()
+                .filter(|f| f.decision.blurred_in(variant))
+                .map(|f| f.bbox)
+                .collect(),
+            regions: regions.to_vec(),
+            expand,
+        },
+    };
+    let public = for_variant(None);
+    if public.blur.is_empty() && subjects.is_empty() {
+        return Vec::new();
+    }
+    std::iter::once(public)
+        .chain(subjects.into_iter().map(|s| for_variant(Some(s))))
+        .collect()
+}
+
+/// A rendered file and its thumbnail, JPEG-encoded.
+pub struct Rendered {
+    /// The file.
+    pub file: Vec<u8>,
+    /// Its thumbnail.
+    pub thumb: Vec<u8>,
+}
+
+/// Blur a copy of `img` per `plan` and encode it with its thumbnail.
+pub fn render(img: &RgbImage, plan: &BlurPlan) -> Result<Rendered, String> {
+    let mut out = img.clone();
+    blur::apply(&mut out, plan);
+    Ok(Rendered {
+        file: jpeg(&out)?,
+        thumb: jpeg(&thumbnail(&out))?,
+    })
+}
+
+/// The thumbnail of `img` (never upscaled).
+pub fn thumbnail(img: &RgbImage) -> RgbImage {
+    let (w, h) = img.dimensions();
+    let long = w.max(h);
+    if long <= THUMB_SIDE {
+        return img.clone();
+    }
+    let s = THUMB_SIDE as f32 / long as f32;
+    image::imageops::resize(
+        img,
+        ((w as f32 * s).round() as u32).max(1),
+        ((h as f32 * s).round() as u32).max(1),
+        image::imageops::FilterType::Triangle,
+    )
+}
+
+/// JPEG bytes of `img`.
+pub fn jpeg(img: &RgbImage) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY)
+        .encode_image(img)
+        .map_err(|e| format!("encoding JPEG: {e}"))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::privacy::FaceDecision;
+
+    fn face(x: f32, decision: FaceDecision) -> Face {
+        Face {
+            bbox: FracRect {
+                x,
+                y: 0.1,
+                w: 0.1,
+                h: 0.1,
+            },
+            landmarks: [[0.0; 2]; 5],
+            score: 0.9,
+            embedding: vec![],
+            decision,
+        }
+    }
+
+    #[test]
+    fn n_subjects_make_n_plus_one_files() {
+        let (a, b) = (SubjectId::new(), SubjectId::new());
+        let faces = vec![
+            face(
+                0.1,
+                FaceDecision::Subject {
+                    subject: a,
+                    similarity: 0.8,
+                },
+            ),
+            face(
+                0.3,
+                FaceDecision::Subject {
+                    subject: b,
+                    similarity: 0.7,
+                },
+            ),
+            face(
+                0.5,
+                FaceDecision::Subject {
+                    subject: a,
+                    similarity: 0.6,
+                },
+            ),
+            face(0.7, FaceDecision::NotOptedOut { best: Some(0.1) }),
+        ];
+        let plans = plan(&faces, &[], 0.35);
+        assert_eq!(plans.len(), 3);
+        assert_eq!(plans[0].variant, None);
+        assert_eq!(plans[0].blur.faces.len(), 3);
+        let pa = plans.iter().find(|p| p.variant == Some(a)).unwrap();
+        assert_eq!(pa.blur.faces, vec![faces[1].bbox]);
+        let pb = plans.iter().find(|p| p.variant == Some(b)).unwrap();
+        assert_eq!(pb.blur.faces, vec![faces[0].bbox, faces[2].bbox]);
+    }
+
+    #[test]
+    fn nothing_to_blur_makes_no_files_but_a_region_or_fail_closed_does() {
+        let shown = vec![face(0.1, FaceDecision::NotOptedOut { best: None })];
+        assert!(plan(&shown, &[], 0.35).is_empty());
+        let region = FracRect {
+            x: 0.0,
+            y: 0.0,
+            w: 0.5,
+            h: 0.5,
+        };
+        let p = plan(&shown, &[region], 0.35);
+        assert_eq!(
+            (p.len(), p[0].blur.regions.len(), p[0].blur.faces.len()),
+            (1, 1, 0)
+        );
+        let closed = vec![face(0.1, FaceDecision::FailClosed)];
+        let p = plan(&closed, &[], 0.35);
+        assert_eq!((p.len(), p[0].blur.faces.len()), (1, 1));
+    }
+}
