@@ -39,7 +39,11 @@ fn with_state(state: &Path, args: &[&str]) -> Output {
 fn folder_of(names: &[&str]) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     for n in names {
-        std::fs::copy(faces_dir().join(n), d.path().join(Path::new(n).file_name().unwrap())).unwrap();
+        std::fs::copy(
+            faces_dir().join(n),
+            d.path().join(Path::new(n).file_name().unwrap()),
+        )
+        .unwrap();
     }
     d
 }
@@ -49,28 +53,43 @@ fn references(people: &[(&str, &str)]) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     for (label, photo) in people {
         std::fs::create_dir_all(d.path().join(label)).unwrap();
-        std::fs::copy(faces_dir().join(photo), d.path().join(label).join(photo)).unwrap();
+        let name = Path::new(photo).file_name().unwrap();
+        std::fs::copy(faces_dir().join(photo), d.path().join(label).join(name)).unwrap();
     }
     d
 }
 
 fn blur(input: &Path, out: &Path, extra: &[&str]) -> (Output, Value) {
-    let mut args = vec!["blur", input.to_str().unwrap(), "--out", out.to_str().unwrap(), "--json"];
+    let mut args = vec![
+        "blur",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
     args.extend_from_slice(extra);
     let o = run(&args, &[]);
-    let manifest: Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap_or_else(|e| {
-        panic!("no manifest ({e}); stderr: {}", stderr(&o))
-    }))
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(out.join("manifest.json"))
+            .unwrap_or_else(|e| panic!("no manifest ({e}); stderr: {}", stderr(&o))),
+    )
     .unwrap();
     (o, manifest)
 }
 
 fn photo<'a>(m: &'a Value, file: &str) -> &'a Value {
-    m["photos"].as_array().unwrap().iter().find(|p| p["file"] == file).unwrap_or_else(|| panic!("{file} not in manifest"))
+    m["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["file"] == file)
+        .unwrap_or_else(|| panic!("{file} not in manifest"))
 }
 
 fn load(p: &Path) -> RgbImage {
-    image::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).to_rgb8()
+    image::open(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .to_rgb8()
 }
 
 /// Mean absolute difference of two images inside a box (fractions).
@@ -94,25 +113,51 @@ fn bbox(face: &Value) -> FracRect {
 
 fn models() -> FaceModels {
     let rt = OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)");
-    FaceModels::load(&rt, &ModelFiles::in_dir(shared().join("models")), DetectorKind::Yunet, 1).unwrap()
+    FaceModels::load(
+        &rt,
+        &ModelFiles::in_dir(shared().join("models")),
+        DetectorKind::Yunet,
+        1,
+    )
+    .unwrap()
 }
 
 #[test]
 fn opted_out_people_are_blurred_everywhere_but_in_their_own_file() {
     let input = folder_of(&["composite_pd_1280x896.jpg", "negatives/coffee.png"]);
-    let refs = references(&[("astronaut", "astronaut.png"), ("hopper", "grace_hopper.jpg")]);
+    let refs = references(&[
+        ("astronaut", "astronaut.png"),
+        ("hopper", "grace_hopper.jpg"),
+    ]);
     let out = tempfile::tempdir().unwrap();
-    let (o, m) = blur(input.path(), out.path(), &["--opted-out", refs.path().to_str().unwrap(), "--threshold", "0.363"]);
+    let (o, m) = blur(
+        input.path(),
+        out.path(),
+        &[
+            "--opted-out",
+            refs.path().to_str().unwrap(),
+            "--threshold",
+            "0.363",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 
     let comp = photo(&m, "composite_pd_1280x896.jpg");
     assert_eq!(comp["published"], true);
     let faces = comp["faces"].as_array().unwrap();
     assert_eq!(faces.len(), 8);
-    let of = |who: &str| faces.iter().filter(|f| f["subject"] == who).collect::<Vec<_>>();
+    let of = |who: &str| {
+        faces
+            .iter()
+            .filter(|f| f["subject"] == who)
+            .collect::<Vec<_>>()
+    };
     let (astronauts, hoppers) = (of("astronaut"), of("hopper"));
     assert_eq!((astronauts.len(), hoppers.len()), (4, 3), "{faces:?}");
-    let cameraman: Vec<_> = faces.iter().filter(|f| f["decision"] == "not_opted_out").collect();
+    let cameraman: Vec<_> = faces
+        .iter()
+        .filter(|f| f["decision"] == "not_opted_out")
+        .collect();
     assert_eq!(cameraman.len(), 1);
 
     // N = 2 subjects found → 3 files and 3 thumbnails.
@@ -129,10 +174,16 @@ fn opted_out_people_are_blurred_everywhere_but_in_their_own_file() {
     let (public, own_a, own_h) = (file("public"), file("astronaut"), file("hopper"));
     let blurred = |img: &RgbImage, f: &Value| diff_in(img, &original, &bbox(f)) > 12.0;
     for f in &astronauts {
-        assert!(blurred(&public, f) && blurred(&own_h, f) && !blurred(&own_a, f), "astronaut {f}");
+        assert!(
+            blurred(&public, f) && blurred(&own_h, f) && !blurred(&own_a, f),
+            "astronaut {f}"
+        );
     }
     for f in &hoppers {
-        assert!(blurred(&public, f) && blurred(&own_a, f) && !blurred(&own_h, f), "hopper {f}");
+        assert!(
+            blurred(&public, f) && blurred(&own_a, f) && !blurred(&own_h, f),
+            "hopper {f}"
+        );
     }
     for f in &cameraman {
         assert!(!blurred(&public, f) && !blurred(&own_a, f) && !blurred(&own_h, f));
@@ -145,9 +196,16 @@ fn opted_out_people_are_blurred_everywhere_but_in_their_own_file() {
     let found = m_.detect(&public).unwrap();
     for d in &found {
         let r = FracRect::from_pixels(d.bbox, w, h);
-        assert!(hidden.iter().all(|b| b.iou(&r) == 0.0), "face found in a blurred region: {d:?}");
+        assert!(
+            hidden.iter().all(|b| b.iou(&r) == 0.0),
+            "face found in a blurred region: {d:?}"
+        );
     }
-    assert_eq!(found.len(), 1, "only the cameraman is still a face: {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "only the cameraman is still a face: {found:?}"
+    );
 
     // Nothing to blur in the negative: no extra files, the public file is the upload.
     let coffee = photo(&m, "coffee.png");
@@ -166,7 +224,11 @@ fn without_a_threshold_every_face_is_blurred_and_nobody_matched() {
     let input = folder_of(&["composite_pd_1280x896.jpg", "astronaut.png"]);
     let refs = references(&[("astronaut", "astronaut.png")]);
     let out = tempfile::tempdir().unwrap();
-    let (o, m) = blur(input.path(), out.path(), &["--opted-out", refs.path().to_str().unwrap()]);
+    let (o, m) = blur(
+        input.path(),
+        out.path(),
+        &["--opted-out", refs.path().to_str().unwrap()],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(m["policy"], "fail_closed");
     for name in ["composite_pd_1280x896.jpg", "astronaut.png"] {
@@ -195,9 +257,14 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) {
 
 fn jpeg_of(w: u32, h: u32) -> Vec<u8> {
     let mut out = Vec::new();
-    RgbImage::from_fn(w, h, |x, y| image::Rgb([(x % 256) as u8, (y % 256) as u8, 90]))
-        .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Jpeg)
-        .unwrap();
+    RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x % 256) as u8, (y % 256) as u8, 90])
+    })
+    .write_to(
+        &mut std::io::Cursor::new(&mut out),
+        image::ImageFormat::Jpeg,
+    )
+    .unwrap();
     out
 }
 
@@ -232,20 +299,36 @@ fn hostile_files_each_get_a_clear_recorded_error_and_good_ones_still_publish() {
     assert!(bomb.len() < 200_000, "the bomb is small: {}", bomb.len());
     write(d.path(), "bomb.png", &bomb);
     let mut huge = Vec::new();
-    RgbImage::new(4, 4).write_to(&mut std::io::Cursor::new(&mut huge), image::ImageFormat::Png).unwrap();
+    RgbImage::new(4, 4)
+        .write_to(
+            &mut std::io::Cursor::new(&mut huge),
+            image::ImageFormat::Png,
+        )
+        .unwrap();
     huge[16..20].copy_from_slice(&60000u32.to_be_bytes());
     huge[20..24].copy_from_slice(&60000u32.to_be_bytes());
     write(d.path(), "header-60000.png", &huge);
     // CMYK JPEG (as print workflows export them).
     let mut cmyk = Vec::new();
-    let pixels: Vec<u8> = (0..64 * 48).flat_map(|i| [(i % 200) as u8, 30, 60, 10]).collect();
-    jpeg_encoder::Encoder::new(&mut cmyk, 90).encode(&pixels, 64, 48, jpeg_encoder::ColorType::Cmyk).unwrap();
+    let pixels: Vec<u8> = (0..64 * 48)
+        .flat_map(|i| [(i % 200) as u8, 30, 60, 10])
+        .collect();
+    jpeg_encoder::Encoder::new(&mut cmyk, 90)
+        .encode(&pixels, 64, 48, jpeg_encoder::ColorType::Cmyk)
+        .unwrap();
     write(d.path(), "cmyk.jpg", &cmyk);
     // 16-bit RGB PNG.
     let mut deep = Vec::new();
-    image::ImageBuffer::<image::Rgb<u16>, _>::from_pixel(40, 30, image::Rgb([60000u16, 1000, 30000]))
-        .write_to(&mut std::io::Cursor::new(&mut deep), image::ImageFormat::Png)
-        .unwrap();
+    image::ImageBuffer::<image::Rgb<u16>, _>::from_pixel(
+        40,
+        30,
+        image::Rgb([60000u16, 1000, 30000]),
+    )
+    .write_to(
+        &mut std::io::Cursor::new(&mut deep),
+        image::ImageFormat::Png,
+    )
+    .unwrap();
     write(d.path(), "deep.png", &deep);
     // A JPEG whose EXIF block is garbage.
     let plain = jpeg_of(120, 80);
@@ -259,7 +342,10 @@ fn hostile_files_each_get_a_clear_recorded_error_and_good_ones_still_publish() {
 
     let out = tempfile::tempdir().unwrap();
     let (o, m) = blur(d.path(), out.path(), &["--threshold", "0.4"]);
-    assert!(!o.status.success(), "some photos were refused, so the run fails");
+    assert!(
+        !o.status.success(),
+        "some photos were refused, so the run fails"
+    );
     for (file, why) in [
         ("zero.jpg", "empty"),
         ("notes.jpg", "not an image"),
@@ -293,7 +379,11 @@ fn objects_under(state: &Path, prefix: &str) -> Vec<String> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                let k = p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                let k = p
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 if k.starts_with(prefix) {
                     out.push(k);
                 }
@@ -309,7 +399,12 @@ fn referenced(photo: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| [r["key"].as_str().unwrap().to_string(), r["thumb_key"].as_str().unwrap().to_string()])
+        .flat_map(|r| {
+            [
+                r["key"].as_str().unwrap().to_string(),
+                r["thumb_key"].as_str().unwrap().to_string(),
+            ]
+        })
         .filter(|k| k.starts_with("photos/"))
         .collect();
     keys.sort();
@@ -324,20 +419,59 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
         assert!(o.status.success(), "{}", stderr(&o));
         o
     };
-    ok(with_state(s, &["projects", "create", "p", "--threshold", "0.363"]));
-    ok(with_state(s, &["subjects", "add", "--project", "p", "--label", "astronaut",
-        faces_dir().join("astronaut.png").to_str().unwrap()]));
-    let added = ok(with_state(s, &["--json", "photos", "add", "--project", "p", "--submit-only",
-        faces_dir().join("composite_pd_1280x896.jpg").to_str().unwrap()]));
+    ok(with_state(
+        s,
+        &["projects", "create", "p", "--threshold", "0.363"],
+    ));
+    ok(with_state(
+        s,
+        &[
+            "subjects",
+            "add",
+            "--project",
+            "p",
+            "--label",
+            "astronaut",
+            faces_dir().join("astronaut.png").to_str().unwrap(),
+        ],
+    ));
+    let added = ok(with_state(
+        s,
+        &[
+            "--json",
+            "photos",
+            "add",
+            "--project",
+            "p",
+            "--submit-only",
+            faces_dir()
+                .join("composite_pd_1280x896.jpg")
+                .to_str()
+                .unwrap(),
+        ],
+    ));
     let photo_id = json(&added)[0]["photo"].as_str().unwrap().to_string();
 
     // A worker that aborts right after storing the first variant, before the row
     // points at it.
-    let crashed = run(&["--state", s.to_str().unwrap(), "worker", "--lease-ms", "1500", "--reap-every-ms", "200"],
-        &[("TESSERA_FAULT", "after-variant-upload")]);
+    let crashed = run(
+        &[
+            "--state",
+            s.to_str().unwrap(),
+            "worker",
+            "--lease-ms",
+            "1500",
+            "--reap-every-ms",
+            "200",
+        ],
+        &[("TESSERA_FAULT", "after-variant-upload")],
+    );
     assert!(!crashed.status.success(), "the worker was meant to abort");
     let shown = json(&with_state(s, &["--json", "photos", "show", &photo_id]));
-    assert!(shown["published_at"].is_null(), "half-processed photo is published: {shown}");
+    assert!(
+        shown["published_at"].is_null(),
+        "half-processed photo is published: {shown}"
+    );
     assert_eq!(shown["variant_version"], 1);
 
     // A healthy worker takes over once the lease expires and finishes the job.
@@ -350,7 +484,15 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
     }
     let _worker = KillOnDrop(
         Command::new(tessera_bin())
-            .args(["--state", s.to_str().unwrap(), "worker", "--lease-ms", "1500", "--reap-every-ms", "200"])
+            .args([
+                "--state",
+                s.to_str().unwrap(),
+                "worker",
+                "--lease-ms",
+                "1500",
+                "--reap-every-ms",
+                "200",
+            ])
             .env("TESSERA_MODELS", shared().join("models"))
             .env_remove("TESSERA_FAULT")
             .stderr(std::process::Stdio::null())
@@ -361,11 +503,16 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
     let done = loop {
         let shown = json(&with_state(s, &["--json", "photos", "show", &photo_id]));
         let jobs = json(&with_state(s, &["--json", "jobs", "list"]));
-        let all_done = jobs["jobs"].as_array().unwrap().iter().all(|j| ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or("")));
+        let all_done = jobs["jobs"].as_array().unwrap().iter().all(|j| {
+            ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or(""))
+        });
         if !shown["published_at"].is_null() && all_done {
             break shown;
         }
-        assert!(std::time::Instant::now() < deadline, "not published in time: {shown}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not published in time: {shown}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(300));
     };
 
@@ -374,9 +521,87 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
     // deleted by cleanup), and the upload is intact.
     assert_eq!(done["variant_version"], 2, "{done}");
     let keys = referenced(&done);
-    assert_eq!(keys.len(), 4, "public + astronaut, each with a thumbnail: {keys:?}");
+    assert_eq!(
+        keys.len(),
+        4,
+        "public + astronaut, each with a thumbnail: {keys:?}"
+    );
     assert!(keys.iter().all(|k| k.contains("/v2/")));
     let project_and_photo = keys[0].split('/').take(3).collect::<Vec<_>>().join("/");
     assert_eq!(objects_under(s, &format!("{project_and_photo}/")), keys);
     assert_eq!(objects_under(s, "uploads/").len(), 1);
+}
+
+#[test]
+fn setup_and_input_mistakes_are_clear_errors() {
+    let input = folder_of(&["grace_hopper.jpg"]);
+    let out = tempfile::tempdir().unwrap();
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "blur".to_string(),
+            input.path().display().to_string(),
+            "--out".into(),
+            out.path().display().to_string(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run_args = |a: Vec<String>, env: &[(&str, &str)]| {
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&refs, env)
+    };
+    // No ONNX Runtime where ORT_DYLIB_PATH points.
+    let o = run_args(
+        args(&[]),
+        &[("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so.1.32.0")],
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("ONNX Runtime could not be loaded")
+            && e.contains("/nonexistent/libonnxruntime.so.1.32.0")
+            && e.contains("setup-onnx"),
+        "{e}"
+    );
+    // A library that is not ONNX Runtime.
+    let o = run_args(
+        args(&[]),
+        &[("ORT_DYLIB_PATH", "/lib/x86_64-linux-gnu/libc.so.6")],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("ONNX Runtime could not be loaded"),
+        "{}",
+        stderr(&o)
+    );
+    // No models where TESSERA_MODELS points.
+    let o = run_args(args(&[]), &[("TESSERA_MODELS", "/nonexistent-models")]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("/nonexistent-models/yunet_2023mar_fp32_dynamic.onnx"),
+        "{}",
+        stderr(&o)
+    );
+    // A threshold that is not a cosine similarity.
+    let o = run_args(args(&["--threshold", "7"]), &[]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a cosine similarity"),
+        "{}",
+        stderr(&o)
+    );
+    // A reference photo without a face.
+    let refs = references(&[("cat", "negatives/chelsea.png")]);
+    let o = run_args(
+        args(&[
+            "--opted-out",
+            refs.path().to_str().unwrap(),
+            "--threshold",
+            "0.4",
+        ]),
+        &[],
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("chelsea.png") && e.contains("no face"), "{e}");
 }
