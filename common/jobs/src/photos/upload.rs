@@ -123,7 +123,7 @@ mod tests {
             .unwrap();
         let d = decode("deep.png", &out).unwrap();
         assert_eq!((d.rgb.width(), d.rgb.height(), d.format), (5, 4, "png"));
-        assert_eq!(d.rgb.get_pixel(0, 0).0, [155, 155, 155]);
+        assert_eq!(d.rgb.get_pixel(0, 0).0, [156, 156, 156]);
         assert_eq!(
             decode("ok.png", &png(3, 2)).unwrap().rgb.get_pixel(1, 1).0,
             [10, 200, 30]
