@@ -1,7 +1,7 @@
 //! `tessera blur INPUT_DIR --out OUT`: a one-shot privacy run in embedded mode, and
 //! `tessera bench photos DIR`: the per-photo cost of face processing on one core.
 
-use super::photos::{drive, job_error, upload};
+use super::photos::{drive, photo_error, upload};
 use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
@@ -24,6 +24,16 @@ pub struct Args {
     /// Where variants, thumbnails and `manifest.json` go.
     #[arg(long)]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub privacy: Privacy,
+    /// How much face boxes grow before blurring (0.30..0.40).
+    #[arg(long, default_value_t = tessera_faces::blur::DEFAULT_EXPAND)]
+    pub blur_expand: f32,
+}
+
+/// Who is protected, and how faces are found and matched.
+#[derive(clap::Args, Debug)]
+pub struct Privacy {
     /// Folder with one sub-folder per person who opted out, holding their reference photos.
     #[arg(long)]
     pub opted_out: Option<PathBuf>,
@@ -34,9 +44,6 @@ pub struct Args {
     /// Face detector.
     #[arg(long, default_value = "yunet")]
     pub detector: DetectorKind,
-    /// How much face boxes grow before blurring (0.30..0.40).
-    #[arg(long, default_value_t = tessera_faces::blur::DEFAULT_EXPAND)]
-    pub blur_expand: f32,
 }
 
 /// One person's reference photos: the sub-folders of `dir`.
@@ -151,9 +158,14 @@ fn stem_of(path: &Path, used: &mut HashMap<String, u32>) -> String {
 pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let images = crate::photos::list_images(&args.input)?;
-    let references = args.opted_out.as_deref().map(reference_sets).transpose()?;
-    project::validate_settings(args.threshold, args.blur_expand)?;
-    let models = FaceService::load_from_env(args.detector, 1)?;
+    let references = args
+        .privacy
+        .opted_out
+        .as_deref()
+        .map(reference_sets)
+        .transpose()?;
+    project::validate_settings(args.privacy.threshold, args.blur_expand)?;
+    let models = FaceService::load_from_env(args.privacy.detector, 1)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     // The run's own state, kept for inspection (`tessera --state OUT/.tessera-state jobs list`)
@@ -174,7 +186,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
         store.as_ref(),
         TenantId::local(),
         "blur",
-        args.threshold,
+        args.privacy.threshold,
         args.blur_expand,
     )
     .await?;
@@ -212,15 +224,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
             Some(item) => Some(records::decode(&item)?),
             None => None,
         };
-        let mut error = None;
-        for j in jobs
-            .iter()
-            .filter(|j| j.id == *ingest_job || j.label.ends_with(&photo_id.to_string()))
-        {
-            if let Some(e) = job_error(&engine, j).await? {
-                error = Some(e);
-            }
-        }
+        let error = photo_error(&engine, &jobs, *ingest_job, *photo_id).await?;
         let mut entry = ManifestPhoto {
             file: file.clone(),
             photo: Some(photo_id.to_string()),
@@ -292,9 +296,9 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     let published = photos.iter().filter(|p| p.published).count();
     let manifest = serde_json::json!({
         "input": args.input,
-        "threshold": args.threshold,
-        "policy": if args.threshold.is_some() { "threshold" } else { "fail_closed" },
-        "detector": args.detector.as_str(),
+        "threshold": args.privacy.threshold,
+        "policy": if args.privacy.threshold.is_some() { "threshold" } else { "fail_closed" },
+        "detector": args.privacy.detector.as_str(),
         "blur_expand": args.blur_expand,
         "model_load_ms": models.load_ms,
         "onnxruntime": models.runtime_version,
@@ -320,7 +324,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
                 ),
             })
             .collect();
-        if args.threshold.is_none() {
+        if args.privacy.threshold.is_none() {
             lines.push("no --threshold: failed closed, every face is blurred in every file".into());
         }
         lines.push(format!(
@@ -341,15 +345,8 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
 pub struct PhotosBench {
     /// Folder of photos.
     pub dir: PathBuf,
-    /// Opted-out people (one sub-folder each), as for `tessera blur`.
-    #[arg(long)]
-    pub opted_out: Option<PathBuf>,
-    /// Match threshold (without one every face is blurred: the most work).
-    #[arg(long)]
-    pub threshold: Option<f32>,
-    /// Face detector.
-    #[arg(long, default_value = "yunet")]
-    pub detector: DetectorKind,
+    #[command(flatten)]
+    pub privacy: Privacy,
     /// Timed passes over the folder (after one warm-up pass).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
@@ -439,6 +436,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
     let images = crate::photos::list_images(&b.dir)?;
     let refs = b
+        .privacy
         .opted_out
         .as_deref()
         .map(reference_sets)
@@ -447,7 +445,7 @@ pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
         let pinned = pin_to_one_core();
         let load = Instant::now();
-        let models = FaceService::load_from_env(b.detector, 1)?;
+        let models = FaceService::load_from_env(b.privacy.detector, 1)?;
         let first_load_ms = load.elapsed().as_secs_f64() * 1e3;
         let mut subjects = Vec::new();
         for (_, paths) in &refs {
@@ -464,7 +462,7 @@ pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
                 embeddings,
             });
         }
-        let policy = MatchPolicy::from_threshold(b.threshold);
+        let policy = MatchPolicy::from_threshold(b.privacy.threshold);
         let mut inputs = Vec::new();
         for p in &images {
             let name = p
@@ -513,8 +511,8 @@ pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
             "photos": inputs.len(),
             "rounds": b.rounds,
             "pinned_to_one_core": pinned,
-            "detector": b.detector.as_str(),
-            "policy": if b.threshold.is_some() { "threshold" } else { "fail_closed" },
+            "detector": b.privacy.detector.as_str(),
+            "policy": if b.privacy.threshold.is_some() { "threshold" } else { "fail_closed" },
             "onnxruntime": models.runtime_version,
             "model_load_ms": models.load_ms,
             "first_load_ms_with_runtime": first_load_ms,

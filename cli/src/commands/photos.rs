@@ -230,6 +230,26 @@ pub async fn job_error(engine: &Engine, job: &Job) -> anyhow::Result<Option<Stri
     }))
 }
 
+/// Why a photo's jobs failed, if they did: its ingest job, or a follow-up naming it.
+pub async fn photo_error(
+    engine: &Engine,
+    jobs: &[Job],
+    ingest: JobId,
+    photo: PhotoId,
+) -> anyhow::Result<Option<String>> {
+    let photo = photo.to_string();
+    let mut error = None;
+    for j in jobs
+        .iter()
+        .filter(|j| j.id == ingest || j.spec["photo"].as_str() == Some(photo.as_str()))
+    {
+        if let Some(e) = job_error(engine, j).await? {
+            error = Some(e);
+        }
+    }
+    Ok(error)
+}
+
 async fn load_photo(engine: &Engine, id: PhotoId) -> anyhow::Result<Photo> {
     let item = engine
         .ports()
@@ -423,15 +443,7 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
                     }
                     _ => {
                         failed += 1;
-                        let mut err = None;
-                        for j in jobs
-                            .iter()
-                            .filter(|j| j.id == *job || j.label.ends_with(&photo.to_string()))
-                        {
-                            if let Some(e) = job_error(&engine, j).await? {
-                                err = Some(e);
-                            }
-                        }
+                        let err = photo_error(&engine, &jobs, *job, *photo).await?;
                         serde_json::json!({"file": file, "photo": photo, "published": false, "error": err})
                     }
                 };

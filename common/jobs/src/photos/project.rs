@@ -145,17 +145,11 @@ pub async fn by_name(
     load(store, id).await
 }
 
-/// The project's opted-out subjects.
-pub async fn subjects(
+/// Every record a query matches, page after page.
+async fn query_all<T: serde::de::DeserializeOwned>(
     store: &dyn StateStore,
-    project: ProjectId,
-) -> Result<Vec<Subject>, StoreError> {
-    let mut q = Query::partition(
-        Index::Table,
-        records::subject_key(project, SubjectId::new()).pk,
-        500,
-    );
-    q.sk_prefix = Some(records::SUBJECT_PREFIX.into());
+    mut q: Query,
+) -> Result<Vec<T>, StoreError> {
     let mut out = Vec::new();
     loop {
         let page = store.query(&q).await?;
@@ -169,24 +163,28 @@ pub async fn subjects(
     }
 }
 
+/// The project's opted-out subjects.
+pub async fn subjects(
+    store: &dyn StateStore,
+    project: ProjectId,
+) -> Result<Vec<Subject>, StoreError> {
+    let mut q = Query::partition(
+        Index::Table,
+        records::subject_key(project, SubjectId::new()).pk,
+        500,
+    );
+    q.sk_prefix = Some(records::SUBJECT_PREFIX.into());
+    query_all(store, q).await
+}
+
 /// The project's photos.
 pub async fn photos(store: &dyn StateStore, project: ProjectId) -> Result<Vec<Photo>, StoreError> {
-    let mut q = Query::partition(
+    let q = Query::partition(
         Index::ByParent,
         records::project_photos_partition(project),
         500,
     );
-    let mut out = Vec::new();
-    loop {
-        let page = store.query(&q).await?;
-        for item in &page.items {
-            out.push(records::decode(item)?);
-        }
-        match page.next {
-            Some(n) => q.after = Some(n),
-            None => return Ok(out),
-        }
-    }
+    query_all(store, q).await
 }
 
 /// The embedding of the largest face in one reference photo.
