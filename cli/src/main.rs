@@ -48,6 +48,8 @@ pub enum Command {
     /// Blur every face that must be hidden in a folder of photos (one-shot, embedded):
     /// variants, thumbnails and a manifest under OUT.
     Blur(commands::blur::Args),
+    /// Serve the HTTP API (sfmapi v1 core) on a local port, with workers.
+    Serve(commands::serve::Args),
     /// Create and show photo projects.
     #[command(subcommand)]
     Projects(commands::photos::ProjectsCommand),

@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod photos;
 pub mod reconstruct;
 pub mod refine;
+pub mod serve;
 pub mod worker;
 
 use crate::{Cli, Command};
@@ -26,6 +27,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Triangulate(a) => refine::triangulate(&cli.state, cli.json, a).await,
         Command::Bench(c) => bench::run(cli.json, c).await,
         Command::Blur(a) => blur::run(cli.json, a).await,
+        Command::Serve(a) => serve::run(&cli.state, a).await,
         Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
         Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
         Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,

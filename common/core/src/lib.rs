@@ -17,6 +17,7 @@ pub mod job;
 pub mod photo;
 pub mod ports;
 pub mod privacy;
+pub mod projects;
 pub mod records;
 pub mod spec;
 pub mod task;

@@ -2,15 +2,12 @@
 //! enrolment of a subject and edits of a photo's blur regions.
 
 use super::upload;
-use serde_json::json;
 use std::sync::Arc;
-use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{Photo, Subject};
 use tessera_core::ports::state_store::{Condition, Index, Query, StateStore, StoreError, Write};
-use tessera_core::{
-    Classify, ErrorClass, Millis, PhotoId, ProjectId, SubjectId, TenantId, records,
-};
+use tessera_core::projects::ProjectError;
+use tessera_core::{Classify, ErrorClass, Millis, PhotoId, ProjectId, SubjectId, records};
 use tessera_faces::FaceModels;
 
 /// Why a project-level request failed.
@@ -33,6 +30,16 @@ pub enum PhotoError {
     Faces(#[from] tessera_faces::FaceError),
 }
 
+impl From<ProjectError> for PhotoError {
+    fn from(e: ProjectError) -> Self {
+        match e {
+            ProjectError::NotFound(m) => PhotoError::NotFound(m),
+            ProjectError::Invalid(m) => PhotoError::Invalid(m),
+            ProjectError::Store(e) => PhotoError::Store(e),
+        }
+    }
+}
+
 impl Classify for PhotoError {
     fn class(&self) -> ErrorClass {
         match self {
@@ -44,124 +51,7 @@ impl Classify for PhotoError {
     }
 }
 
-/// Check a match threshold and blur growth from configuration.
-pub fn validate_settings(threshold: Option<f32>, expand: f32) -> Result<(), PhotoError> {
-    if let Some(t) = threshold
-        && !(t.is_finite() && (-1.0..=1.0).contains(&t))
-    {
-        return Err(PhotoError::Invalid(format!(
-            "match threshold {t} is not a cosine similarity; use a value in -1..1 (SFace's usual is 0.363; lower blurs more)"
-        )));
-    }
-    if !(0.30..=0.40).contains(&expand) {
-        return Err(PhotoError::Invalid(format!(
-            "blur expansion {expand} is outside 0.30..0.40 (the face box grows by 30 to 40 %)"
-        )));
-    }
-    Ok(())
-}
-
-/// Create a project; its name is unique for the tenant.
-pub async fn create(
-    store: &dyn StateStore,
-    tenant: TenantId,
-    name: &str,
-    threshold: Option<f32>,
-    expand: f32,
-) -> Result<Project, PhotoError> {
-    validate_settings(threshold, expand)?;
-    if name.is_empty()
-        || name.len() > 200
-        || name.contains(['#', '/'])
-        || name.chars().any(char::is_control)
-    {
-        return Err(PhotoError::Invalid(format!(
-            "project name `{name}` must be 1 to 200 characters without `#`, `/` or control characters"
-        )));
-    }
-    let p = Project {
-        id: ProjectId::new(),
-        tenant: tenant.clone(),
-        name: name.to_string(),
-        match_threshold: threshold,
-        blur_expand: expand,
-        subjects_rev: 0,
-        opted_out: 0,
-        created_at: Millis::now(),
-    };
-    let name_item = tessera_core::ports::state_store::Item::new(
-        records::project_name_key(&tenant, name),
-        json!({ "project": p.id }),
-    );
-    match store
-        .transact(vec![
-            Write::Put {
-                item: name_item,
-                condition: Condition::Absent,
-            },
-            Write::Put {
-                item: records::project_item(&p),
-                condition: Condition::Absent,
-            },
-        ])
-        .await
-    {
-        Err(StoreError::Conflict { index: 0, .. }) => Err(PhotoError::Invalid(format!(
-            "a project named `{name}` exists already; pick another name"
-        ))),
-        other => other.map(|()| p).map_err(Into::into),
-    }
-}
-
-/// A project by id.
-pub async fn load(store: &dyn StateStore, id: ProjectId) -> Result<Project, PhotoError> {
-    let item = store
-        .get(&records::project_key(id))
-        .await?
-        .ok_or_else(|| PhotoError::NotFound(format!("project {id} does not exist")))?;
-    Ok(records::decode(&item)?)
-}
-
-/// A project by name.
-pub async fn by_name(
-    store: &dyn StateStore,
-    tenant: &TenantId,
-    name: &str,
-) -> Result<Project, PhotoError> {
-    let item = store
-        .get(&records::project_name_key(tenant, name))
-        .await?
-        .ok_or_else(|| {
-            PhotoError::NotFound(format!(
-                "no project named `{name}`; create it with `tessera projects create {name}`"
-            ))
-        })?;
-    let id: ProjectId = item.body["project"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            StoreError::Corrupt(format!("project name record `{name}` names no project"))
-        })?;
-    load(store, id).await
-}
-
-/// Every record a query matches, page after page.
-async fn query_all<T: serde::de::DeserializeOwned>(
-    store: &dyn StateStore,
-    mut q: Query,
-) -> Result<Vec<T>, StoreError> {
-    let mut out = Vec::new();
-    loop {
-        let page = store.query(&q).await?;
-        for item in &page.items {
-            out.push(records::decode(item)?);
-        }
-        match page.next {
-            Some(n) => q.after = Some(n),
-            None => return Ok(out),
-        }
-    }
-}
+pub use tessera_core::projects::{by_name, create, load, query_all, validate_settings};
 
 /// The project's opted-out subjects.
 pub async fn subjects(

@@ -1,0 +1,99 @@
+//! `tessera serve`: the HTTP API on a local port in embedded mode, with workers in the
+//! same process unless `--no-workers`.
+
+use crate::embedded;
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_api::{ApiState, AuthMode};
+use tessera_engine::Worker;
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// `none` (every caller is the local tenant) or `api_key` (Bearer keys).
+    #[arg(long, default_value = "none")]
+    pub auth: AuthMode,
+    /// Do not run workers in this process (run `tessera worker` beside it).
+    #[arg(long)]
+    pub no_workers: bool,
+    /// Tasks run at once by the in-process worker.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub concurrency: u32,
+}
+
+pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    let (_dir, engine) = embedded::engine(state, None).await?;
+    let (backend, capabilities) = match tessera_sfm::colmap::detect() {
+        Ok(info) => (
+            (info.name, info.version),
+            info.capabilities.into_iter().collect(),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "no COLMAP: reconstruction capabilities are off");
+            (("none".to_string(), String::new()), Vec::new())
+        }
+    };
+    if args.auth == AuthMode::ApiKey {
+        let store = engine.ports().store.as_ref();
+        if tessera_api::auth::list_keys(store)
+            .await
+            .map_err(|p| anyhow::anyhow!(p.detail))?
+            .is_empty()
+        {
+            let (key, secret) =
+                tessera_api::auth::create_key(store, tessera_core::TenantId::local(), true)
+                    .await
+                    .map_err(|p| anyhow::anyhow!(p.detail))?;
+            eprintln!(
+                "created the first admin API key ({}) for tenant `local`; it is shown only now:\n{secret}",
+                key.key_id
+            );
+        }
+    } else {
+        eprintln!(
+            "warning: --auth none: every caller is the local tenant; use --auth api_key beyond this machine"
+        );
+    }
+    let app = tessera_api::router(ApiState {
+        engine: engine.clone(),
+        auth: args.auth,
+        capabilities,
+        backend,
+    });
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}; pick another --addr", args.addr))?;
+    eprintln!(
+        "serving the Tessera API on http://{}",
+        listener.local_addr()?
+    );
+    let stop = CancellationToken::new();
+    let worker = (!args.no_workers).then(|| {
+        let w = Worker::new(
+            engine.clone(),
+            args.concurrency as usize,
+            Some(Duration::from_secs(5)),
+        );
+        let s = stop.clone();
+        tokio::spawn(async move { w.run(s).await })
+    });
+    let s = stop.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            super::interrupted().await;
+            s.cancel();
+        })
+        .await
+        .context("the HTTP server failed")?;
+    stop.cancel();
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
+    Ok(ExitCode::SUCCESS)
+}

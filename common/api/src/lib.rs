@@ -1,0 +1,36 @@
+//! The HTTP API: one axum router over the engine and its ports, so `tessera serve` (and,
+//! later, the api Lambda) answer the same requests the same way.
+//!
+//! It follows the sfmapi v1 wire conventions: `application/problem+json` errors, AIP-158
+//! pagination, `_links`, `202 + Location` for submissions, SSE progress resumable from
+//! `Last-Event-ID`, and tenancy on every read and write (another tenant's resource is a
+//! 404). This is the core subset: meta, capabilities, projects, jobs, events and API keys.
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod problem;
+pub mod routes;
+
+use axum::Router;
+use tessera_engine::Engine;
+
+pub use auth::AuthMode;
+pub use problem::Problem;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The engine (and through it the ports).
+    pub engine: Engine,
+    /// How callers are identified.
+    pub auth: AuthMode,
+    /// Capabilities the reconstruction backend declares (sfmapi names).
+    pub capabilities: Vec<String>,
+    /// The backend's name and version, for `/v1/capabilities`.
+    pub backend: (String, String),
+}
+
+/// The router.
+pub fn router(state: ApiState) -> Router {
+    routes::router(state)
+}

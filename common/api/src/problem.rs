@@ -1,0 +1,109 @@
+//! `application/problem+json` errors (RFC 7807), the only shape a non-2xx answer has.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tessera_engine::EngineError;
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Error class slug (`not_found`, `validation`, …).
+    pub slug: &'static str,
+    /// What went wrong and what to do.
+    pub detail: String,
+    /// Extra members (for example `capability`).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Problem {
+    /// A problem with this status, class and detail.
+    pub fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
+        Problem {
+            status,
+            slug,
+            detail: detail.into(),
+            extra: Default::default(),
+        }
+    }
+    /// 404.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+    /// 400.
+    pub fn bad_request(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", what)
+    }
+    /// 422.
+    pub fn validation(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation", what)
+    }
+    /// 409.
+    pub fn conflict(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", what)
+    }
+    /// 401.
+    pub fn unauthorized(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "auth", what)
+    }
+    /// 403.
+    pub fn forbidden(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "auth", what)
+    }
+    /// 500, logged; the caller sees no internals.
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "internal error answering a request");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; see the server log",
+        )
+    }
+    /// 503: a dependency is unavailable.
+    pub fn unavailable(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", what)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut body = json!({
+            "type": format!("https://sfmapi.github.io/errors/{}", self.slug),
+            "title": self.status.canonical_reason().unwrap_or("error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if let Some(obj) = body.as_object_mut() {
+            obj.extend(self.extra);
+        }
+        let mut r = (self.status, body.to_string()).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        r
+    }
+}
+
+impl From<EngineError> for Problem {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::NoSuchJob(id) => Problem::not_found(format!("job {id} does not exist")),
+            EngineError::NoSuchTask(id) => Problem::not_found(format!("task {id} does not exist")),
+            EngineError::InvalidPlan(m) => Problem::validation(m),
+            EngineError::Refused(m) => Problem::conflict(m),
+            EngineError::Store(tessera_core::ports::StoreError::Unavailable(m)) => {
+                Problem::unavailable(m)
+            }
+            other => Problem::internal(other),
+        }
+    }
+}
+
+impl From<tessera_core::ports::StoreError> for Problem {
+    fn from(e: tessera_core::ports::StoreError) -> Self {
+        Problem::from(EngineError::from(e))
+    }
+}

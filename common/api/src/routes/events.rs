@@ -1,0 +1,92 @@
+//! `GET /v1/jobs/{id}/events`: Server-Sent Events, each with `id: <seq>`, resumable with
+//! `Last-Event-ID` (or `?after=`) so a client that reconnects gets every event exactly
+//! once. The stream ends after the job has ended and every event was sent.
+
+use crate::ApiState;
+use crate::auth::Caller;
+use crate::problem::Problem;
+use axum::extract::{Path, Query as QueryParams, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use std::convert::Infallible;
+use std::time::Duration;
+
+/// `?after=N`.
+#[derive(Debug, Deserialize, Default)]
+pub struct After {
+    /// Send events after this sequence number.
+    pub after: Option<u64>,
+}
+
+/// Events read per poll.
+const BATCH: usize = 500;
+
+/// The SSE stream.
+pub async fn sse(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<After>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
+    let job = super::jobs::owned(&s, &caller, &id).await?;
+    let from_header = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| {
+                Problem::bad_request(format!(
+                    "Last-Event-ID `{v}` is not an event sequence number"
+                ))
+            })
+        })
+        .transpose()?;
+    let start = from_header.or(q.after).unwrap_or(0);
+    let engine = s.engine.clone();
+    let job_id = job.id;
+    let stream = futures_util::stream::unfold(
+        (start, Vec::new().into_iter(), false),
+        move |(mut seen, mut pending, mut ended)| {
+            let engine = engine.clone();
+            async move {
+                loop {
+                    if let Some(e) = pending.next() {
+                        let e: tessera_core::event::ProgressEvent = e;
+                        seen = e.seq;
+                        let data = serde_json::to_string(&e).expect("events serialize");
+                        let kind = serde_json::to_value(&e.kind)
+                            .ok()
+                            .and_then(|v| v["type"].as_str().map(str::to_string))
+                            .unwrap_or_else(|| "event".into());
+                        let ev = Event::default()
+                            .id(e.seq.to_string())
+                            .event(kind)
+                            .data(data);
+                        return Some((Ok(ev), (seen, pending, ended)));
+                    }
+                    if ended {
+                        return None;
+                    }
+                    // Read the job's state before the events: if it had ended, every event it
+                    // will ever have is stored, and one more read drains them.
+                    let finished = match engine.job(job_id).await {
+                        Ok(j) => j.sealed && j.finished() >= j.tasks_total,
+                        Err(_) => true,
+                    };
+                    match engine.ports().events.read_after(job_id, seen, BATCH).await {
+                        Ok(batch) if !batch.is_empty() => pending = batch.into_iter(),
+                        Ok(_) if finished => ended = true,
+                        Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                        Err(e) => {
+                            tracing::warn!(job_id = %job_id, error = %e, "event stream read failed; ending the stream (the client resumes with Last-Event-ID)");
+                            return None;
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

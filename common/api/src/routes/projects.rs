@@ -1,0 +1,160 @@
+//! `/v1/projects`: create (idempotent by `Idempotency-Key`), list, get — each scoped to
+//! the caller's tenant.
+
+use super::{Paging, links};
+use crate::ApiState;
+use crate::auth::Caller;
+use crate::problem::Problem;
+use axum::Json;
+use axum::extract::{Path, Query as QueryParams, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tessera_core::domain::Project;
+use tessera_core::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
+use tessera_core::projects::{self, ProjectError};
+use tessera_core::{ProjectId, records};
+
+/// The body of a create request (unknown fields are ignored, as the spec asks).
+#[derive(Debug, Deserialize)]
+pub struct CreateProject {
+    /// Unique name within the tenant.
+    pub name: String,
+    /// Optional face-match threshold for the privacy extension (absent: fail closed).
+    #[serde(default)]
+    pub match_threshold: Option<f32>,
+}
+
+/// The wire shape of a project.
+pub fn view(p: &Project) -> Value {
+    let href = format!("/v1/projects/{}", p.id);
+    json!({
+        "project_id": p.id,
+        "tenant_id": p.tenant,
+        "name": p.name,
+        "description": null,
+        "created_at": p.created_at.to_rfc3339(),
+        "x-tessera": { "match_threshold": p.match_threshold, "opted_out_subjects": p.opted_out },
+        "_links": links(&href, &[("datasets", format!("{href}/datasets")), ("pipelines", format!("{href}/pipelines"))]),
+    })
+}
+
+impl From<ProjectError> for Problem {
+    fn from(e: ProjectError) -> Self {
+        match e {
+            ProjectError::NotFound(m) => Problem::not_found(m),
+            ProjectError::Invalid(m) if m.contains("exists already") => Problem::conflict(m),
+            ProjectError::Invalid(m) => Problem::validation(m),
+            ProjectError::Store(e) => e.into(),
+        }
+    }
+}
+
+fn idempotency_key(tenant: &tessera_core::TenantId, key: &str) -> ItemKey {
+    ItemKey::new(format!("IDEM#{tenant}#projects#{key}"), "IDEM")
+}
+
+fn created(p: &Project, status: StatusCode) -> Response {
+    let mut r = (status, Json(view(p))).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/projects/{}", p.id)) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// `POST /v1/projects`.
+pub async fn create(
+    State(s): State<ApiState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Json<CreateProject>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(body) = body
+        .map_err(|e| Problem::bad_request(format!("the body must be JSON {{\"name\": …}}: {e}")))?;
+    let store = s.engine.ports().store.as_ref();
+    let idem = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(k) = &idem
+        && let Some(item) = store.get(&idempotency_key(&caller.tenant, k)).await?
+    {
+        let id: ProjectId = item.body["project"]
+            .as_str()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| Problem::internal("idempotency record names no project"))?;
+        return Ok(created(&projects::load(store, id).await?, StatusCode::OK));
+    }
+    let p = projects::create(
+        store,
+        caller.tenant.clone(),
+        &body.name,
+        body.match_threshold,
+        0.35,
+    )
+    .await?;
+    if let Some(k) = idem {
+        // A racing retry with the same key finds this record; a failure here only costs
+        // the idempotency of a retry, not the project.
+        let _ = store
+            .transact(vec![Write::Put {
+                item: Item::new(
+                    idempotency_key(&caller.tenant, &k),
+                    json!({ "project": p.id }),
+                ),
+                condition: Condition::Absent,
+            }])
+            .await;
+    }
+    Ok(created(&p, StatusCode::CREATED))
+}
+
+/// `GET /v1/projects`.
+pub async fn list(
+    State(s): State<ApiState>,
+    caller: Caller,
+    QueryParams(paging): QueryParams<Paging>,
+) -> Result<Json<Value>, Problem> {
+    let mut q = Query::partition(
+        Index::ByParent,
+        format!("TENANT#{}#PROJECTS", caller.tenant),
+        paging.size(),
+    );
+    q.after = paging.page_token.clone();
+    let page = s.engine.ports().store.query(&q).await?;
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|i| records::decode::<Project>(i).map(|p| view(&p)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(
+        json!({ "items": items, "next_page_token": page.next, "total": null }),
+    ))
+}
+
+/// A project of the caller's tenant, or 404 (another tenant's project does not exist
+/// for this caller).
+pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Project, Problem> {
+    let missing = || Problem::not_found(format!("project {id} does not exist"));
+    let id: ProjectId = id.parse().map_err(|_| missing())?;
+    let p = projects::load(s.engine.ports().store.as_ref(), id)
+        .await
+        .map_err(|e| match e {
+            ProjectError::NotFound(_) => missing(),
+            other => other.into(),
+        })?;
+    if p.tenant != caller.tenant {
+        return Err(missing());
+    }
+    Ok(p)
+}
+
+/// `GET /v1/projects/{id}`.
+pub async fn get(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    Ok(Json(view(&owned(&s, &caller, &id).await?)))
+}

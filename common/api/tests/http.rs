@@ -1,0 +1,611 @@
+//! The API over real HTTP (a TCP port on 127.0.0.1) on the real embedded adapters:
+//! meta and errors, projects, tenancy under API keys, jobs, and SSE resumed with
+//! Last-Event-ID.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_api::{ApiState, AuthMode};
+use tessera_core::TenantId;
+use tessera_core::ports::event_log::StoreEventLog;
+use tessera_core::ports::state_store::StateStore;
+use tessera_engine::{Engine, EngineConfig, Ports, Worker};
+use tessera_local::{
+    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
+    StateDir,
+};
+use tokio_util::sync::CancellationToken;
+
+struct Server {
+    base: String,
+    engine: Engine,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn serve(auth: AuthMode, workers: bool) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
+    let ports = Ports {
+        store: store.clone(),
+        queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
+        events: Arc::new(StoreEventLog::new(store)),
+        objects: Arc::new(FolderObjectStore::new(state.objects(), state.tmp()).unwrap()),
+        compute: Arc::new(LocalCompute::new(MemoryGate::new(
+            FixedMemory(8 << 30),
+            8 << 30,
+            0,
+            4,
+        ))),
+    };
+    let engine = Engine::new(
+        ports,
+        EngineConfig {
+            scratch: state.work(),
+            ..EngineConfig::default()
+        },
+        tessera_jobs::registry(),
+    );
+    engine.ensure_queue().await.unwrap();
+    let app = tessera_api::router(ApiState {
+        engine: engine.clone(),
+        auth,
+        capabilities: vec!["features.extract.sift".into(), "map.incremental".into()],
+        backend: ("colmap".into(), "3.8".into()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await
+            .unwrap();
+    });
+    if workers {
+        let w = Worker::new(engine.clone(), 2, Some(Duration::from_millis(200)));
+        let s = stop.clone();
+        tokio::spawn(async move { w.run(s).await });
+    }
+    Server {
+        base,
+        engine,
+        stop,
+        _dir: dir,
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn problem(r: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(r.status(), status);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], status.as_u16());
+    assert!(
+        v["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://sfmapi.github.io/errors/")
+    );
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meta_routes_cors_and_errors() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let r = c.get(format!("{}/healthz", s.base)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["warning"]
+            .to_str()
+            .unwrap()
+            .contains("auth mode none")
+    );
+    assert_eq!(
+        c.get(format!("{}/readyz", s.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let v: Value = c
+        .get(format!("{}/version", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["api"], "v1");
+    let caps: Value = c
+        .get(format!("{}/v1/capabilities", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(caps["backend"]["name"], "colmap");
+    for f in [
+        "projects.crud",
+        "jobs.read",
+        "events.sse",
+        "map.incremental",
+    ] {
+        assert_eq!(caps["features"][f], true, "{f}");
+    }
+    assert!(caps["features"].get("map.global").is_none());
+    problem(
+        c.get(format!("{}/v1/nothing-here", s.base))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let pre = c
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/projects", s.base))
+        .header("origin", "http://example.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 204);
+    assert_eq!(pre.headers()["access-control-allow-origin"], "*");
+    assert!(
+        pre.headers()["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .contains("Location")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projects_are_created_idempotently_listed_and_validated() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let url = format!("{}/v1/projects", s.base);
+    let r = c
+        .post(&url)
+        .header("idempotency-key", "k1")
+        .json(&json!({"name": "alpha", "unknown": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let a: Value = r.json().await.unwrap();
+    assert_eq!(
+        location,
+        format!("/v1/projects/{}", a["project_id"].as_str().unwrap())
+    );
+    assert_eq!(a["_links"]["self"]["href"], location);
+    // Same key: the same project back, not a second one.
+    let again: Value = c
+        .post(&url)
+        .header("idempotency-key", "k1")
+        .json(&json!({"name": "alpha"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["project_id"], a["project_id"]);
+    // Same name without the key: conflict.
+    problem(
+        c.post(&url)
+            .json(&json!({"name": "alpha"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    problem(
+        c.post(&url)
+            .json(&json!({"name": "a/b"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    problem(
+        c.post(&url)
+            .json(&json!({"match_threshold": 7}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    problem(
+        c.post(&url)
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    c.post(&url)
+        .json(&json!({"name": "beta"}))
+        .send()
+        .await
+        .unwrap();
+    c.post(&url)
+        .json(&json!({"name": "gamma"}))
+        .send()
+        .await
+        .unwrap();
+    // AIP-158 paging.
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut req = c.get(&url).query(&[("page_size", "2")]);
+        if let Some(t) = &token {
+            req = req.query(&[("page_token", t)]);
+        }
+        let page: Value = req.send().await.unwrap().json().await.unwrap();
+        names.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap().to_string()),
+        );
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["alpha", "beta", "gamma"]);
+    let got: Value = c
+        .get(format!("{}{location}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["name"], "alpha");
+    problem(
+        c.get(format!("{url}/not-an-id")).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}
+
+/// A demo job over a few tiny images, submitted for `tenant` straight to the engine.
+async fn demo_job(engine: &Engine, tenant: TenantId, images: usize) -> tessera_core::JobId {
+    let mut keys = Vec::new();
+    for i in 0..images {
+        let mut png = Vec::new();
+        image::RgbImage::from_pixel(8 + i as u32, 6, image::Rgb([i as u8, 2, 3]))
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        let key = format!("uploads/demo/{}/{i}.png", tessera_core::JobId::new());
+        engine.ports().objects.put(&key, png.into()).await.unwrap();
+        keys.push(key);
+    }
+    let spec = tessera_jobs::demo::DemoSpec {
+        images: keys,
+        manifest_key: format!("demo/{}/manifest.json", tessera_core::JobId::new()),
+    };
+    engine
+        .submit(spec.plan(tenant, None, "demo").unwrap())
+        .await
+        .unwrap()
+        .job_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_cannot_see_each_other_and_keys_are_enforced() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = client();
+    let store = s.engine.ports().store.clone();
+    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
+        .await
+        .unwrap();
+    let mint = |tenant: &'static str| {
+        let c = c.clone();
+        let (base, admin) = (s.base.clone(), admin.clone());
+        async move {
+            let r = c
+                .post(format!("{base}/v1/admin/api-keys"))
+                .bearer_auth(&admin)
+                .json(&json!({"tenant": tenant}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            let v: Value = r.json().await.unwrap();
+            (
+                v["key"]["key_id"].as_str().unwrap().to_string(),
+                v["api_key"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (_, a) = mint("tenant-a").await;
+    let (b_id, b) = mint("tenant-b").await;
+    let projects = format!("{}/v1/projects", s.base);
+    problem(
+        c.get(&projects).send().await.unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    problem(
+        c.get(&projects)
+            .bearer_auth("tsk_wrong")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    let pa: Value = c
+        .post(&projects)
+        .bearer_auth(&a)
+        .json(&json!({"name": "shared-name"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pa["tenant_id"], "tenant-a");
+    // Tenant b: the same name is free, a's project does not exist, its list is its own.
+    let pb = c
+        .post(&projects)
+        .bearer_auth(&b)
+        .json(&json!({"name": "shared-name"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pb.status(), 201);
+    let a_href = format!(
+        "{}/v1/projects/{}",
+        s.base,
+        pa["project_id"].as_str().unwrap()
+    );
+    problem(
+        c.get(&a_href).bearer_auth(&b).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(
+        c.get(&a_href)
+            .bearer_auth(&a)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let listed: Value = c
+        .get(&projects)
+        .bearer_auth(&b)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["items"][0]["tenant_id"], "tenant-b");
+    // Jobs and events too.
+    let job = demo_job(&s.engine, "tenant-a".parse().unwrap(), 1).await;
+    let job_href = format!("{}/v1/jobs/{job}", s.base);
+    assert_eq!(
+        c.get(&job_href)
+            .bearer_auth(&a)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    problem(
+        c.get(&job_href).bearer_auth(&b).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    problem(
+        c.get(format!("{job_href}/events"))
+            .bearer_auth(&b)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    problem(
+        c.post(format!("{job_href}:cancel"))
+            .bearer_auth(&b)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let b_jobs: Value = c
+        .get(format!("{}/v1/jobs", s.base))
+        .bearer_auth(&b)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(b_jobs["items"].as_array().unwrap().is_empty());
+    // Only admins manage keys; a revoked key stops working.
+    problem(
+        c.get(format!("{}/v1/admin/api-keys", s.base))
+            .bearer_auth(&a)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    let keys: Value = c
+        .get(format!("{}/v1/admin/api-keys", s.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(keys["items"].as_array().unwrap().len(), 3);
+    assert!(!keys.to_string().contains(&b), "secrets are never listed");
+    let r = c
+        .delete(format!("{}/v1/admin/api-keys/{b_id}", s.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    problem(
+        c.get(&projects).bearer_auth(&b).send().await.unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+}
+
+/// Parse SSE frames from a byte stream until `stop` frames or the stream ends.
+async fn read_events(r: reqwest::Response, stop_after: Option<usize>) -> Vec<(u64, String)> {
+    use futures_util::StreamExt;
+    let mut stream = r.bytes_stream();
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("id:"))
+                .map(|v| v.trim().parse::<u64>().unwrap());
+            let event = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("event:"))
+                .map(|v| v.trim().to_string());
+            if let (Some(id), Some(event)) = (id, event) {
+                out.push((id, event));
+                if stop_after.is_some_and(|n| out.len() >= n) {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_resumed_with_last_event_id_delivers_every_event_exactly_once() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let job = demo_job(&s.engine, TenantId::local(), 6).await;
+    let url = format!("{}/v1/jobs/{job}/events", s.base);
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    // Drop the connection after three events, then resume from the last id seen.
+    let first = read_events(r, Some(3)).await;
+    assert_eq!(first.len(), 3);
+    let last = first.last().unwrap().0;
+    let rest = read_events(
+        c.get(&url)
+            .header("last-event-id", last.to_string())
+            .send()
+            .await
+            .unwrap(),
+        None,
+    )
+    .await;
+    let ids: Vec<u64> = first.iter().chain(&rest).map(|e| e.0).collect();
+    let stored = s.engine.ports().events.last_seq(job).await.unwrap();
+    assert!(stored >= 6, "the job emitted events: {stored}");
+    assert_eq!(
+        ids,
+        (1..=stored).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    // The job is over; its detail says so, with its tasks.
+    let detail: Value = c
+        .get(format!("{}/v1/jobs/{job}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["status"], "succeeded");
+    assert_eq!(detail["tasks"].as_array().unwrap().len(), 7);
+    assert_eq!(
+        detail["_links"]["events"]["href"],
+        format!("/v1/jobs/{job}/events")
+    );
+    problem(
+        c.get(&url)
+            .header("last-event-id", "x")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    problem(
+        c.post(format!("{}/v1/jobs/{job}:explode", s.base))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_resume_over_http() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let job = demo_job(&s.engine, TenantId::local(), 2).await;
+    let cancelled: Value = c
+        .post(format!("{}/v1/jobs/{job}:cancel?force=true", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cancelled["cancel_requested"], true);
+    assert_eq!(cancelled["cancel_force"], true);
+    assert_eq!(cancelled["status"], "cancelled_dirty");
+    let resumed = c
+        .post(format!("{}/v1/jobs/{job}:resume", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200, "{:?}", resumed.text().await);
+}

@@ -1,0 +1,151 @@
+//! Projects: the scope of datasets, photos, subjects and privacy settings. Their names
+//! are unique per tenant (a name record is written in the same transaction).
+
+use crate::domain::Project;
+use crate::error::{Classify, ErrorClass};
+use crate::ids::{ProjectId, TenantId};
+use crate::ports::state_store::{Condition, Item, Query, StateStore, StoreError, Write};
+use crate::{Millis, records};
+use serde_json::json;
+
+/// Why a project request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectError {
+    /// Nothing by that name or id.
+    #[error("{0}")]
+    NotFound(String),
+    /// A request that cannot be carried out as asked.
+    #[error("{0}")]
+    Invalid(String),
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Classify for ProjectError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            ProjectError::NotFound(_) | ProjectError::Invalid(_) => ErrorClass::Permanent,
+            ProjectError::Store(e) => e.class(),
+        }
+    }
+}
+
+/// Check a match threshold and blur growth from configuration.
+pub fn validate_settings(threshold: Option<f32>, expand: f32) -> Result<(), ProjectError> {
+    if let Some(t) = threshold
+        && !(t.is_finite() && (-1.0..=1.0).contains(&t))
+    {
+        return Err(ProjectError::Invalid(format!(
+            "match threshold {t} is not a cosine similarity; use a value in -1..1 (SFace's usual is 0.363; lower blurs more)"
+        )));
+    }
+    if !(0.30..=0.40).contains(&expand) {
+        return Err(ProjectError::Invalid(format!(
+            "blur expansion {expand} is outside 0.30..0.40 (the face box grows by 30 to 40 %)"
+        )));
+    }
+    Ok(())
+}
+
+/// Create a project; its name is unique for the tenant.
+pub async fn create(
+    store: &dyn StateStore,
+    tenant: TenantId,
+    name: &str,
+    threshold: Option<f32>,
+    expand: f32,
+) -> Result<Project, ProjectError> {
+    validate_settings(threshold, expand)?;
+    if name.is_empty()
+        || name.len() > 200
+        || name.contains(['#', '/'])
+        || name.chars().any(char::is_control)
+    {
+        return Err(ProjectError::Invalid(format!(
+            "project name `{name}` must be 1 to 200 characters without `#`, `/` or control characters"
+        )));
+    }
+    let p = Project {
+        id: ProjectId::new(),
+        tenant: tenant.clone(),
+        name: name.to_string(),
+        match_threshold: threshold,
+        blur_expand: expand,
+        subjects_rev: 0,
+        opted_out: 0,
+        created_at: Millis::now(),
+    };
+    let name_item = Item::new(
+        records::project_name_key(&tenant, name),
+        json!({ "project": p.id }),
+    );
+    match store
+        .transact(vec![
+            Write::Put {
+                item: name_item,
+                condition: Condition::Absent,
+            },
+            Write::Put {
+                item: records::project_item(&p),
+                condition: Condition::Absent,
+            },
+        ])
+        .await
+    {
+        Err(StoreError::Conflict { index: 0, .. }) => Err(ProjectError::Invalid(format!(
+            "a project named `{name}` exists already; pick another name"
+        ))),
+        other => other.map(|()| p).map_err(Into::into),
+    }
+}
+
+/// A project by id.
+pub async fn load(store: &dyn StateStore, id: ProjectId) -> Result<Project, ProjectError> {
+    let item = store
+        .get(&records::project_key(id))
+        .await?
+        .ok_or_else(|| ProjectError::NotFound(format!("project {id} does not exist")))?;
+    Ok(records::decode(&item)?)
+}
+
+/// A project by name.
+pub async fn by_name(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    name: &str,
+) -> Result<Project, ProjectError> {
+    let item = store
+        .get(&records::project_name_key(tenant, name))
+        .await?
+        .ok_or_else(|| {
+            ProjectError::NotFound(format!(
+                "no project named `{name}`; create it with `tessera projects create {name}`"
+            ))
+        })?;
+    let id: ProjectId = item.body["project"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("project name record `{name}` names no project"))
+        })?;
+    load(store, id).await
+}
+
+/// Every record a query matches, page after page.
+pub async fn query_all<T: serde::de::DeserializeOwned>(
+    store: &dyn StateStore,
+    mut q: Query,
+) -> Result<Vec<T>, StoreError> {
+    let mut out = Vec::new();
+    loop {
+        let page = store.query(&q).await?;
+        for item in &page.items {
+            out.push(records::decode(item)?);
+        }
+        match page.next {
+            Some(n) => q.after = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
