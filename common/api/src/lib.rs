@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod bytes;
 pub mod problem;
 pub mod routes;
 

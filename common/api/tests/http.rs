@@ -609,3 +609,553 @@ async fn cancel_and_resume_over_http() {
         .unwrap();
     assert_eq!(resumed.status(), 200, "{:?}", resumed.text().await);
 }
+
+/// Upload `bytes` in chunks of `chunk` bytes; returns the blob's SHA-256.
+async fn upload(c: &reqwest::Client, base: &str, bytes: &[u8], chunk: usize) -> String {
+    let u: Value = c
+        .post(format!("{base}/v1/uploads"))
+        .json(&json!({"expected_size": bytes.len()}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = u["upload_id"].as_str().unwrap().to_string();
+    for (i, part) in bytes.chunks(chunk).enumerate() {
+        let a = i * chunk;
+        let r = c
+            .patch(format!("{base}/v1/uploads/{id}"))
+            .header(
+                "content-range",
+                format!("bytes {a}-{}/{}", a + part.len() - 1, bytes.len()),
+            )
+            .body(part.to_vec())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let f: Value = c
+        .post(format!("{base}/v1/uploads/{id}:finalize"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(f["state"], "finalized");
+    f["blob_sha"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_uploads_resume_after_a_dropped_chunk_and_check_their_hash() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&data))
+    };
+    let create = |key: &'static str| {
+        c.post(format!("{}/v1/uploads", s.base))
+            .header("idempotency-key", key)
+            .json(&json!({"expected_size": data.len(), "expected_sha": sha}))
+    };
+    let r = create("u1").send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let u: Value = r.json().await.unwrap();
+    let again: Value = create("u1").send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        again["upload_id"], u["upload_id"],
+        "same Idempotency-Key, same upload"
+    );
+    let url = format!("{}/v1/uploads/{}", s.base, u["upload_id"].as_str().unwrap());
+    let send = |a: usize, b: usize| {
+        c.patch(&url)
+            .header("content-range", format!("bytes {a}-{b}/{}", data.len()))
+            .body(data[a..=b].to_vec())
+            .send()
+    };
+    assert_eq!(send(0, 3999).await.unwrap().status(), 200);
+    // The second chunk is lost in transit; the third arrives out of order.
+    problem(
+        send(8000, 9999).await.unwrap(),
+        StatusCode::RANGE_NOT_SATISFIABLE,
+    )
+    .await;
+    // Finalizing early is refused; the client asks where it stands and resumes.
+    problem(
+        c.post(format!("{url}:finalize")).send().await.unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    let state: Value = c.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(state["received_bytes"], 4000);
+    assert_eq!(send(4000, 7999).await.unwrap().status(), 200);
+    // A resend of a chunk already received changes nothing.
+    let resent: Value = send(4000, 7999).await.unwrap().json().await.unwrap();
+    assert_eq!(resent["received_bytes"], 8000);
+    let done: Value = send(8000, 9999).await.unwrap().json().await.unwrap();
+    assert_eq!(done["state"], "received");
+    problem(
+        c.post(format!("{url}:finalize"))
+            .header("x-content-sha256", "0".repeat(64))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let fin: Value = c
+        .post(format!("{url}:finalize"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fin["blob_sha"], sha);
+    assert_eq!(
+        s.engine
+            .ports()
+            .objects
+            .get(&format!("blobs/local/{sha}"))
+            .await
+            .unwrap()
+            .as_ref(),
+        &data[..]
+    );
+    problem(
+        c.patch(&url).body("x").send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    problem(
+        c.post(format!("{}/v1/uploads", s.base))
+            .json(&json!({"expected_size": 0}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+}
+
+fn sample_photos(n: usize) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../sample/images");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .take(n)
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datasets_and_images_with_range_etag_and_validation() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "imgs"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let r = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .json(&json!({"name": "d", "source": {"kind": "s3", "bucket": "b"}}))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::NOT_IMPLEMENTED).await;
+    assert_eq!(v["capability"], "sources.s3");
+    let d: Value = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .json(&json!({"name": "d", "source": {"kind": "upload"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap();
+    // A dataset with no images cannot be reconstructed: 422 before any job exists.
+    let r = c
+        .post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}}))
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        s.engine
+            .list_jobs(&TenantId::local(), None, 10)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
+    let r = c
+        .post(format!("{}/v1/projects/{pid}/pipelines/global", s.base))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "global"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        problem(r, StatusCode::NOT_IMPLEMENTED).await["capability"],
+        "map.global"
+    );
+
+    let photos = sample_photos(3);
+    let mut shas = Vec::new();
+    for (_, bytes) in &photos {
+        shas.push(upload(&c, &s.base, bytes, 50_000).await);
+    }
+    let img: Value = c
+        .post(format!("{}/v1/datasets/{did}/images", s.base))
+        .json(&json!({"name": photos[0].0, "blob_sha": shas[0]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (img["width"].as_u64(), img["height"].as_u64()),
+        (Some(800), Some(600))
+    );
+    let batch = c
+        .post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+        .json(&json!({"requests": [{"name": photos[1].0, "blob_sha": shas[1]}, {"name": photos[2].0, "blob_sha": shas[2]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(batch.status(), 201);
+    problem(
+        c.post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": photos[0].0, "blob_sha": shas[0]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    problem(
+        c.post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": "x.jpg", "blob_sha": "ab".repeat(32)}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let listed: Value = c
+        .get(format!("{}/v1/datasets/{did}/images", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 3);
+
+    let bytes_url = format!(
+        "{}/v1/images/{}/bytes",
+        s.base,
+        img["image_id"].as_str().unwrap()
+    );
+    let full = c.get(&bytes_url).send().await.unwrap();
+    let etag = full.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(full.bytes().await.unwrap().as_ref(), &photos[0].1[..]);
+    assert_eq!(
+        c.get(&bytes_url)
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        304
+    );
+    let part = c
+        .get(&bytes_url)
+        .header("range", "bytes=10-19")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(
+        part.headers()["content-range"],
+        format!("bytes 10-19/{}", photos[0].1.len())
+    );
+    assert_eq!(part.bytes().await.unwrap().as_ref(), &photos[0].1[10..20]);
+    assert_eq!(
+        c.get(&bytes_url)
+            .header("range", format!("bytes={}-", photos[0].1.len()))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        416
+    );
+
+    assert_eq!(
+        c.delete(format!(
+            "{}/v1/datasets/{did}/images/{}",
+            s.base, photos[2].0
+        ))
+        .send()
+        .await
+        .unwrap()
+        .status(),
+        204
+    );
+    problem(
+        c.delete(format!(
+            "{}/v1/datasets/{did}/images/{}",
+            s.base, photos[2].0
+        ))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let listed: Value = c
+        .get(format!("{}/v1/datasets/{did}/images", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2);
+}
+
+/// Parse `application/x-sfm-points-v1`: the count and the ids, checking the layout.
+fn parse_points(b: &[u8]) -> Vec<u64> {
+    assert_eq!(&b[..8], b"SFMP3D\0\0");
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+    let n = u64::from_le_bytes(b[12..20].try_into().unwrap()) as usize;
+    assert_eq!(b.len(), 44 + 26 * n);
+    (0..n)
+        .map(|i| u64::from_le_bytes(b[44 + 26 * i + 18..44 + 26 * i + 26].try_into().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_parse() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "recipe"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let d: Value = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .json(&json!({"name": "sample"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap();
+    for (name, bytes) in sample_photos(6) {
+        let sha = upload(&c, &s.base, &bytes, 64 * 1024).await;
+        let r = c
+            .post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": name, "blob_sha": sha}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    problem(
+        c.post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "global"}}))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let r = c
+        .post(format!("{}/v1/projects/{pid}/pipelines/incremental", s.base))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}, "matches": {"pairs": {"strategy": "exhaustive"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let lro: Value = r.json().await.unwrap();
+    let job = lro["job_id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/v1/jobs/{job}"));
+    assert!(!lro["task_ids"].as_array().unwrap().is_empty());
+    // Watch it to the end over SSE.
+    let events = read_events(
+        c.get(format!("{}/v1/jobs/{job}/events", s.base))
+            .send()
+            .await
+            .unwrap(),
+        None,
+    )
+    .await;
+    assert!(events.iter().any(|e| e.1 == "phase_completed"));
+    let detail: Value = c
+        .get(format!("{}{location}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    let recon: Value = c
+        .get(format!("{}/v1/reconstructions/{job}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(recon["dataset_id"], did);
+    let snaps: Value = c
+        .get(format!("{}/v1/reconstructions/{job}/snapshots", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seq = snaps["seqs"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    let file = |name: &str| format!("{}/v1/reconstructions/{job}/snapshots/{seq}/{name}", s.base);
+    let points = c.get(file("points.bin")).send().await.unwrap();
+    assert_eq!(
+        points.headers()["content-type"],
+        "application/x-sfm-points-v1"
+    );
+    assert!(
+        points.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("immutable")
+    );
+    let etag = points.headers()["etag"].to_str().unwrap().to_string();
+    let body = points.bytes().await.unwrap();
+    let ids = parse_points(&body);
+    assert!(ids.len() > 100, "a real model: {} points", ids.len());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted by id");
+    assert_eq!(
+        c.get(file("points.bin"))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        304
+    );
+    let rec = c
+        .get(file("points.bin"))
+        .header("range", "bytes=44-69")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rec.status(), 206);
+    assert_eq!(
+        rec.bytes().await.unwrap().as_ref(),
+        &body[44..70],
+        "one fixed-stride record"
+    );
+    let summary: Value = c
+        .get(file("summary.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        summary["models"][0]["num_points3D"].as_u64().unwrap() as usize,
+        ids.len()
+    );
+    let images: Value = c
+        .get(file("images.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(images["images"].as_array().unwrap().len() >= 4);
+    let cams: Value = c
+        .get(file("cameras.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cams["cameras"][0]["model"], "SIMPLE_RADIAL");
+    assert!(
+        parse_points(
+            &c.get(file("points_preview.bin"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap()
+        )
+        .len()
+            <= ids.len()
+    );
+    problem(
+        c.get(file("database.db")).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    problem(
+        c.get(format!(
+            "{}/v1/reconstructions/{job}/snapshots/9999/points.bin",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}

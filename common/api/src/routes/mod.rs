@@ -1,10 +1,14 @@
 //! The routes, one module per resource.
 
 pub mod admin;
+pub mod datasets;
 pub mod events;
 pub mod jobs;
 pub mod meta;
+pub mod pipelines;
 pub mod projects;
+pub mod reconstructions;
+pub mod uploads;
 
 use crate::{ApiState, AuthMode};
 use axum::Router;
@@ -72,6 +76,7 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
                 "199 tessera \"auth mode none: every caller is the local tenant\"",
             ),
         );
+        h.insert("x-sfmapi-auth", HeaderValue::from_static("none"));
     }
     res
 }
@@ -85,6 +90,48 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/capabilities", get(meta::capabilities))
         .route("/v1/projects", post(projects::create).get(projects::list))
         .route("/v1/projects/{project_id}", get(projects::get))
+        .route(
+            "/v1/projects/{project_id}/datasets",
+            post(datasets::create).get(datasets::list),
+        )
+        .route(
+            "/v1/projects/{project_id}/datasets/{dataset_id}",
+            get(datasets::get),
+        )
+        .route(
+            "/v1/projects/{project_id}/pipelines/{recipe}",
+            post(pipelines::submit),
+        )
+        .route("/v1/uploads", post(uploads::create))
+        .route(
+            "/v1/uploads/{upload_action}",
+            get(uploads::get)
+                .patch(uploads::chunk)
+                .post(uploads::action),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/images",
+            get(datasets::list_images).post(datasets::create_images),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/{action}",
+            post(datasets::batch_create),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/images/{name}",
+            axum::routing::delete(datasets::delete_image),
+        )
+        .route("/v1/images/{image_id}", get(datasets::get_image))
+        .route("/v1/images/{image_id}/bytes", get(datasets::image_bytes))
+        .route("/v1/reconstructions/{recon_id}", get(reconstructions::get))
+        .route(
+            "/v1/reconstructions/{recon_id}/snapshots",
+            get(reconstructions::snapshots),
+        )
+        .route(
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/{name}",
+            get(reconstructions::file),
+        )
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{job_action}", get(jobs::get).post(jobs::action))
         .route("/v1/jobs/{job_id}/events", get(events::sse))

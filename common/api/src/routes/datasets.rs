@@ -1,0 +1,533 @@
+//! Datasets (`upload` sources) and their images. An image is created from a finalized
+//! upload's blob and stored under the dataset's prefix, which is what a reconstruction
+//! of the dataset reads.
+
+use super::{Paging, links};
+use crate::ApiState;
+use crate::auth::Caller;
+use crate::bytes as served;
+use crate::problem::Problem;
+use axum::Json;
+use axum::extract::{Path, Query as QueryParams, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tessera_core::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
+use tessera_core::{Millis, TenantId, records};
+
+/// Most images in one `:batchCreate`.
+pub const MAX_BATCH: usize = 1000;
+
+/// A dataset.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Dataset {
+    /// Id.
+    pub dataset_id: String,
+    /// Owner.
+    pub tenant: TenantId,
+    /// Project.
+    pub project_id: String,
+    /// Name.
+    pub name: String,
+    /// Where bytes come from (`{"kind": "upload"}`).
+    pub source: Value,
+    /// COLMAP camera model.
+    pub camera_model: String,
+    /// Created.
+    pub created_at: String,
+}
+
+/// An image of a dataset.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Image {
+    /// Id.
+    pub image_id: String,
+    /// Dataset.
+    pub dataset_id: String,
+    /// Owner.
+    pub tenant: TenantId,
+    /// File name, unique in the dataset.
+    pub name: String,
+    /// SHA-256 of the bytes.
+    pub content_sha: String,
+    /// Size.
+    pub byte_size: u64,
+    /// From the header.
+    pub width: Option<u64>,
+    /// From the header.
+    pub height: Option<u64>,
+    /// Created.
+    pub created_at: String,
+}
+
+fn dataset_key(id: &str) -> ItemKey {
+    ItemKey::new(format!("DATASET#{id}"), "DATASET")
+}
+fn image_key(id: &str) -> ItemKey {
+    ItemKey::new(format!("IMAGE#{id}"), "IMAGE")
+}
+fn image_name_key(dataset: &str, name: &str) -> ItemKey {
+    ItemKey::new(format!("DATASET#{dataset}"), format!("IMAGENAME#{name}"))
+}
+fn images_partition(dataset: &str) -> String {
+    format!("DATASET#{dataset}#IMAGES")
+}
+
+/// Object-store prefix of a dataset's images (a reconstruction's `image_set`).
+pub fn images_prefix(dataset: &str) -> String {
+    format!("datasets/{dataset}/images")
+}
+
+fn dataset_view(d: &Dataset) -> Value {
+    let href = format!("/v1/projects/{}/datasets/{}", d.project_id, d.dataset_id);
+    json!({
+        "dataset_id": d.dataset_id, "tenant_id": d.tenant, "project_id": d.project_id, "name": d.name,
+        "source": d.source, "camera_model": d.camera_model, "intrinsics_mode": "single_camera",
+        "is_spherical": false, "respect_exif_orientation": false, "created_at": d.created_at,
+        "_links": links(&href, &[("images", format!("/v1/datasets/{}/images", d.dataset_id))]),
+    })
+}
+
+fn image_view(i: &Image) -> Value {
+    let href = format!("/v1/images/{}", i.image_id);
+    json!({
+        "image_id": i.image_id, "dataset_id": i.dataset_id, "name": i.name, "content_sha": i.content_sha,
+        "source_kind": "upload", "rel_path": null, "byte_size": i.byte_size, "width": i.width, "height": i.height,
+        "created_at": i.created_at,
+        "_links": links(&href, &[("bytes", format!("{href}/bytes"))]),
+    })
+}
+
+/// The body of a dataset create request.
+#[derive(Debug, Deserialize)]
+pub struct CreateDataset {
+    /// Name.
+    pub name: String,
+    /// Source; only `{"kind": "upload"}` here.
+    #[serde(default)]
+    pub source: Option<Value>,
+    /// Camera model (default `SIMPLE_RADIAL`).
+    #[serde(default)]
+    pub camera_model: Option<String>,
+}
+
+/// A dataset of the caller's tenant, or 404.
+pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Dataset, Problem> {
+    let item = s.engine.ports().store.get(&dataset_key(id)).await?;
+    let d: Dataset = match item {
+        Some(i) => records::decode(&i)?,
+        None => return Err(Problem::not_found(format!("dataset {id} does not exist"))),
+    };
+    if d.tenant != caller.tenant {
+        return Err(Problem::not_found(format!("dataset {id} does not exist")));
+    }
+    Ok(d)
+}
+
+/// `POST /v1/projects/{pid}/datasets`.
+pub async fn create(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Result<Json<CreateDataset>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let project = super::projects::owned(&s, &caller, &pid).await?;
+    let Json(body) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"name\": …, \"source\": {{\"kind\": \"upload\"}}}}: {e}"
+        ))
+    })?;
+    let source = body.source.unwrap_or_else(|| json!({ "kind": "upload" }));
+    match source["kind"].as_str() {
+        Some("upload") => {}
+        Some(k @ ("local" | "s3")) => {
+            let mut p = Problem::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "capability_unavailable",
+                format!("`{k}` dataset sources are not offered by this server; use `upload`"),
+            );
+            p.extra
+                .insert("capability".into(), format!("sources.{k}").into());
+            return Err(p);
+        }
+        _ => {
+            return Err(Problem::validation(
+                "source.kind must be `upload`, `local` or `s3`",
+            ));
+        }
+    }
+    let camera_model = body.camera_model.unwrap_or_else(|| "SIMPLE_RADIAL".into());
+    if serde_json::from_value::<tessera_core::camera::CameraModel>(json!(camera_model)).is_err() {
+        return Err(Problem::validation(format!(
+            "camera_model `{camera_model}` is not a COLMAP camera model"
+        )));
+    }
+    let d = Dataset {
+        dataset_id: ulid::Ulid::new().to_string(),
+        tenant: caller.tenant.clone(),
+        project_id: project.id.to_string(),
+        name: body.name,
+        source,
+        camera_model,
+        created_at: Millis::now().to_rfc3339(),
+    };
+    let mut item = Item::new(
+        dataset_key(&d.dataset_id),
+        serde_json::to_value(&d).expect("serializable"),
+    );
+    item.by_parent = Some(ItemKey::new(
+        format!("PROJECT#{}#DATASETS", d.project_id),
+        d.dataset_id.clone(),
+    ));
+    s.engine
+        .ports()
+        .store
+        .transact(vec![Write::Put {
+            item,
+            condition: Condition::Absent,
+        }])
+        .await?;
+    let mut r = (StatusCode::CREATED, Json(dataset_view(&d))).into_response();
+    r.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!(
+            "/v1/projects/{}/datasets/{}",
+            d.project_id, d.dataset_id
+        ))
+        .expect("ascii"),
+    );
+    Ok(r)
+}
+
+/// `GET /v1/projects/{pid}/datasets`.
+pub async fn list(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    QueryParams(paging): QueryParams<Paging>,
+) -> Result<Json<Value>, Problem> {
+    let project = super::projects::owned(&s, &caller, &pid).await?;
+    let mut q = Query::partition(
+        Index::ByParent,
+        format!("PROJECT#{}#DATASETS", project.id),
+        paging.size(),
+    );
+    q.after = paging.page_token.clone();
+    let page = s.engine.ports().store.query(&q).await?;
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|i| records::decode::<Dataset>(i).map(|d| dataset_view(&d)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(
+        json!({ "items": items, "next_page_token": page.next, "total": null }),
+    ))
+}
+
+/// `GET /v1/projects/{pid}/datasets/{did}`.
+pub async fn get(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((pid, did)): Path<(String, String)>,
+) -> Result<Json<Value>, Problem> {
+    let d = owned(&s, &caller, &did).await?;
+    if d.project_id != pid {
+        return Err(Problem::not_found(format!(
+            "dataset {did} is not in project {pid}"
+        )));
+    }
+    Ok(Json(dataset_view(&d)))
+}
+
+/// One image to create.
+#[derive(Debug, Deserialize)]
+pub struct CreateImage {
+    /// File name, unique in the dataset.
+    pub name: String,
+    /// A finalized upload's blob.
+    pub blob_sha: String,
+}
+
+async fn create_one(
+    s: &ApiState,
+    caller: &Caller,
+    d: &Dataset,
+    req: &CreateImage,
+) -> Result<Image, Problem> {
+    if req.name.is_empty()
+        || req.name.contains('/')
+        || tessera_core::ports::object_store::validate_key(&req.name).is_err()
+    {
+        return Err(Problem::validation(format!(
+            "image name `{}` must be a plain file name",
+            req.name
+        )));
+    }
+    if req.blob_sha.len() != 64 || !req.blob_sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Problem::validation(format!(
+            "blob_sha `{}` must be 64 hex characters",
+            req.blob_sha
+        )));
+    }
+    let objects = s.engine.ports().objects.clone();
+    let bytes = match objects
+        .get(&super::uploads::blob_key(&caller.tenant, &req.blob_sha))
+        .await
+    {
+        Ok(b) => b,
+        Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
+            return Err(Problem::validation(format!(
+                "no finalized upload has blob_sha {}; upload the image first",
+                req.blob_sha
+            )));
+        }
+        Err(e) => return Err(Problem::internal(e)),
+    };
+    let (width, height) = match imagesize_of(&bytes) {
+        Some((w, h)) => (Some(w), Some(h)),
+        None => {
+            return Err(Problem::validation(format!(
+                "`{}` is not an image this server can read (JPEG, PNG, TIFF, WebP…)",
+                req.name
+            )));
+        }
+    };
+    let img = Image {
+        image_id: ulid::Ulid::new().to_string(),
+        dataset_id: d.dataset_id.clone(),
+        tenant: caller.tenant.clone(),
+        name: req.name.clone(),
+        content_sha: req.blob_sha.to_ascii_lowercase(),
+        byte_size: bytes.len() as u64,
+        width,
+        height,
+        created_at: Millis::now().to_rfc3339(),
+    };
+    objects
+        .put(
+            &format!("{}/{}", images_prefix(&d.dataset_id), img.name),
+            bytes,
+        )
+        .await
+        .map_err(Problem::internal)?;
+    let mut item = Item::new(
+        image_key(&img.image_id),
+        serde_json::to_value(&img).expect("serializable"),
+    );
+    item.by_parent = Some(ItemKey::new(
+        images_partition(&d.dataset_id),
+        img.name.clone(),
+    ));
+    s.engine
+        .ports()
+        .store
+        .transact(vec![
+            Write::Put {
+                item: Item::new(
+                    image_name_key(&d.dataset_id, &img.name),
+                    json!({ "image": img.image_id }),
+                ),
+                condition: Condition::Absent,
+            },
+            Write::Put {
+                item,
+                condition: Condition::Absent,
+            },
+        ])
+        .await
+        .map_err(|e| {
+            if e.is_conflict() {
+                Problem::conflict(format!(
+                    "dataset {} has an image named `{}` already",
+                    d.dataset_id, img.name
+                ))
+            } else {
+                e.into()
+            }
+        })?;
+    Ok(img)
+}
+
+/// Width and height from an image header.
+fn imagesize_of(b: &[u8]) -> Option<(u64, u64)> {
+    let s = imagesize::blob_size(b).ok()?;
+    Some((s.width as u64, s.height as u64))
+}
+
+/// `POST /v1/datasets/{did}/images`.
+pub async fn create_images(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(did): Path<String>,
+    body: Result<Json<CreateImage>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let d = owned(&s, &caller, &did).await?;
+    let Json(req) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"name\": …, \"blob_sha\": …}}: {e}"
+        ))
+    })?;
+    let img = create_one(&s, &caller, &d, &req).await?;
+    let mut r = (StatusCode::CREATED, Json(image_view(&img))).into_response();
+    r.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/images/{}", img.image_id)).expect("ascii"),
+    );
+    Ok(r)
+}
+
+/// The body of `:batchCreate` (AIP-231).
+#[derive(Debug, Deserialize)]
+pub struct BatchCreate {
+    /// The images.
+    pub requests: Vec<CreateImage>,
+}
+
+/// `POST /v1/datasets/{did}/images:batchCreate`.
+pub async fn batch_create(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((did, action)): Path<(String, String)>,
+    body: Result<Json<BatchCreate>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    if action != "images:batchCreate" {
+        return Err(Problem::not_found(format!(
+            "no route POST /v1/datasets/{did}/{action}"
+        )));
+    }
+    let d = owned(&s, &caller, &did).await?;
+    let Json(req) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"requests\": [...]}}: {e}"
+        ))
+    })?;
+    if req.requests.is_empty() || req.requests.len() > MAX_BATCH {
+        return Err(Problem::validation(format!(
+            "a batch holds 1 to {MAX_BATCH} images, this one {}",
+            req.requests.len()
+        )));
+    }
+    let mut out = Vec::new();
+    for r in &req.requests {
+        out.push(image_view(&create_one(&s, &caller, &d, r).await?));
+    }
+    Ok((StatusCode::CREATED, Json(json!({ "images": out }))).into_response())
+}
+
+/// Every image of a dataset (for planning).
+pub async fn all_images(s: &ApiState, dataset: &str) -> Result<Vec<Image>, Problem> {
+    Ok(tessera_core::projects::query_all(
+        s.engine.ports().store.as_ref(),
+        Query::partition(Index::ByParent, images_partition(dataset), 500),
+    )
+    .await?)
+}
+
+/// `GET /v1/datasets/{did}/images`.
+pub async fn list_images(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(did): Path<String>,
+    QueryParams(paging): QueryParams<Paging>,
+) -> Result<Json<Value>, Problem> {
+    let d = owned(&s, &caller, &did).await?;
+    let mut q = Query::partition(
+        Index::ByParent,
+        images_partition(&d.dataset_id),
+        paging.size(),
+    );
+    q.after = paging.page_token.clone();
+    let page = s.engine.ports().store.query(&q).await?;
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|i| records::decode::<Image>(i).map(|i| image_view(&i)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(
+        json!({ "items": items, "next_page_token": page.next, "total": null }),
+    ))
+}
+
+/// `DELETE /v1/datasets/{did}/images/{name}`.
+pub async fn delete_image(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((did, name)): Path<(String, String)>,
+) -> Result<StatusCode, Problem> {
+    let d = owned(&s, &caller, &did).await?;
+    let store = s.engine.ports().store.clone();
+    let Some(n) = store.get(&image_name_key(&d.dataset_id, &name)).await? else {
+        return Err(Problem::not_found(format!(
+            "dataset {did} has no image `{name}`"
+        )));
+    };
+    let id = n.body["image"].as_str().unwrap_or_default().to_string();
+    store
+        .transact(vec![
+            Write::Delete {
+                key: image_name_key(&d.dataset_id, &name),
+                condition: Condition::Exists,
+            },
+            Write::Delete {
+                key: image_key(&id),
+                condition: Condition::None,
+            },
+        ])
+        .await?;
+    s.engine
+        .ports()
+        .objects
+        .delete(&format!("{}/{name}", images_prefix(&d.dataset_id)))
+        .await
+        .map_err(Problem::internal)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
+    let missing = || Problem::not_found(format!("image {id} does not exist"));
+    let item = s
+        .engine
+        .ports()
+        .store
+        .get(&image_key(id))
+        .await?
+        .ok_or_else(missing)?;
+    let img: Image = records::decode(&item)?;
+    if img.tenant != caller.tenant {
+        return Err(missing());
+    }
+    Ok(img)
+}
+
+/// `GET /v1/images/{id}`.
+pub async fn get_image(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    Ok(Json(image_view(&owned_image(&s, &caller, &id).await?)))
+}
+
+/// `GET /v1/images/{id}/bytes` (Range, ETag, 304).
+pub async fn image_bytes(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let img = owned_image(&s, &caller, &id).await?;
+    let b = s
+        .engine
+        .ports()
+        .objects
+        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
+        .await
+        .map_err(Problem::internal)?;
+    let ct = if img.name.to_ascii_lowercase().ends_with(".png") {
+        "image/png"
+    } else {
+        "image/jpeg"
+    };
+    Ok(served::serve(&headers, b, ct, Some(img.content_sha)))
+}

@@ -1,0 +1,238 @@
+//! Reconstructions (one per reconstruction job), their sealed snapshots, and the
+//! snapshot files in sfmapi's wire formats, derived once from the sealed COLMAP model
+//! and kept (snapshots are immutable).
+//!
+//! Snapshot sequence numbers are the mapper's sealed snapshots (1, 2, …) and, once the
+//! job has finished its last model stage, the final model as the next number.
+
+use crate::ApiState;
+use crate::auth::Caller;
+
+use crate::problem::Problem;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::{Value, json};
+use tessera_core::job::Job;
+use tessera_sfm::model::Reconstruction;
+
+/// Files a snapshot offers.
+pub const FILES: [&str; 5] = [
+    "cameras.json",
+    "images.json",
+    "points.bin",
+    "points_preview.bin",
+    "summary.json",
+];
+/// Most points in `points_preview.bin`.
+pub const PREVIEW_POINTS: usize = 10_000;
+
+async fn owned(s: &ApiState, caller: &Caller, rid: &str) -> Result<Job, Problem> {
+    let job = super::jobs::owned(s, caller, rid).await?;
+    if job.kind != tessera_jobs::reconstruct::KIND {
+        return Err(Problem::not_found(format!(
+            "reconstruction {rid} does not exist"
+        )));
+    }
+    Ok(job)
+}
+
+/// Where a snapshot's COLMAP model is: the mapper's sealed snapshot, or the final model.
+async fn sealed(s: &ApiState, job: &Job) -> Result<Vec<(u64, String)>, Problem> {
+    let objects = s.engine.ports().objects.clone();
+    let prefix = format!("recon/{}/map/snapshots/", job.id);
+    let (list, _) = objects
+        .list(&prefix, None, 10_000)
+        .await
+        .map_err(Problem::internal)?;
+    let mut out: Vec<(u64, String)> = list
+        .iter()
+        .filter_map(|m| {
+            m.key
+                .strip_prefix(&prefix)?
+                .strip_suffix("/.complete")?
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|seq| (seq, format!("{prefix}{seq}")))
+        .collect();
+    out.sort();
+    for stage in ["georeference", "bundle_adjust"] {
+        let manifest = format!("recon/{}/{stage}/manifest.json", job.id);
+        if objects
+            .head(&manifest)
+            .await
+            .map_err(Problem::internal)?
+            .is_some()
+        {
+            let next = out.last().map_or(1, |l| l.0 + 1);
+            out.push((next, format!("recon/{}/{stage}/model", job.id)));
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// `GET /v1/reconstructions/{rid}`.
+pub async fn get(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(rid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let job = owned(&s, &caller, &rid).await?;
+    let href = format!("/v1/reconstructions/{rid}");
+    let status = match super::jobs::status(&job) {
+        "pending" => "pending",
+        "running" => "running",
+        "succeeded" => "succeeded",
+        _ => "failed",
+    };
+    Ok(Json(json!({
+        "recon_id": job.id, "project_id": job.project,
+        "dataset_id": job.spec["image_set"].as_str().and_then(|p| p.strip_prefix("datasets/")).and_then(|p| p.split('/').next()),
+        "spec": job.spec, "rv_id": format!("tessera-{}", env!("CARGO_PKG_VERSION")), "status": status,
+        "created_at": job.created_at.to_rfc3339(),
+        "_links": super::links(&href, &[("snapshots", format!("{href}/snapshots")), ("job", format!("/v1/jobs/{}", job.id))]),
+    })))
+}
+
+/// `GET /v1/reconstructions/{rid}/snapshots`.
+pub async fn snapshots(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(rid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let job = owned(&s, &caller, &rid).await?;
+    let seqs: Vec<u64> = sealed(&s, &job).await?.into_iter().map(|x| x.0).collect();
+    let href = format!("/v1/reconstructions/{rid}/snapshots");
+    let latest = seqs.last().map(|l| format!("{href}/{l}/points.bin"));
+    let mut links = super::links(&href, &[]);
+    if let Some(l) = latest {
+        links["latest_points"] = json!({ "href": l });
+    }
+    Ok(Json(json!({ "seqs": seqs, "_links": links })))
+}
+
+fn read_model(files: &[(String, bytes::Bytes)]) -> Result<Reconstruction, Problem> {
+    let dir = tempfile_dir()?;
+    for (name, b) in files {
+        std::fs::write(dir.join(name), b).map_err(Problem::internal)?;
+    }
+    let rec = tessera_sfm::model_bin::read(&dir).map_err(Problem::internal);
+    let _ = std::fs::remove_dir_all(&dir);
+    rec
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf, Problem> {
+    let d = std::env::temp_dir().join(format!("tessera-api-{}", ulid::Ulid::new()));
+    std::fs::create_dir_all(&d).map_err(Problem::internal)?;
+    Ok(d)
+}
+
+/// One snapshot file in sfmapi's format.
+pub fn render(rec: &Reconstruction, name: &str) -> Vec<u8> {
+    match name {
+        "cameras.json" => json!({ "cameras": rec.cameras.values().map(|c| json!({
+            "camera_id": c.id, "model": c.model, "width": c.width, "height": c.height,
+            "params": c.params, "has_prior_focal_length": false,
+        })).collect::<Vec<_>>() })
+        .to_string()
+        .into_bytes(),
+        "images.json" => json!({ "images": rec.images.values().map(|i| json!({
+            "image_id": i.id, "name": i.name, "camera_id": i.camera_id,
+            "cam_from_world": {
+                "rotation": { "w": i.qvec[0], "x": i.qvec[1], "y": i.qvec[2], "z": i.qvec[3] },
+                "translation": i.tvec,
+            },
+            "points2D": i.points2d.iter().map(|p| json!({
+                "xy": p.xy,
+                "point3d_id": if rec.points.contains_key(&p.point3d_id) { Some(p.point3d_id) } else { None },
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>() })
+        .to_string()
+        .into_bytes(),
+        "points.bin" => tessera_sfm::export::points_bin_bytes(rec),
+        "points_preview.bin" => {
+            let step = rec.points.len().div_ceil(PREVIEW_POINTS).max(1);
+            let mut preview = Reconstruction { cameras: rec.cameras.clone(), images: Default::default(), points: Default::default() };
+            preview.points = rec.points.iter().step_by(step).map(|(k, v)| (*k, v.clone())).collect();
+            tessera_sfm::export::points_bin_bytes(&preview)
+        }
+        _ => {
+            let m = tessera_sfm::metrics::compute(rec);
+            json!({
+                "models": [{ "idx": 0, "num_reg_images": rec.images.len(), "num_points3D": rec.points.len() }],
+                "mean_reproj_err": m.mean_reprojection_error,
+            })
+            .to_string()
+            .into_bytes()
+        }
+    }
+}
+
+/// `GET /v1/reconstructions/{rid}/snapshots/{seq}/{name}` (ETag, 304, Range).
+pub async fn file(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((rid, seq, name)): Path<(String, u64, String)>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let job = owned(&s, &caller, &rid).await?;
+    if !FILES.contains(&name.as_str()) {
+        return Err(Problem::not_found(format!(
+            "a snapshot has no file `{name}`; it has {}",
+            FILES.join(", ")
+        )));
+    }
+    let Some((_, model)) = sealed(&s, &job).await?.into_iter().find(|x| x.0 == seq) else {
+        return Err(Problem::not_found(format!(
+            "reconstruction {rid} has no sealed snapshot {seq}"
+        )));
+    };
+    let objects = s.engine.ports().objects.clone();
+    let cached = format!("recon/{}/sfmapi/{seq}/{name}", job.id);
+    let body = match objects.get(&cached).await {
+        Ok(b) => b,
+        Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
+            let mut files = Vec::new();
+            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+                files.push((
+                    f.to_string(),
+                    objects
+                        .get(&format!("{model}/{f}"))
+                        .await
+                        .map_err(Problem::internal)?,
+                ));
+            }
+            let rendered = tokio::task::spawn_blocking(move || {
+                read_model(&files).map(|rec| FILES.map(|n| (n, render(&rec, n))))
+            })
+            .await
+            .map_err(Problem::internal)??;
+            let mut mine = bytes::Bytes::new();
+            for (n, b) in rendered {
+                let b = bytes::Bytes::from(b);
+                match objects
+                    .put_if_absent(&format!("recon/{}/sfmapi/{seq}/{n}", job.id), b.clone())
+                    .await
+                {
+                    Ok(_) | Err(tessera_core::ports::ObjectStoreError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(Problem::internal(e)),
+                }
+                if n == name {
+                    mine = b;
+                }
+            }
+            // A racing request may have stored first: serve what is stored.
+            objects.get(&cached).await.unwrap_or(mine)
+        }
+        Err(e) => return Err(Problem::internal(e)),
+    };
+    let ct = if name.ends_with(".bin") {
+        "application/x-sfm-points-v1"
+    } else {
+        "application/json"
+    };
+    Ok(crate::bytes::serve(&headers, body, ct, None))
+}
