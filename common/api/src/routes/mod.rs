@@ -16,7 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use serde::Deserialize;
 
 /// AIP-158 paging parameters.
@@ -81,66 +81,436 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
     res
 }
 
-/// Every route.
-pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/healthz", get(meta::healthz))
-        .route("/readyz", get(meta::readyz))
-        .route("/version", get(meta::version))
-        .route("/v1/capabilities", get(meta::capabilities))
-        .route("/v1/projects", post(projects::create).get(projects::list))
-        .route("/v1/projects/{project_id}", get(projects::get))
-        .route(
+/// One operation: how it is routed and how it is documented. The router and the
+/// OpenAPI document are both built from [`table`], so they cannot disagree.
+pub struct Operation {
+    /// HTTP method.
+    pub method: Method,
+    /// The path as routed (axum syntax, `{param}`).
+    pub route: &'static str,
+    /// The path as documented (differs where a custom method shares a segment, as in
+    /// `/v1/jobs/{job_id}:cancel`).
+    pub doc: &'static str,
+    /// One line for people.
+    pub summary: &'static str,
+    /// Grouping.
+    pub tag: &'static str,
+    /// The success status.
+    pub ok: u16,
+    /// The handler.
+    pub handler: MethodRouter<ApiState>,
+}
+
+fn op(
+    method: Method,
+    route: &'static str,
+    doc: &'static str,
+    summary: &'static str,
+    tag: &'static str,
+    ok: u16,
+    handler: MethodRouter<ApiState>,
+) -> Operation {
+    Operation {
+        method,
+        route,
+        doc,
+        summary,
+        tag,
+        ok,
+        handler,
+    }
+}
+
+/// Every operation the API offers.
+pub fn table() -> Vec<Operation> {
+    use Method as M;
+    use axum::routing::{delete, patch};
+    vec![
+        op(
+            M::GET,
+            "/healthz",
+            "/healthz",
+            "Liveness",
+            "meta",
+            200,
+            get(meta::healthz),
+        ),
+        op(
+            M::GET,
+            "/readyz",
+            "/readyz",
+            "Readiness: the state store answers",
+            "meta",
+            200,
+            get(meta::readyz),
+        ),
+        op(
+            M::GET,
+            "/version",
+            "/version",
+            "Server and API versions",
+            "meta",
+            200,
+            get(meta::version),
+        ),
+        op(
+            M::GET,
+            "/openapi.json",
+            "/openapi.json",
+            "This document",
+            "meta",
+            200,
+            get(openapi_json),
+        ),
+        op(
+            M::GET,
+            "/v1/capabilities",
+            "/v1/capabilities",
+            "Backend and feature flags",
+            "meta",
+            200,
+            get(meta::capabilities),
+        ),
+        op(
+            M::POST,
+            "/v1/projects",
+            "/v1/projects",
+            "Create a project (Idempotency-Key)",
+            "projects",
+            201,
+            post(projects::create),
+        ),
+        op(
+            M::GET,
+            "/v1/projects",
+            "/v1/projects",
+            "List projects (AIP-158)",
+            "projects",
+            200,
+            get(projects::list),
+        ),
+        op(
+            M::GET,
+            "/v1/projects/{project_id}",
+            "/v1/projects/{project_id}",
+            "Get a project",
+            "projects",
+            200,
+            get(projects::get),
+        ),
+        op(
+            M::POST,
             "/v1/projects/{project_id}/datasets",
-            post(datasets::create).get(datasets::list),
-        )
-        .route(
+            "/v1/projects/{project_id}/datasets",
+            "Create a dataset (`upload` source)",
+            "datasets",
+            201,
+            post(datasets::create),
+        ),
+        op(
+            M::GET,
+            "/v1/projects/{project_id}/datasets",
+            "/v1/projects/{project_id}/datasets",
+            "List a project's datasets",
+            "datasets",
+            200,
+            get(datasets::list),
+        ),
+        op(
+            M::GET,
             "/v1/projects/{project_id}/datasets/{dataset_id}",
+            "/v1/projects/{project_id}/datasets/{dataset_id}",
+            "Get a dataset",
+            "datasets",
+            200,
             get(datasets::get),
-        )
-        .route(
+        ),
+        op(
+            M::POST,
             "/v1/projects/{project_id}/pipelines/{recipe}",
+            "/v1/projects/{project_id}/pipelines/{recipe}",
+            "Run a recipe (202 + Location)",
+            "pipelines",
+            202,
             post(pipelines::submit),
-        )
-        .route("/v1/uploads", post(uploads::create))
-        .route(
-            "/v1/uploads/{upload_action}",
-            get(uploads::get)
-                .patch(uploads::chunk)
-                .post(uploads::action),
-        )
-        .route(
+        ),
+        op(
+            M::POST,
+            "/v1/uploads",
+            "/v1/uploads",
+            "Open a chunked upload (Idempotency-Key)",
+            "uploads",
+            201,
+            post(uploads::create),
+        ),
+        op(
+            M::GET,
+            "/v1/uploads/{upload_id}",
+            "/v1/uploads/{upload_id}",
+            "Get an upload's state",
+            "uploads",
+            200,
+            get(uploads::get),
+        ),
+        op(
+            M::PATCH,
+            "/v1/uploads/{upload_id}",
+            "/v1/uploads/{upload_id}",
+            "Send a chunk (Content-Range)",
+            "uploads",
+            200,
+            patch(uploads::chunk),
+        ),
+        op(
+            M::POST,
+            "/v1/uploads/{upload_id}",
+            "/v1/uploads/{upload_id}:finalize",
+            "Finalize: hash and store the blob",
+            "uploads",
+            200,
+            post(uploads::action),
+        ),
+        op(
+            M::POST,
             "/v1/datasets/{dataset_id}/images",
-            get(datasets::list_images).post(datasets::create_images),
-        )
-        .route(
+            "/v1/datasets/{dataset_id}/images",
+            "Create an image from a blob",
+            "images",
+            201,
+            post(datasets::create_images),
+        ),
+        op(
+            M::GET,
+            "/v1/datasets/{dataset_id}/images",
+            "/v1/datasets/{dataset_id}/images",
+            "List a dataset's images",
+            "images",
+            200,
+            get(datasets::list_images),
+        ),
+        op(
+            M::POST,
             "/v1/datasets/{dataset_id}/{action}",
+            "/v1/datasets/{dataset_id}/images:batchCreate",
+            "Create up to 1000 images",
+            "images",
+            201,
             post(datasets::batch_create),
-        )
-        .route(
+        ),
+        op(
+            M::DELETE,
             "/v1/datasets/{dataset_id}/images/{name}",
-            axum::routing::delete(datasets::delete_image),
-        )
-        .route("/v1/images/{image_id}", get(datasets::get_image))
-        .route("/v1/images/{image_id}/bytes", get(datasets::image_bytes))
-        .route("/v1/reconstructions/{recon_id}", get(reconstructions::get))
-        .route(
+            "/v1/datasets/{dataset_id}/images/{name}",
+            "Delete an image by name",
+            "images",
+            204,
+            delete(datasets::delete_image),
+        ),
+        op(
+            M::GET,
+            "/v1/images/{image_id}",
+            "/v1/images/{image_id}",
+            "Get an image",
+            "images",
+            200,
+            get(datasets::get_image),
+        ),
+        op(
+            M::GET,
+            "/v1/images/{image_id}/bytes",
+            "/v1/images/{image_id}/bytes",
+            "Image bytes (Range, ETag, 304)",
+            "images",
+            200,
+            get(datasets::image_bytes),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}",
+            "/v1/reconstructions/{recon_id}",
+            "Get a reconstruction",
+            "reconstructions",
+            200,
+            get(reconstructions::get),
+        ),
+        op(
+            M::GET,
             "/v1/reconstructions/{recon_id}/snapshots",
+            "/v1/reconstructions/{recon_id}/snapshots",
+            "Sealed snapshot sequence numbers",
+            "reconstructions",
+            200,
             get(reconstructions::snapshots),
-        )
-        .route(
+        ),
+        op(
+            M::GET,
             "/v1/reconstructions/{recon_id}/snapshots/{seq}/{name}",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/{name}",
+            "A sealed snapshot's file (immutable; ETag, Range)",
+            "reconstructions",
+            200,
             get(reconstructions::file),
-        )
-        .route("/v1/jobs", get(jobs::list))
-        .route("/v1/jobs/{job_action}", get(jobs::get).post(jobs::action))
-        .route("/v1/jobs/{job_id}/events", get(events::sse))
-        .route("/v1/admin/api-keys", post(admin::create).get(admin::list))
-        .route(
+        ),
+        op(
+            M::GET,
+            "/v1/jobs",
+            "/v1/jobs",
+            "List jobs",
+            "jobs",
+            200,
+            get(jobs::list),
+        ),
+        op(
+            M::GET,
+            "/v1/jobs/{job_id}",
+            "/v1/jobs/{job_id}",
+            "JobDetail",
+            "jobs",
+            200,
+            get(jobs::get),
+        ),
+        op(
+            M::POST,
+            "/v1/jobs/{job_id}",
+            "/v1/jobs/{job_id}:cancel",
+            "Cancel (`?force=true`: revoke leases now)",
+            "jobs",
+            200,
+            post(jobs::action),
+        ),
+        op(
+            M::POST,
+            "/v1/jobs/{job_id}",
+            "/v1/jobs/{job_id}:resume",
+            "Resume failed or cancelled tasks",
+            "jobs",
+            200,
+            post(jobs::action),
+        ),
+        op(
+            M::GET,
+            "/v1/jobs/{job_id}/events",
+            "/v1/jobs/{job_id}/events",
+            "Progress events (SSE; Last-Event-ID)",
+            "jobs",
+            200,
+            get(events::sse),
+        ),
+        op(
+            M::POST,
+            "/v1/admin/api-keys",
+            "/v1/admin/api-keys",
+            "Create an API key (admin)",
+            "admin",
+            201,
+            post(admin::create),
+        ),
+        op(
+            M::GET,
+            "/v1/admin/api-keys",
+            "/v1/admin/api-keys",
+            "List API keys (admin)",
+            "admin",
+            200,
+            get(admin::list),
+        ),
+        op(
+            M::DELETE,
             "/v1/admin/api-keys/{key_id}",
-            axum::routing::delete(admin::revoke),
-        )
-        .fallback(|| async { crate::Problem::not_found("no such route; see /v1/capabilities") })
+            "/v1/admin/api-keys/{key_id}",
+            "Revoke an API key (admin)",
+            "admin",
+            200,
+            delete(admin::revoke),
+        ),
+    ]
+}
+
+/// The OpenAPI 3.1 document of [`table`].
+pub fn openapi() -> serde_json::Value {
+    let mut paths = serde_json::Map::new();
+    for o in table() {
+        let params: Vec<serde_json::Value> = o
+            .doc
+            .split(['{', '}'])
+            .skip(1)
+            .step_by(2)
+            .map(|p| serde_json::json!({ "name": p, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .collect();
+        let entry = paths
+            .entry(o.doc.to_string())
+            .or_insert_with(|| serde_json::json!({}));
+        let ok_description = match o.ok {
+            201 => "Created",
+            202 => "Accepted; observe the job at Location",
+            204 => "No content",
+            _ => "OK",
+        };
+        entry[o.method.as_str().to_ascii_lowercase()] = serde_json::json!({
+            "summary": o.summary,
+            "tags": [o.tag],
+            "operationId": format!("{}_{}", o.method.as_str().to_ascii_lowercase(), o.doc.trim_start_matches('/').replace(['/', '{', '}', ':', '.', '-'], "_")),
+            "parameters": params,
+            "responses": {
+                o.ok.to_string(): { "description": ok_description },
+                "default": { "description": "An error", "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } } },
+            },
+        });
+    }
+    serde_json::json!({
+        "openapi": "3.1.0",
+        "info": { "title": "Tessera API (sfmapi v1)", "version": env!("CARGO_PKG_VERSION") },
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "Problem": {
+                    "type": "object",
+                    "required": ["type", "title", "status"],
+                    "properties": {
+                        "type": { "type": "string" }, "title": { "type": "string" },
+                        "status": { "type": "integer" }, "detail": { "type": "string" },
+                        "capability": { "type": "string" },
+                    },
+                },
+            },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+    })
+}
+
+async fn openapi_json() -> axum::Json<serde_json::Value> {
+    axum::Json(openapi())
+}
+
+/// Every route, from [`table`].
+pub fn router(state: ApiState) -> Router {
+    let mut by_path: Vec<(&'static str, MethodRouter<ApiState>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for o in table() {
+        // Custom methods share a routed path and handler (`:cancel`, `:resume`).
+        if !seen.insert((o.method.clone(), o.route)) {
+            continue;
+        }
+        match by_path.iter_mut().find(|(p, _)| *p == o.route) {
+            Some((_, mr)) => *mr = std::mem::take(mr).merge(o.handler),
+            None => by_path.push((o.route, o.handler)),
+        }
+    }
+    let mut r = Router::new();
+    for (path, mr) in by_path {
+        r = r.route(path, mr);
+    }
+    r.fallback(|| async { crate::Problem::not_found(NO_ROUTE) })
+        .method_not_allowed_fallback(|| async {
+            crate::Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "bad_request",
+                "this method is not allowed here; see /openapi.json",
+            )
+        })
         .layer(middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state)
 }
+
+/// The detail of the router's own 404.
+pub const NO_ROUTE: &str = "no such route; see /openapi.json";
