@@ -281,22 +281,6 @@ fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-async fn reblur_all(engine: &Engine, project: &Project) -> anyhow::Result<Vec<JobId>> {
-    let project = project::load(engine.ports().store.as_ref(), project.id).await?;
-    let mut jobs = Vec::new();
-    for p in project::photos(engine.ports().store.as_ref(), project.id).await? {
-        let plan = photos::reprocess_plan(
-            project.tenant.clone(),
-            project.id,
-            p.id,
-            project.subjects_rev,
-            p.edits_rev,
-        );
-        jobs.push(engine.submit(plan).await?.job_id);
-    }
-    Ok(jobs)
-}
-
 pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow::Result<ExitCode> {
     let (_dir, engine) = embedded::engine(state, None).await?;
     let store = engine.ports().store.clone();
@@ -375,7 +359,7 @@ pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow:
         refs.push((path.display().to_string(), bytes));
     }
     let s = project::enrol(engine.ports().store.as_ref(), models, p.id, &label, refs).await?;
-    let jobs = reblur_all(&engine, &p).await?;
+    let jobs = photos::reprocess_all(&engine, p.id).await?;
     if !submit_only {
         drive(&engine, jobs.clone(), !json).await?;
     }

@@ -28,7 +28,9 @@ pub struct Args {
 }
 
 pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
-    let (_dir, engine) = embedded::engine(state, None).await?;
+    // One set of face models for the photo tasks and for enrolment, loaded on first use.
+    let faces = std::sync::Arc::new(tessera_jobs::photos::FaceService::from_env());
+    let (_dir, engine) = embedded::engine_with(state, None, faces.clone()).await?;
     let (backend, capabilities) = match tessera_sfm::colmap::detect() {
         Ok(info) => (
             (info.name, info.version),
@@ -65,6 +67,7 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
         auth: args.auth,
         capabilities,
         backend,
+        faces: Some(faces),
     });
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

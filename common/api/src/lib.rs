@@ -29,6 +29,8 @@ pub struct ApiState {
     pub capabilities: Vec<String>,
     /// The backend's name and version, for `/v1/capabilities`.
     pub backend: (String, String),
+    /// Face models for enrolling opted-out people (loaded on first use).
+    pub faces: Option<std::sync::Arc<tessera_jobs::photos::FaceService>>,
 }
 
 /// The router.

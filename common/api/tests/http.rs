@@ -31,6 +31,14 @@ impl Drop for Server {
 }
 
 async fn serve(auth: AuthMode, workers: bool) -> Server {
+    serve_with(auth, workers, None).await
+}
+
+async fn serve_with(
+    auth: AuthMode,
+    workers: bool,
+    faces: Option<Arc<tessera_jobs::photos::FaceService>>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
     let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
@@ -60,6 +68,7 @@ async fn serve(auth: AuthMode, workers: bool) -> Server {
         auth,
         capabilities: vec!["features.extract.sift".into(), "map.incremental".into()],
         backend: ("colmap".into(), "3.8".into()),
+        faces,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -1218,4 +1227,221 @@ async fn every_operation_in_openapi_json_answers_on_the_running_server() {
 
 fn ulid_like() -> String {
     tessera_core::JobId::new().to_string()
+}
+
+fn face_models() -> Arc<tessera_jobs::photos::FaceService> {
+    let shared = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../../shared/models");
+    let rt = tessera_faces::OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)");
+    let m = tessera_faces::FaceModels::load(
+        &rt,
+        &tessera_faces::ModelFiles::in_dir(shared),
+        tessera_faces::DetectorKind::Yunet,
+        1,
+    )
+    .unwrap();
+    Arc::new(tessera_jobs::photos::FaceService::with_models(Arc::new(m)))
+}
+
+fn face_photo(name: &str) -> Vec<u8> {
+    std::fs::read(
+        std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+            .join("../../../shared/testdata/faces")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// Poll a photo until `done` holds.
+async fn photo_when(c: &reqwest::Client, url: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = c.get(url).send().await.unwrap();
+        if r.status() == 200 {
+            let v: Value = r.json().await.unwrap();
+            if done(&v) {
+                return v;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "photo never reached the state wanted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
+    let s = serve_with(AuthMode::None, true, Some(face_models())).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "wedding", "match_threshold": 0.363}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+    let astronaut = upload(&c, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
+    let r = c
+        .post(format!("{x}/subjects"))
+        .json(&json!({"label": "astronaut", "blob_shas": [astronaut]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let subject: Value = c
+        .get(format!("{x}/subjects"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["items"][0]
+        .clone();
+    let cat = upload(
+        &c,
+        &s.base,
+        &face_photo("negatives/chelsea.png"),
+        256 * 1024,
+    )
+    .await;
+    problem(
+        c.post(format!("{x}/subjects"))
+            .json(&json!({"label": "cat", "blob_shas": [cat]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let listed: Value = c
+        .get(format!("{x}/subjects"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+
+    let comp = upload(
+        &c,
+        &s.base,
+        &face_photo("composite_pd_1280x896.jpg"),
+        256 * 1024,
+    )
+    .await;
+    let r = c
+        .post(format!("{x}/photos"))
+        .json(&json!({"blob_sha": comp, "name": "group.jpg"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let added: Value = r.json().await.unwrap();
+    let photo_url = format!(
+        "{}/v1/x-tessera/photos/{}",
+        s.base,
+        added["photo_id"].as_str().unwrap()
+    );
+    let photo = photo_when(&c, &photo_url, |v| v["status"] == "published").await;
+    assert_eq!(photo["faces"].as_array().unwrap().len(), 8);
+    let variants = photo["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 2, "public + the astronaut's own");
+    let public = format!("{}{}", s.base, variants[0]["url"].as_str().unwrap());
+    let jpeg = c.get(&public).send().await.unwrap();
+    assert_eq!(jpeg.headers()["content-type"], "image/jpeg");
+    let img = image::load_from_memory(&jpeg.bytes().await.unwrap()).unwrap();
+    assert_eq!((img.width(), img.height()), (1280, 896));
+    let thumb = image::load_from_memory(
+        &c.get(format!("{public}?thumbnail=true"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(thumb.width() <= 320);
+
+    // A manual region: re-blurred from the stored faces as a new version.
+    let r = c
+        .put(format!("{photo_url}/blur-regions"))
+        .json(&json!({"regions": [{"x": 0.0, "y": 0.0, "w": 0.2, "h": 0.2}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    problem(
+        c.put(format!("{photo_url}/blur-regions"))
+            .json(&json!({"regions": [{"x": 0.9, "y": 0.0, "w": 0.2, "h": 0.2}]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let v2 = photo_when(&c, &photo_url, |v| {
+        v["variant_version"] == 2 && v["status"] == "published"
+    })
+    .await;
+    assert_eq!(v2["blur_regions"].as_array().unwrap().len(), 1);
+    // The astronaut withdraws: one file again, nobody matched.
+    let r = c
+        .delete(format!(
+            "{x}/subjects/{}",
+            subject["subject_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v3 = photo_when(&c, &photo_url, |v| {
+        v["variant_version"] == 3 && v["status"] == "published"
+    })
+    .await;
+    assert_eq!(v3["variants"].as_array().unwrap().len(), 1);
+    // No threshold: fail closed, every face blurred.
+    let r = c
+        .put(format!("{x}/privacy"))
+        .json(&json!({"match_threshold": null}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v4 = photo_when(&c, &photo_url, |v| {
+        v["variant_version"] == 4 && v["status"] == "published"
+    })
+    .await;
+    assert!(
+        v4["faces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["decision"]["decision"] == "fail_closed"),
+        "{v4}"
+    );
+    problem(
+        c.put(format!("{x}/privacy"))
+            .json(&json!({"match_threshold": 3.0}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    problem(
+        c.get(format!("{photo_url}/files/nobody"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
 }

@@ -6,6 +6,7 @@ pub mod events;
 pub mod jobs;
 pub mod meta;
 pub mod pipelines;
+pub mod privacy;
 pub mod projects;
 pub mod reconstructions;
 pub mod uploads;
@@ -395,6 +396,87 @@ pub fn table() -> Vec<Operation> {
             "jobs",
             200,
             get(events::sse),
+        ),
+        op(
+            M::PUT,
+            "/v1/x-tessera/projects/{project_id}/privacy",
+            "/v1/x-tessera/projects/{project_id}/privacy",
+            "Set the match threshold and blur growth; re-blurs every photo",
+            "x-tessera",
+            202,
+            axum::routing::put(privacy::put_settings),
+        ),
+        op(
+            M::POST,
+            "/v1/x-tessera/projects/{project_id}/subjects",
+            "/v1/x-tessera/projects/{project_id}/subjects",
+            "Enrol an opted-out person from reference blobs; re-blurs every photo",
+            "x-tessera",
+            201,
+            post(privacy::enrol),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/projects/{project_id}/subjects",
+            "/v1/x-tessera/projects/{project_id}/subjects",
+            "List opted-out people",
+            "x-tessera",
+            200,
+            get(privacy::list_subjects),
+        ),
+        op(
+            M::DELETE,
+            "/v1/x-tessera/projects/{project_id}/subjects/{subject_id}",
+            "/v1/x-tessera/projects/{project_id}/subjects/{subject_id}",
+            "Remove an opted-out person; re-blurs every photo",
+            "x-tessera",
+            202,
+            delete(privacy::remove_subject),
+        ),
+        op(
+            M::POST,
+            "/v1/x-tessera/projects/{project_id}/photos",
+            "/v1/x-tessera/projects/{project_id}/photos",
+            "Add a photo from a blob (ingest, then face processing)",
+            "x-tessera",
+            202,
+            post(privacy::add_photo),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/photos/{photo_id}",
+            "/v1/x-tessera/photos/{photo_id}",
+            "A photo: faces, decisions, variants, publication",
+            "x-tessera",
+            200,
+            get(privacy::get_photo),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/photos/{photo_id}/files/{variant}",
+            "/v1/x-tessera/photos/{photo_id}/files/{variant}",
+            "A published file or its thumbnail (`?thumbnail=true`)",
+            "x-tessera",
+            200,
+            get(privacy::file),
+        ),
+        op(
+            M::PUT,
+            "/v1/x-tessera/photos/{photo_id}/blur-regions",
+            "/v1/x-tessera/photos/{photo_id}/blur-regions",
+            "Replace manual blur regions; re-blurs",
+            "x-tessera",
+            202,
+            axum::routing::put(privacy::put_regions),
+        ),
+        op(
+            M::POST,
+            "/v1/x-tessera/photos/{photo_id}",
+            "/v1/x-tessera/photos/{photo_id}:reprocess",
+            "Re-blur from stored faces",
+            "x-tessera",
+            202,
+            post(privacy::action),
         ),
         op(
             M::POST,

@@ -297,6 +297,30 @@ pub fn reprocess_plan(
     )
 }
 
+/// Re-blur every photo of a project after its subjects or privacy settings changed
+/// (one job per photo, new for each change of `subjects_rev`).
+pub async fn reprocess_all(
+    engine: &tessera_engine::Engine,
+    project: ProjectId,
+) -> Result<Vec<tessera_core::JobId>, tessera_engine::EngineError> {
+    let store = engine.ports().store.as_ref();
+    let p = project::load(store, project)
+        .await
+        .map_err(|e| tessera_engine::EngineError::Refused(e.to_string()))?;
+    let mut jobs = Vec::new();
+    for photo in project::photos(store, project).await? {
+        let plan = reprocess_plan(
+            p.tenant.clone(),
+            p.id,
+            photo.id,
+            p.subjects_rev,
+            photo.edits_rev,
+        );
+        jobs.push(engine.submit(plan).await?.job_id);
+    }
+    Ok(jobs)
+}
+
 /// The photo a task's payload names.
 pub(crate) fn payload_photo(task: &tessera_core::task::Task) -> Result<PhotoId, TaskError> {
     task.payload

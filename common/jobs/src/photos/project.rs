@@ -191,3 +191,64 @@ pub async fn set_regions(
         .await?;
     Ok(rev)
 }
+
+/// Remove an opted-out subject (they no longer object, or were enrolled by mistake), in
+/// one transaction with the project's subject counters.
+pub async fn remove_subject(
+    store: &dyn StateStore,
+    project: ProjectId,
+    subject: SubjectId,
+) -> Result<(), PhotoError> {
+    match store
+        .transact(vec![
+            Write::Delete {
+                key: records::subject_key(project, subject),
+                condition: Condition::Exists,
+            },
+            Write::Add {
+                key: records::project_key(project),
+                deltas: vec![("opted_out".into(), -1), ("subjects_rev".into(), 1)],
+            },
+        ])
+        .await
+    {
+        Err(StoreError::Conflict { index: 0, .. }) => Err(PhotoError::NotFound(format!(
+            "subject {subject} is not enrolled in project {project}"
+        ))),
+        other => Ok(other?),
+    }
+}
+
+/// Change a project's privacy settings; every photo must then be re-blurred (the
+/// subject revision is bumped so the re-blur jobs are new).
+pub async fn set_settings(
+    store: &dyn StateStore,
+    project: ProjectId,
+    threshold: Option<f32>,
+    expand: f32,
+) -> Result<(), PhotoError> {
+    validate_settings(threshold, expand)?;
+    let item = store
+        .get(&records::project_key(project))
+        .await?
+        .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
+    let rev = item.body["subjects_rev"].as_u64().unwrap_or(0) + 1;
+    store
+        .transact(vec![Write::Set {
+            key: records::project_key(project),
+            fields: vec![
+                (
+                    "match_threshold".into(),
+                    serde_json::to_value(threshold).expect("serializable"),
+                ),
+                (
+                    "blur_expand".into(),
+                    serde_json::to_value(expand).expect("serializable"),
+                ),
+                ("subjects_rev".into(), rev.into()),
+            ],
+            condition: Condition::Rev(item.rev),
+        }])
+        .await?;
+    Ok(())
+}

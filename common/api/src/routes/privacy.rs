@@ -1,0 +1,374 @@
+//! The photo-privacy extension, `/v1/x-tessera/…`: a project's privacy settings, its
+//! opted-out subjects, photos (from finalized uploads), their faces, files and
+//! publication, manual blur regions and re-blurring. Published files are served only
+//! while the photo is published.
+
+use crate::ApiState;
+use crate::auth::Caller;
+use crate::problem::Problem;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tessera_core::geometry::FracRect;
+use tessera_core::photo::{Photo, keys};
+use tessera_core::{Millis, PhotoId, SubjectId, records};
+use tessera_jobs::photos::{self, ObjectCreated, project};
+
+fn photo_error(e: project::PhotoError) -> Problem {
+    match e {
+        project::PhotoError::NotFound(m) => Problem::not_found(m),
+        project::PhotoError::Invalid(m) => Problem::validation(m),
+        project::PhotoError::Store(e) => e.into(),
+        project::PhotoError::Objects(e) => Problem::internal(e),
+        project::PhotoError::Faces(e) => Problem::unavailable(format!("face models: {e}")),
+    }
+}
+
+fn accepted(jobs: &[tessera_core::JobId], extra: Value) -> Response {
+    let mut body = json!({ "job_ids": jobs });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let mut r = (StatusCode::ACCEPTED, Json(body)).into_response();
+    if let Some(j) = jobs.first() {
+        r.headers_mut().insert(
+            header::LOCATION,
+            HeaderValue::from_str(&format!("/v1/jobs/{j}")).expect("ascii"),
+        );
+    }
+    r
+}
+
+/// Privacy settings.
+#[derive(Debug, Deserialize)]
+pub struct Settings {
+    /// Cosine threshold; `null` fails closed.
+    pub match_threshold: Option<f32>,
+    /// Face box growth, 0.30..0.40.
+    #[serde(default = "default_expand")]
+    pub blur_expand: f32,
+}
+
+fn default_expand() -> f32 {
+    0.35
+}
+
+/// `PUT /v1/x-tessera/projects/{pid}/privacy`: settings change → every photo re-blurred.
+pub async fn put_settings(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Result<Json<Settings>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"match_threshold\": number|null}}: {e}"
+        ))
+    })?;
+    project::set_settings(
+        s.engine.ports().store.as_ref(),
+        p.id,
+        b.match_threshold,
+        b.blur_expand,
+    )
+    .await
+    .map_err(photo_error)?;
+    let jobs = photos::reprocess_all(&s.engine, p.id).await?;
+    Ok(accepted(
+        &jobs,
+        json!({ "match_threshold": b.match_threshold, "blur_expand": b.blur_expand }),
+    ))
+}
+
+/// Enrol request: reference photos by blob.
+#[derive(Debug, Deserialize)]
+pub struct Enrol {
+    /// A name people know them by.
+    pub label: String,
+    /// Finalized uploads of their reference photos.
+    pub blob_shas: Vec<String>,
+}
+
+fn subject_view(pid: &str, sub: &tessera_core::photo::Subject) -> Value {
+    json!({
+        "subject_id": sub.id, "label": sub.label, "references": sub.references.len(),
+        "created_at": sub.created_at.to_rfc3339(),
+        "_links": super::links(&format!("/v1/x-tessera/projects/{pid}/subjects/{}", sub.id), &[]),
+    })
+}
+
+/// `POST /v1/x-tessera/projects/{pid}/subjects`: enrol, then re-blur every photo.
+pub async fn enrol(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Result<Json<Enrol>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"label\": …, \"blob_shas\": [...]}}: {e}"
+        ))
+    })?;
+    let faces = s
+        .faces
+        .as_ref()
+        .ok_or_else(|| Problem::unavailable("this server has no face models"))?;
+    let models = faces
+        .models()
+        .map_err(|e| Problem::unavailable(e.message))?;
+    let mut refs = Vec::new();
+    for sha in &b.blob_shas {
+        let bytes = s
+            .engine
+            .ports()
+            .objects
+            .get(&super::uploads::blob_key(&caller.tenant, sha))
+            .await
+            .map_err(|_| Problem::validation(format!("no finalized upload has blob_sha {sha}")))?;
+        refs.push((sha.clone(), bytes.to_vec()));
+    }
+    let sub = project::enrol(
+        s.engine.ports().store.as_ref(),
+        models,
+        p.id,
+        &b.label,
+        refs,
+    )
+    .await
+    .map_err(photo_error)?;
+    let jobs = photos::reprocess_all(&s.engine, p.id).await?;
+    let mut r = accepted(&jobs, subject_view(&pid, &sub));
+    *r.status_mut() = StatusCode::CREATED;
+    Ok(r)
+}
+
+/// `GET /v1/x-tessera/projects/{pid}/subjects`.
+pub async fn list_subjects(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let subs = project::subjects(s.engine.ports().store.as_ref(), p.id).await?;
+    Ok(Json(
+        json!({ "items": subs.iter().map(|x| subject_view(&pid, x)).collect::<Vec<_>>(), "next_page_token": null, "total": subs.len() }),
+    ))
+}
+
+/// `DELETE /v1/x-tessera/projects/{pid}/subjects/{sid}`: then every photo re-blurred.
+pub async fn remove_subject(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((pid, sid)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let sid: SubjectId = sid
+        .parse()
+        .map_err(|_| Problem::not_found(format!("subject {sid} does not exist")))?;
+    project::remove_subject(s.engine.ports().store.as_ref(), p.id, sid)
+        .await
+        .map_err(photo_error)?;
+    Ok(accepted(
+        &photos::reprocess_all(&s.engine, p.id).await?,
+        json!({}),
+    ))
+}
+
+/// Add-photo request.
+#[derive(Debug, Deserialize)]
+pub struct AddPhoto {
+    /// A finalized upload.
+    pub blob_sha: String,
+    /// File name.
+    pub name: String,
+}
+
+/// `POST /v1/x-tessera/projects/{pid}/photos`: store the upload and ingest it as S3
+/// would announce it.
+pub async fn add_photo(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Result<Json<AddPhoto>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"blob_sha\": …, \"name\": …}}: {e}"
+        ))
+    })?;
+    let objects = s.engine.ports().objects.clone();
+    let bytes = objects
+        .get(&super::uploads::blob_key(&caller.tenant, &b.blob_sha))
+        .await
+        .map_err(|_| {
+            Problem::validation(format!("no finalized upload has blob_sha {}", b.blob_sha))
+        })?;
+    let photo = PhotoId::new();
+    let key = keys::upload(p.id, photo, &b.name);
+    tessera_core::ports::object_store::validate_key(&key)
+        .map_err(|_| Problem::validation(format!("`{}` is not a usable file name", b.name)))?;
+    let size = bytes.len() as u64;
+    objects.put(&key, bytes).await.map_err(Problem::internal)?;
+    let event = ObjectCreated::for_key("local", &key, size, &format!("{:016X}", Millis::now().0));
+    let job = s
+        .engine
+        .submit(photos::ingest_plan(p.tenant.clone(), p.id, &event))
+        .await?
+        .job_id;
+    Ok(accepted(
+        &[job],
+        json!({ "photo_id": photo, "_links": super::links(&format!("/v1/x-tessera/photos/{photo}"), &[]) }),
+    ))
+}
+
+async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
+    let missing = || {
+        Problem::not_found(format!(
+            "photo {id} does not exist (yet: ingest may still be running)"
+        ))
+    };
+    let pid: PhotoId = id.parse().map_err(|_| missing())?;
+    let item = s
+        .engine
+        .ports()
+        .store
+        .get(&records::photo_key(pid))
+        .await?
+        .ok_or_else(missing)?;
+    let photo: Photo = records::decode(&item)?;
+    super::projects::owned(s, caller, &photo.project.to_string())
+        .await
+        .map_err(|_| missing())?;
+    Ok(photo)
+}
+
+fn photo_view(p: &Photo) -> Value {
+    let href = format!("/v1/x-tessera/photos/{}", p.id);
+    let published = p.published_at.is_some();
+    json!({
+        "photo_id": p.id, "project_id": p.project, "name": p.file_name, "width": p.width, "height": p.height,
+        "status": if published { "published" } else { "processing_or_unpublished" },
+        "published_at": p.published_at.map(|m| m.to_rfc3339()),
+        "variant_version": p.variant_version,
+        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision })).collect::<Vec<_>>()),
+        "blur_regions": p.blur_regions,
+        "variants": p.renditions.iter().map(|r| {
+            let v = r.variant.map_or("public".to_string(), |s| s.to_string());
+            json!({ "variant": v, "url": published.then(|| format!("{href}/files/{v}")), "thumbnail_url": published.then(|| format!("{href}/files/{v}?thumbnail=true")) })
+        }).collect::<Vec<_>>(),
+        "_links": super::links(&href, &[]),
+    })
+}
+
+/// `GET /v1/x-tessera/photos/{id}`.
+pub async fn get_photo(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    Ok(Json(photo_view(&owned_photo(&s, &caller, &id).await?)))
+}
+
+/// `?thumbnail=true`.
+#[derive(Debug, Deserialize, Default)]
+pub struct FileParams {
+    /// The thumbnail instead of the file.
+    #[serde(default)]
+    pub thumbnail: bool,
+}
+
+/// `GET /v1/x-tessera/photos/{id}/files/{variant}`: only while published.
+pub async fn file(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((id, variant)): Path<(String, String)>,
+    axum::extract::Query(q): axum::extract::Query<FileParams>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let p = owned_photo(&s, &caller, &id).await?;
+    if p.published_at.is_none() {
+        return Err(Problem::not_found(format!("photo {id} is not published")));
+    }
+    let r = p
+        .renditions
+        .iter()
+        .find(|r| r.variant.map_or("public".to_string(), |s| s.to_string()) == variant)
+        .ok_or_else(|| Problem::not_found(format!("photo {id} has no variant `{variant}`")))?;
+    let key = if q.thumbnail { &r.thumb_key } else { &r.key };
+    let bytes = s
+        .engine
+        .ports()
+        .objects
+        .get(key)
+        .await
+        .map_err(Problem::internal)?;
+    let ct = if key.ends_with(".png") {
+        "image/png"
+    } else {
+        "image/jpeg"
+    };
+    Ok(crate::bytes::serve(&headers, bytes, ct, None))
+}
+
+/// Blur regions request.
+#[derive(Debug, Deserialize)]
+pub struct Regions {
+    /// Rectangles as fractions of the image.
+    pub regions: Vec<FracRect>,
+}
+
+async fn reprocess_one(s: &ApiState, p: &Photo, edits_rev: u64) -> Result<Response, Problem> {
+    let proj = project::load(s.engine.ports().store.as_ref(), p.project).await?;
+    let job = s
+        .engine
+        .submit(photos::reprocess_plan(
+            proj.tenant.clone(),
+            proj.id,
+            p.id,
+            proj.subjects_rev,
+            edits_rev,
+        ))
+        .await?
+        .job_id;
+    Ok(accepted(&[job], json!({ "photo_id": p.id })))
+}
+
+/// `PUT /v1/x-tessera/photos/{id}/blur-regions`: replace the regions and re-blur.
+pub async fn put_regions(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Json<Regions>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let p = owned_photo(&s, &caller, &id).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"regions\": [{{x, y, w, h}}]}}: {e}"
+        ))
+    })?;
+    let rev = project::set_regions(s.engine.ports().store.as_ref(), p.id, &b.regions)
+        .await
+        .map_err(photo_error)?;
+    reprocess_one(&s, &p, rev).await
+}
+
+/// `POST /v1/x-tessera/photos/{id}:reprocess`.
+pub async fn action(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id_action): Path<String>,
+) -> Result<Response, Problem> {
+    let Some((id, "reprocess")) = id_action.split_once(':') else {
+        return Err(Problem::not_found(
+            "POST /v1/x-tessera/photos/{id}:reprocess",
+        ));
+    };
+    let p = owned_photo(&s, &caller, id).await?;
+    reprocess_one(&s, &p, p.edits_rev).await
+}
