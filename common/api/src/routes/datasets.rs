@@ -384,24 +384,41 @@ pub struct BatchCreate {
     pub requests: Vec<CreateImage>,
 }
 
-/// `POST /v1/datasets/{did}/images:batchCreate`.
-pub async fn batch_create(
+/// `POST /v1/datasets/{did}/{action}`: `images:batchCreate`, or a stage
+/// (`features`, `matches`, `verify`), which share the routed path.
+pub async fn post_action(
     State(s): State<ApiState>,
     caller: Caller,
     Path((did, action)): Path<(String, String)>,
-    body: Result<Json<BatchCreate>, axum::extract::rejection::JsonRejection>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Problem> {
-    if action != "images:batchCreate" {
-        return Err(Problem::not_found(format!(
-            "no route POST /v1/datasets/{did}/{action}"
-        )));
+    let Json(body) =
+        body.map_err(|e| Problem::bad_request(format!("the body must be JSON: {e}")))?;
+    match action.as_str() {
+        "images:batchCreate" => {
+            let req: BatchCreate = serde_json::from_value(body).map_err(|e| {
+                Problem::bad_request(format!("the body must be {{\"requests\": [...]}}: {e}"))
+            })?;
+            batch_create(&s, &caller, &did, req).await
+        }
+        "features" | "matches" | "verify" => {
+            let req = serde_json::from_value(body)
+                .map_err(|e| Problem::bad_request(format!("stage request: {e}")))?;
+            super::pipelines::stage(&s, &caller, &did, &action, req).await
+        }
+        other => Err(Problem::not_found(format!(
+            "no route POST /v1/datasets/{did}/{other}"
+        ))),
     }
-    let d = owned(&s, &caller, &did).await?;
-    let Json(req) = body.map_err(|e| {
-        Problem::bad_request(format!(
-            "the body must be JSON {{\"requests\": [...]}}: {e}"
-        ))
-    })?;
+}
+
+async fn batch_create(
+    s: &ApiState,
+    caller: &Caller,
+    did: &str,
+    req: BatchCreate,
+) -> Result<Response, Problem> {
+    let d = owned(s, caller, did).await?;
     if req.requests.is_empty() || req.requests.len() > MAX_BATCH {
         return Err(Problem::validation(format!(
             "a batch holds 1 to {MAX_BATCH} images, this one {}",
@@ -410,7 +427,7 @@ pub async fn batch_create(
     }
     let mut out = Vec::new();
     for r in &req.requests {
-        out.push(image_view(&create_one(&s, &caller, &d, r).await?));
+        out.push(image_view(&create_one(s, caller, &d, r).await?));
     }
     Ok((StatusCode::CREATED, Json(json!({ "images": out }))).into_response())
 }

@@ -1,5 +1,8 @@
-//! `POST /v1/projects/{pid}/pipelines/{recipe}`: a whole reconstruction of a dataset
-//! (features → matches → verify → map → bundle adjustment → export) as one job.
+//! Reconstruction work over HTTP: `POST /v1/projects/{pid}/pipelines/{recipe}` (the
+//! whole reconstruction as one job) and the stage endpoints `POST
+//! /v1/datasets/{did}/features|matches|verify` (the same job cut after that stage). A
+//! dataset with no images is refused with 422 before any job exists; anything the
+//! backend does not offer is 501 with its capability name.
 
 use crate::ApiState;
 use crate::auth::Caller;
@@ -24,12 +27,28 @@ pub struct PipelineRequest {
     /// FeaturesSpec (`sift_max_num_features` / `max_num_features`).
     #[serde(default)]
     pub features: Option<Value>,
-    /// `{pairs: PairsSpec}` (strategy `exhaustive` or `sequential` with `overlap`).
+    /// `{pairs: PairsSpec, matcher: MatcherSpec}`.
     #[serde(default)]
     pub matches: Option<Value>,
 }
 
-fn capability_missing(name: &str) -> Problem {
+/// The body of a stage request (`{spec}` for features and verify, `{pairs, matcher}`
+/// for matches).
+#[derive(Debug, Deserialize, Default)]
+pub struct StageRequest {
+    /// FeaturesSpec or VerifySpec.
+    #[serde(default)]
+    pub spec: Option<Value>,
+    /// PairsSpec.
+    #[serde(default)]
+    pub pairs: Option<Value>,
+    /// MatcherSpec.
+    #[serde(default)]
+    pub matcher: Option<Value>,
+}
+
+/// 501 naming the capability.
+pub fn capability_missing(name: &str) -> Problem {
     let mut p = Problem::new(
         StatusCode::NOT_IMPLEMENTED,
         "capability_unavailable",
@@ -39,7 +58,126 @@ fn capability_missing(name: &str) -> Problem {
     p
 }
 
-/// Submit a recipe.
+/// The reconstruction spec for a dataset, from sfmapi's spec shapes.
+async fn spec_for(
+    s: &ApiState,
+    caller: &Caller,
+    dataset_id: &str,
+    mapper: MapperKind,
+    features: Option<&Value>,
+    pairs: Option<&Value>,
+    matcher: Option<&Value>,
+) -> Result<(ReconstructionSpec, super::datasets::Dataset, usize, f64), Problem> {
+    let d = super::datasets::owned(s, caller, dataset_id).await?;
+    let images = super::datasets::all_images(s, &d.dataset_id).await?;
+    if images.is_empty() {
+        return Err(Problem::validation(format!(
+            "dataset {} has no images; add images before running a stage",
+            d.dataset_id
+        )));
+    }
+    let features = features.cloned().unwrap_or(Value::Null);
+    if let Some(t) = features["type"].as_str()
+        && t != "sift"
+    {
+        return Err(capability_missing(&format!("features.extract.{t}")));
+    }
+    let max_features = features["sift_max_num_features"]
+        .as_u64()
+        .or(features["max_num_features"].as_u64())
+        .unwrap_or(4096)
+        .clamp(64, 65_536) as u32;
+    if let Some(t) = matcher.and_then(|m| m["type"].as_str())
+        && !matches!(t, "nn-ratio" | "nn-mutual")
+    {
+        return Err(capability_missing(&format!("matchers.{t}")));
+    }
+    let pairs = pairs.cloned().unwrap_or(Value::Null);
+    let pairs = match pairs["strategy"].as_str() {
+        None if images.len() <= 60 => PairStrategy::Exhaustive,
+        None => PairStrategy::Sequential { overlap: 10 },
+        Some("exhaustive") => PairStrategy::Exhaustive,
+        Some("sequential") => PairStrategy::Sequential {
+            overlap: pairs["overlap"].as_u64().unwrap_or(10).clamp(1, 1000) as u32,
+        },
+        Some(other) => return Err(capability_missing(&format!("pairs.{other}"))),
+    };
+    let spec = ReconstructionSpec {
+        project: d.project_id.clone(),
+        image_set: super::datasets::images_prefix(&d.dataset_id),
+        backend: BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+        camera_model: serde_json::from_value(json!(d.camera_model))
+            .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
+        max_features,
+        max_image_size: 1600,
+        pairs,
+        mapper,
+        ba: BaMode::Standard,
+        georef: Georef::None,
+        exports: vec![ExportFormat::PointsBin],
+        priority: 0,
+    };
+    let megapixels = images
+        .iter()
+        .map(|i| (i.width.unwrap_or(0) * i.height.unwrap_or(0)) as f64 / 1e6)
+        .fold(0.0, f64::max);
+    Ok((spec, d, images.len(), megapixels))
+}
+
+/// Submit the reconstruction of `spec`, cut after `last_stage` if given; 202 + Location.
+async fn submit_plan(
+    s: &ApiState,
+    caller: &Caller,
+    spec: &ReconstructionSpec,
+    d: &super::datasets::Dataset,
+    images: usize,
+    megapixels: f64,
+    job_kind: &str,
+    last_stage: Option<&str>,
+) -> Result<Response, Problem> {
+    let project = d.project_id.parse().ok();
+    let mut plan = tessera_jobs::reconstruct::plan(
+        spec,
+        caller.tenant.clone(),
+        project,
+        &format!("{job_kind} {}", d.name),
+        images,
+        megapixels,
+    )
+    .map_err(|e| Problem::validation(e.to_string()))?;
+    plan.kind = job_kind.to_string();
+    if let Some(last) = last_stage {
+        let end = plan
+            .tasks
+            .iter()
+            .position(|t| t.name == last)
+            .ok_or_else(|| Problem::internal(format!("the plan has no stage {last}")))?;
+        plan.tasks.truncate(end + 1);
+    }
+    let submitted = s.engine.submit(plan).await?;
+    let tasks = s.engine.job_tasks(submitted.job_id).await?;
+    let recon = last_stage.is_none().then_some(submitted.job_id);
+    let mut r = (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "job_id": submitted.job_id,
+            "task_ids": tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
+            "recon_id": recon,
+            "existing": submitted.existing,
+        })),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/jobs/{}", submitted.job_id)).expect("ascii"),
+    );
+    Ok(r)
+}
+
+/// `POST /v1/projects/{pid}/pipelines/{recipe}`.
 pub async fn submit(
     State(s): State<ApiState>,
     caller: Caller,
@@ -79,82 +217,58 @@ pub async fn submit(
             d.dataset_id
         )));
     }
-    let images = super::datasets::all_images(&s, &d.dataset_id).await?;
-    if images.is_empty() {
-        return Err(Problem::validation(format!(
-            "dataset {} has no images; add images before reconstructing",
-            d.dataset_id
-        )));
-    }
-    let max_features = req
-        .features
-        .as_ref()
-        .and_then(|f| {
-            f["sift_max_num_features"]
-                .as_u64()
-                .or(f["max_num_features"].as_u64())
-        })
-        .unwrap_or(4096) as u32;
-    let pairs_spec = req
-        .matches
-        .as_ref()
-        .map(|m| m["pairs"].clone())
-        .unwrap_or(Value::Null);
-    let pairs = match pairs_spec["strategy"].as_str() {
-        None if images.len() <= 60 => PairStrategy::Exhaustive,
-        None => PairStrategy::Sequential { overlap: 10 },
-        Some("exhaustive") => PairStrategy::Exhaustive,
-        Some("sequential") => PairStrategy::Sequential {
-            overlap: pairs_spec["overlap"].as_u64().unwrap_or(10) as u32,
-        },
-        Some(other) => return Err(capability_missing(&format!("pairs.{other}"))),
-    };
-    let spec = ReconstructionSpec {
-        project: project.id.to_string(),
-        image_set: super::datasets::images_prefix(&d.dataset_id),
-        backend: BackendSpec {
-            name: "colmap".into(),
-            version: None,
-        },
-        camera_model: serde_json::from_value(json!(d.camera_model))
-            .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
-        max_features,
-        max_image_size: 1600,
-        pairs,
+    let matches = req.matches.clone().unwrap_or(Value::Null);
+    let (spec, d, n, mp) = spec_for(
+        &s,
+        &caller,
+        &req.dataset_id,
         mapper,
-        ba: BaMode::Standard,
-        georef: Georef::None,
-        exports: vec![ExportFormat::PointsBin],
-        priority: 0,
-    };
-    let megapixels = images
-        .iter()
-        .map(|i| (i.width.unwrap_or(0) * i.height.unwrap_or(0)) as f64 / 1e6)
-        .fold(0.0, f64::max);
-    let plan = tessera_jobs::reconstruct::plan(
+        req.features.as_ref(),
+        Some(&matches["pairs"]).filter(|p| !p.is_null()),
+        Some(&matches["matcher"]).filter(|m| !m.is_null()),
+    )
+    .await?;
+    submit_plan(
+        &s,
+        &caller,
         &spec,
-        caller.tenant.clone(),
-        Some(project.id),
-        &format!("{recipe} {}", d.name),
-        images.len(),
-        megapixels,
+        &d,
+        n,
+        mp,
+        tessera_jobs::reconstruct::KIND,
+        None,
     )
-    .map_err(|e| Problem::validation(e.to_string()))?;
-    let submitted = s.engine.submit(plan).await?;
-    let tasks = s.engine.job_tasks(submitted.job_id).await?;
-    let mut r = (
-        StatusCode::ACCEPTED,
-        Json(json!({
-            "job_id": submitted.job_id,
-            "task_ids": tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
-            "recon_id": submitted.job_id,
-            "existing": submitted.existing,
-        })),
+    .await
+}
+
+/// `POST /v1/datasets/{did}/features|matches|verify` (routed through
+/// [`super::datasets::post_action`]).
+pub async fn stage(
+    s: &ApiState,
+    caller: &Caller,
+    did: &str,
+    stage: &str,
+    req: StageRequest,
+) -> Result<Response, Problem> {
+    let last = match stage {
+        "features" => "extract",
+        "matches" => "match",
+        _ => "verify",
+    };
+    let features = if stage == "features" {
+        req.spec.as_ref()
+    } else {
+        None
+    };
+    let (spec, d, n, mp) = spec_for(
+        s,
+        caller,
+        did,
+        MapperKind::Incremental,
+        features,
+        req.pairs.as_ref(),
+        req.matcher.as_ref(),
     )
-        .into_response();
-    r.headers_mut().insert(
-        header::LOCATION,
-        HeaderValue::from_str(&format!("/v1/jobs/{}", submitted.job_id)).expect("ascii"),
-    );
-    Ok(r)
+    .await?;
+    submit_plan(s, caller, &spec, &d, n, mp, stage, Some(last)).await
 }
