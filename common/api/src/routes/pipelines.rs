@@ -67,7 +67,7 @@ async fn spec_for(
     features: Option<&Value>,
     pairs: Option<&Value>,
     matcher: Option<&Value>,
-) -> Result<(ReconstructionSpec, super::datasets::Dataset, usize, f64), Problem> {
+) -> Result<Planned, Problem> {
     let d = super::datasets::owned(s, caller, dataset_id).await?;
     let images = super::datasets::all_images(s, &d.dataset_id).await?;
     if images.is_empty() {
@@ -124,20 +124,31 @@ async fn spec_for(
         .iter()
         .map(|i| (i.width.unwrap_or(0) * i.height.unwrap_or(0)) as f64 / 1e6)
         .fold(0.0, f64::max);
-    Ok((spec, d, images.len(), megapixels))
+    Ok(Planned {
+        spec,
+        dataset: d,
+        images: images.len(),
+        megapixels,
+    })
+}
+
+/// A reconstruction spec with what sizing its tasks needs.
+struct Planned {
+    spec: ReconstructionSpec,
+    dataset: super::datasets::Dataset,
+    images: usize,
+    megapixels: f64,
 }
 
 /// Submit the reconstruction of `spec`, cut after `last_stage` if given; 202 + Location.
 async fn submit_plan(
     s: &ApiState,
     caller: &Caller,
-    spec: &ReconstructionSpec,
-    d: &super::datasets::Dataset,
-    images: usize,
-    megapixels: f64,
+    p: &Planned,
     job_kind: &str,
     last_stage: Option<&str>,
 ) -> Result<Response, Problem> {
+    let (spec, d, images, megapixels) = (&p.spec, &p.dataset, p.images, p.megapixels);
     let project = d.project_id.parse().ok();
     let mut plan = tessera_jobs::reconstruct::plan(
         spec,
@@ -218,7 +229,7 @@ pub async fn submit(
         )));
     }
     let matches = req.matches.clone().unwrap_or(Value::Null);
-    let (spec, d, n, mp) = spec_for(
+    let planned = spec_for(
         &s,
         &caller,
         &req.dataset_id,
@@ -228,17 +239,7 @@ pub async fn submit(
         Some(&matches["matcher"]).filter(|m| !m.is_null()),
     )
     .await?;
-    submit_plan(
-        &s,
-        &caller,
-        &spec,
-        &d,
-        n,
-        mp,
-        tessera_jobs::reconstruct::KIND,
-        None,
-    )
-    .await
+    submit_plan(&s, &caller, &planned, tessera_jobs::reconstruct::KIND, None).await
 }
 
 /// `POST /v1/datasets/{did}/features|matches|verify` (routed through
@@ -260,7 +261,7 @@ pub async fn stage(
     } else {
         None
     };
-    let (spec, d, n, mp) = spec_for(
+    let planned = spec_for(
         s,
         caller,
         did,
@@ -270,5 +271,5 @@ pub async fn stage(
         req.matcher.as_ref(),
     )
     .await?;
-    submit_plan(s, caller, &spec, &d, n, mp, stage, Some(last)).await
+    submit_plan(s, caller, &planned, stage, Some(last)).await
 }
