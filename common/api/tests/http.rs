@@ -1445,3 +1445,104 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = serve(AuthMode::None, true).await;
+    let ws_base = s.base.replace("http://", "ws://");
+    let job = demo_job(&s.engine, TenantId::local(), 4).await;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("{ws_base}/ws/v1/jobs/{job}?last_event_id=0"))
+            .await
+            .unwrap();
+    let mut kinds = Vec::new();
+    let mut seqs = Vec::new();
+    let mut close_code = None;
+    while let Some(m) = ws.next().await {
+        match m.unwrap() {
+            Message::Text(t) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                if let Some(seq) = v["seq"].as_u64() {
+                    seqs.push(seq);
+                }
+                kinds.push(v["kind"].as_str().unwrap().to_string());
+                if v["kind"] == "terminal" {
+                    assert_eq!(v["status"], "succeeded");
+                }
+            }
+            Message::Close(Some(f)) => close_code = Some(u16::from(f.code)),
+            _ => {}
+        }
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("hello"));
+    assert_eq!(kinds.last().map(String::as_str), Some("terminal"));
+    let stored = s.engine.ports().events.last_seq(job).await.unwrap();
+    assert_eq!(seqs, (1..=stored).collect::<Vec<_>>());
+    assert_eq!(close_code, Some(1000));
+
+    // A job nobody runs: ping, cancel over the socket, then a bad frame.
+    let idle = serve(AuthMode::None, false).await;
+    let job = demo_job(&idle.engine, TenantId::local(), 1).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "{}/ws/v1/jobs/{job}",
+        idle.base.replace("http://", "ws://")
+    ))
+    .await
+    .unwrap();
+    let next_json = |m: Message| -> Value { serde_json::from_str(m.to_text().unwrap()).unwrap() };
+    assert_eq!(
+        next_json(ws.next().await.unwrap().unwrap())["kind"],
+        "hello"
+    );
+    ws.send(Message::Text(r#"{"op":"ping"}"#.into()))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let v = next_json(ws.next().await.unwrap().unwrap());
+        seen.push(v["kind"].as_str().unwrap().to_string());
+        if v["kind"] == "pong" {
+            break;
+        }
+    }
+    ws.send(Message::Text(r#"{"op":"cancel","force":false}"#.into()))
+        .await
+        .unwrap();
+    loop {
+        let v = next_json(ws.next().await.unwrap().unwrap());
+        if v["kind"] == "cancel_requested" {
+            assert_eq!(v["force"], false);
+            break;
+        }
+    }
+    assert!(idle.engine.job(job).await.unwrap().cancel.is_some());
+    // Malformed frames get an error and a 1008 close (unless the job ended first).
+    let job2 = demo_job(&idle.engine, TenantId::local(), 1).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "{}/ws/v1/jobs/{job2}",
+        idle.base.replace("http://", "ws://")
+    ))
+    .await
+    .unwrap();
+    ws.send(Message::Text("not json".into())).await.unwrap();
+    let mut code = None;
+    while let Some(Ok(m)) = ws.next().await {
+        if let Message::Close(Some(f)) = m {
+            code = Some(u16::from(f.code));
+        }
+    }
+    assert_eq!(code, Some(1008));
+    // Another tenant's (or no) job cannot be watched.
+    let r = client()
+        .get(format!(
+            "{}/ws/v1/jobs/{}",
+            idle.base,
+            tessera_core::JobId::new()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}

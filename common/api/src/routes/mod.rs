@@ -10,6 +10,7 @@ pub mod privacy;
 pub mod projects;
 pub mod reconstructions;
 pub mod uploads;
+pub mod ws;
 
 use crate::{ApiState, AuthMode};
 use axum::Router;
@@ -506,6 +507,15 @@ pub fn table() -> Vec<Operation> {
             post(privacy::action),
         ),
         op(
+            M::GET,
+            "/ws/v1/jobs/{job_id}",
+            "/ws/v1/jobs/{job_id}",
+            "Progress over WebSocket (hello, events, cancel_requested, terminal; ping and cancel)",
+            "jobs",
+            101,
+            get(ws::upgrade),
+        ),
+        op(
             M::POST,
             "/v1/admin/api-keys",
             "/v1/admin/api-keys",
@@ -553,6 +563,7 @@ pub fn openapi() -> serde_json::Value {
             201 => "Created",
             202 => "Accepted; observe the job at Location",
             204 => "No content",
+            101 => "Switching protocols (WebSocket)",
             _ => "OK",
         };
         entry[o.method.as_str().to_ascii_lowercase()] = serde_json::json!({
