@@ -284,6 +284,16 @@ async fn projects_are_created_idempotently_listed_and_validated() {
         }
     }
     assert_eq!(names, ["alpha", "beta", "gamma"]);
+    let created: Value = c
+        .post(&url)
+        .json(&json!({"name": "delta", "description": "with words"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["description"], "with words");
     let got: Value = c
         .get(format!("{}{location}", s.base))
         .send()

@@ -14,6 +14,9 @@ pub struct Project {
     pub tenant: TenantId,
     /// Human name.
     pub name: String,
+    /// What it is for, if someone said.
+    #[serde(default)]
+    pub description: Option<String>,
     /// Cosine similarity at or above which a face is taken to be an opted-out subject.
     /// `None` means *fail closed*: every face is blurred and no match is recorded.
     pub match_threshold: Option<f32>,

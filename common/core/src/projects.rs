@@ -57,19 +57,12 @@ pub async fn create(
     expand: f32,
 ) -> Result<Project, ProjectError> {
     validate_settings(threshold, expand)?;
-    if name.is_empty()
-        || name.len() > 200
-        || name.contains(['#', '/'])
-        || name.chars().any(char::is_control)
-    {
-        return Err(ProjectError::Invalid(format!(
-            "project name `{name}` must be 1 to 200 characters without `#`, `/` or control characters"
-        )));
-    }
+    check_name(name)?;
     let p = Project {
         id: ProjectId::new(),
         tenant: tenant.clone(),
         name: name.to_string(),
+        description: None,
         match_threshold: threshold,
         blur_expand: expand,
         subjects_rev: 0,
@@ -148,4 +141,87 @@ pub async fn query_all<T: serde::de::DeserializeOwned>(
             None => return Ok(out),
         }
     }
+}
+
+/// Why a project name is not acceptable, if it is not.
+pub fn check_name(name: &str) -> Result<(), ProjectError> {
+    if name.is_empty()
+        || name.len() > 200
+        || name.contains(['#', '/'])
+        || name.chars().any(char::is_control)
+    {
+        return Err(ProjectError::Invalid(format!(
+            "project name `{name}` must be 1 to 200 characters without `#`, `/` or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Rename a project and/or change its description; the name stays unique per tenant.
+pub async fn update(
+    store: &dyn StateStore,
+    id: ProjectId,
+    name: Option<&str>,
+    description: Option<Option<String>>,
+) -> Result<Project, ProjectError> {
+    let item = store
+        .get(&records::project_key(id))
+        .await?
+        .ok_or_else(|| ProjectError::NotFound(format!("project {id} does not exist")))?;
+    let mut p: Project = records::decode(&item)?;
+    let old_name = p.name.clone();
+    if let Some(d) = description {
+        p.description = d;
+    }
+    let mut writes = Vec::new();
+    if let Some(n) = name.filter(|n| *n != old_name) {
+        check_name(n)?;
+        p.name = n.to_string();
+        writes.push(Write::Put {
+            item: Item::new(
+                records::project_name_key(&p.tenant, n),
+                json!({ "project": p.id }),
+            ),
+            condition: Condition::Absent,
+        });
+        writes.push(Write::Delete {
+            key: records::project_name_key(&p.tenant, &old_name),
+            condition: Condition::None,
+        });
+    }
+    writes.push(Write::Put {
+        item: records::project_item(&p),
+        condition: Condition::Rev(item.rev),
+    });
+    match store.transact(writes).await {
+        Err(StoreError::Conflict { index: 0, .. }) if p.name != old_name => {
+            Err(ProjectError::Invalid(format!(
+                "a project named `{}` exists already; pick another name",
+                p.name
+            )))
+        }
+        other => other.map(|()| p).map_err(Into::into),
+    }
+}
+
+/// Delete a project (its name becomes free again).
+pub async fn delete(store: &dyn StateStore, id: ProjectId) -> Result<(), ProjectError> {
+    let item = store
+        .get(&records::project_key(id))
+        .await?
+        .ok_or_else(|| ProjectError::NotFound(format!("project {id} does not exist")))?;
+    let p: Project = records::decode(&item)?;
+    store
+        .transact(vec![
+            Write::Delete {
+                key: records::project_key(id),
+                condition: Condition::Rev(item.rev),
+            },
+            Write::Delete {
+                key: records::project_name_key(&p.tenant, &p.name),
+                condition: Condition::None,
+            },
+        ])
+        .await?;
+    Ok(())
 }

@@ -21,6 +21,9 @@ use tessera_core::{ProjectId, records};
 pub struct CreateProject {
     /// Unique name within the tenant.
     pub name: String,
+    /// What it is for.
+    #[serde(default)]
+    pub description: Option<String>,
     /// Optional face-match threshold for the privacy extension (absent: fail closed).
     #[serde(default)]
     pub match_threshold: Option<f32>,
@@ -33,7 +36,7 @@ pub fn view(p: &Project) -> Value {
         "project_id": p.id,
         "tenant_id": p.tenant,
         "name": p.name,
-        "description": null,
+        "description": p.description,
         "created_at": p.created_at.to_rfc3339(),
         "x-tessera": { "match_threshold": p.match_threshold, "opted_out_subjects": p.opted_out },
         "_links": links(&href, &[("datasets", format!("{href}/datasets")), ("pipelines", format!("{href}/pipelines"))]),
@@ -86,7 +89,7 @@ pub async fn create(
             .ok_or_else(|| Problem::internal("idempotency record names no project"))?;
         return Ok(created(&projects::load(store, id).await?, StatusCode::OK));
     }
-    let p = projects::create(
+    let mut p = projects::create(
         store,
         caller.tenant.clone(),
         &body.name,
@@ -94,6 +97,9 @@ pub async fn create(
         0.35,
     )
     .await?;
+    if body.description.is_some() {
+        p = projects::update(store, p.id, None, Some(body.description.clone())).await?;
+    }
     if let Some(k) = idem {
         // A racing retry with the same key finds this record; a failure here only costs
         // the idempotency of a retry, not the project.
@@ -157,4 +163,69 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     Ok(Json(view(&owned(&s, &caller, &id).await?)))
+}
+
+/// The body of a PATCH.
+#[derive(Debug, Deserialize)]
+pub struct PatchProject {
+    /// New name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// New description (`null` clears it).
+    #[serde(default, deserialize_with = "some")]
+    pub description: Option<Option<String>>,
+}
+
+fn some<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Ok(Some(Option::deserialize(d)?))
+}
+
+/// `PATCH /v1/projects/{id}`.
+pub async fn patch(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Json<PatchProject>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let p = owned(&s, &caller, &id).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"name\"?, \"description\"?}}: {e}"
+        ))
+    })?;
+    let p = projects::update(
+        s.engine.ports().store.as_ref(),
+        p.id,
+        b.name.as_deref(),
+        b.description,
+    )
+    .await?;
+    Ok(Json(view(&p)))
+}
+
+/// `DELETE /v1/projects/{id}`: refused while it still holds datasets or photos.
+pub async fn delete(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let p = owned(&s, &caller, &id).await?;
+    let store = s.engine.ports().store.as_ref();
+    for (partition, what) in [
+        (format!("PROJECT#{}#DATASETS", p.id), "datasets"),
+        (records::project_photos_partition(p.id), "photos"),
+    ] {
+        if !store
+            .query(&Query::partition(Index::ByParent, partition, 1))
+            .await?
+            .items
+            .is_empty()
+        {
+            return Err(Problem::conflict(format!(
+                "project {id} still has {what}; delete them first"
+            )));
+        }
+    }
+    projects::delete(store, p.id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
