@@ -548,3 +548,86 @@ pub async fn image_bytes(
     };
     Ok(served::serve(&headers, b, ct, Some(img.content_sha)))
 }
+
+/// `?size=N` for thumbnails.
+#[derive(Debug, Deserialize, Default)]
+pub struct ThumbSize {
+    /// Longest side in pixels (16..=1024, default 256).
+    pub size: Option<u32>,
+}
+
+/// `GET /v1/images/{id}/thumbnail?size=N`: a JPEG, made once per size and kept.
+pub async fn thumbnail(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<ThumbSize>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let img = owned_image(&s, &caller, &id).await?;
+    let size = q.size.unwrap_or(256);
+    if !(16..=1024).contains(&size) {
+        return Err(Problem::validation("size must be 16..=1024 pixels"));
+    }
+    let objects = s.engine.ports().objects.clone();
+    let key = format!(
+        "thumbnails/{}/{}/{size}.jpg",
+        img.dataset_id, img.content_sha
+    );
+    let body = match objects.get(&key).await {
+        Ok(b) => b,
+        Err(_) => {
+            let src = objects
+                .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
+                .await
+                .map_err(Problem::internal)?;
+            let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+                let decoded = image::load_from_memory(&src).map_err(|e| e.to_string())?;
+                let mut out = Vec::new();
+                decoded
+                    .thumbnail(size, size)
+                    .to_rgb8()
+                    .write_to(
+                        &mut std::io::Cursor::new(&mut out),
+                        image::ImageFormat::Jpeg,
+                    )
+                    .map_err(|e| e.to_string())?;
+                Ok(out)
+            })
+            .await
+            .map_err(Problem::internal)?
+            .map_err(|e| Problem::validation(format!("image {id} cannot be decoded: {e}")))?;
+            let b = ::bytes::Bytes::from(jpeg);
+            let _ = objects.put_if_absent(&key, b.clone()).await;
+            b
+        }
+    };
+    Ok(served::serve(&headers, body, "image/jpeg", None))
+}
+
+/// `GET /v1/images/{id}/exif`: every EXIF field as text (empty when there is none or it
+/// is unreadable).
+pub async fn exif(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let img = owned_image(&s, &caller, &id).await?;
+    let b = s
+        .engine
+        .ports()
+        .objects
+        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
+        .await
+        .map_err(Problem::internal)?;
+    let mut fields = serde_json::Map::new();
+    if let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(&b[..])) {
+        for f in e.fields().filter(|f| f.ifd_num == exif::In::PRIMARY) {
+            fields.insert(
+                f.tag.to_string(),
+                f.display_value().with_unit(&e).to_string().into(),
+            );
+        }
+    }
+    Ok(Json(json!({ "image_id": img.image_id, "exif": fields })))
+}
