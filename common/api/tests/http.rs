@@ -1556,3 +1556,125 @@ async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+async fn wait_job(c: &reqwest::Client, base: &str, job: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let d: Value = c
+            .get(format!("{base}/v1/jobs/{job}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if ["succeeded", "failed", "cancelled", "cancelled_dirty"]
+            .contains(&d["status"].as_str().unwrap_or(""))
+        {
+            return d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_already_computed_by_another_job_is_a_cache_hit() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "cache"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let d: Value = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .json(&json!({"name": "d"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap();
+    for (name, bytes) in sample_photos(4) {
+        let sha = upload(&c, &s.base, &bytes, 1 << 20).await;
+        c.post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": name, "blob_sha": sha}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let submit = |stage: &str, body: Value| {
+        let url = format!("{}/v1/datasets/{did}/{stage}", s.base);
+        let c = c.clone();
+        async move {
+            let v: Value = c
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["job_id"].as_str().unwrap().to_string()
+        }
+    };
+    let features = submit("features", json!({"spec": {"version": 1}})).await;
+    assert_eq!(
+        wait_job(&c, &s.base, &features).await["status"],
+        "succeeded"
+    );
+    let verify = submit("verify", json!({"spec": {"version": 1}})).await;
+    let detail = wait_job(&c, &s.base, &verify).await;
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    let task = |d: &Value, name: &str| {
+        d["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let extract = task(&detail, "extract");
+    assert_eq!(
+        extract["outputs_ref"]["cache_hit"], features,
+        "extraction was adopted from the features job"
+    );
+    assert!(
+        task(&detail, "match")["outputs_ref"]["cache_hit"].is_null(),
+        "matching had not run before"
+    );
+    // The whole recipe now reuses extraction, matching and verification.
+    let r: Value = c
+        .post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let recipe = wait_job(&c, &s.base, r["job_id"].as_str().unwrap()).await;
+    assert_eq!(recipe["status"], "succeeded", "{recipe}");
+    for stage in ["extract", "match", "verify"] {
+        assert!(
+            !task(&recipe, stage)["outputs_ref"]["cache_hit"].is_null(),
+            "{stage} was not a cache hit"
+        );
+    }
+    assert!(task(&recipe, "map")["outputs_ref"]["cache_hit"].is_null());
+}

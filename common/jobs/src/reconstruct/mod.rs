@@ -10,6 +10,7 @@
 //! from that checkpoint, verified by checksum. Mapping seals snapshots as it grows and a
 //! restarted mapping continues from the latest one.
 
+pub mod cache;
 pub mod checkpoint;
 pub mod images;
 pub mod memory;

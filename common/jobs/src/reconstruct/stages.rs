@@ -108,6 +108,31 @@ impl TaskHandler for StageHandler {
             return Ok(TaskOutput::result(result));
         }
         ctx.checkpoint().await?;
+        let objects = ctx.ports().objects.as_ref();
+        let cache_key = super::cache::key(
+            objects,
+            run.job,
+            &run.spec,
+            self.stage,
+            &backend()?.info().version,
+        )
+        .await?;
+        if let Some(key) = &cache_key
+            && let Some(origin) = super::cache::elsewhere(
+                super::cache::lookup(ctx.ports().store.as_ref(), key).await?,
+                run.job,
+            )
+            && let Some(cp) = super::cache::adopt(objects, origin, run.job, self.stage).await?
+        {
+            ctx.emit(EventKind::LogLine {
+                line: format!("{name}: cache hit; adopted the checkpoint of job {origin}"),
+            })
+            .await?;
+            let mut result = cp.result;
+            result["cache_hit"] = json!(origin);
+            result["cache_key"] = json!(key);
+            return Ok(TaskOutput::result(result));
+        }
         let started = Instant::now();
         let mut result = match self.stage {
             Stage::Ingest => run.ingest().await?,
@@ -121,6 +146,7 @@ impl TaskHandler for StageHandler {
         };
         result["stage"] = json!(name);
         result["skipped"] = json!(false);
+        result["cache_key"] = json!(cache_key);
         result["wall_s"] = json!(started.elapsed().as_secs_f64());
         ctx.metric(
             &format!("{name}_wall_s"),
@@ -128,7 +154,13 @@ impl TaskHandler for StageHandler {
             Some("s"),
         )
         .await?;
-        Ok(TaskOutput::result(result))
+        Ok(TaskOutput {
+            result,
+            writes: cache_key
+                .map(|k| super::cache::record(&k, run.job, self.stage))
+                .into_iter()
+                .collect(),
+        })
     }
 }
 

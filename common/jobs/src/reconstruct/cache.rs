@@ -1,0 +1,128 @@
+//! The stage cache: a stage whose inputs were already processed the same way, by any
+//! job, is not run again; its checkpoint is adopted (copied under this job, checksums
+//! unchanged) and its result reused.
+//!
+//! A stage's key is the SHA-256 of the stage, the spec's processing parameters, the
+//! runtime (Tessera and backend versions) and the *content* of the previous stage's
+//! checkpoint (its files' SHA-256, and for ingest the photos' SHA-256). Keys therefore
+//! chain: the same photos and parameters give the same keys stage after stage, and a
+//! change anywhere changes every key after it. Ingest (it reads the photos) and export
+//! (cheap, and it writes outside the checkpoint) always run.
+
+use super::Stage;
+use super::checkpoint::{self, Checkpoint};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tessera_core::JobId;
+use tessera_core::ports::ObjectStore;
+use tessera_core::ports::state_store::{Condition, Item, ItemKey, StateStore, Write};
+use tessera_core::spec::ReconstructionSpec;
+use tessera_engine::TaskError;
+
+fn item_key(key: &str) -> ItemKey {
+    ItemKey::new(format!("STAGECACHE#{key}"), "STAGECACHE")
+}
+
+/// The stage's cache key, when it is cacheable and its input checkpoint exists.
+pub async fn key(
+    objects: &dyn ObjectStore,
+    job: JobId,
+    spec: &ReconstructionSpec,
+    stage: Stage,
+    backend_version: &str,
+) -> Result<Option<String>, TaskError> {
+    if matches!(stage, Stage::Ingest | Stage::Export) {
+        return Ok(None);
+    }
+    let stages = Stage::planned(spec);
+    let Some(pos) = stages.iter().position(|s| *s == stage).filter(|p| *p > 0) else {
+        return Ok(None);
+    };
+    let previous = stages[pos - 1];
+    let Some(input) = checkpoint::manifest(objects, job, previous.name()).await? else {
+        return Ok(None);
+    };
+    let mut params = serde_json::to_value(spec).expect("serializable");
+    if let Some(m) = params.as_object_mut() {
+        for volatile in ["project", "image_set", "priority", "exports"] {
+            m.remove(volatile);
+        }
+    }
+    let files: Vec<(&str, &str)> = input
+        .files
+        .iter()
+        .map(|f| (f.name.as_str(), f.sha256.as_str()))
+        .collect();
+    let photos: Vec<(Value, Value)> = input.result["images"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| (p["name"].clone(), p["sha256"].clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let canonical = json!({
+        "stage": stage.name(),
+        "input": { "stage": previous.name(), "files": files, "photos": photos },
+        "params": params,
+        "runtime": { "tessera": env!("CARGO_PKG_VERSION"), "backend": backend_version },
+    });
+    Ok(Some(hex::encode(Sha256::digest(
+        canonical.to_string().as_bytes(),
+    ))))
+}
+
+/// The job whose checkpoint answers `key`, if any.
+pub async fn lookup(store: &dyn StateStore, key: &str) -> Result<Option<JobId>, TaskError> {
+    Ok(store
+        .get(&item_key(key))
+        .await?
+        .and_then(|i| i.body["job"].as_str().and_then(|j| j.parse().ok())))
+}
+
+/// The write that records `job`'s checkpoint as the answer to `key` (committed with the
+/// stage's success).
+pub fn record(key: &str, job: JobId, stage: Stage) -> Write {
+    Write::Put {
+        item: Item::new(item_key(key), json!({ "job": job, "stage": stage.name() })),
+        condition: Condition::None,
+    }
+}
+
+/// Copy `origin`'s checkpoint of `stage` under `job`, if it is still whole. The manifest
+/// is written last, as for any checkpoint.
+pub async fn adopt(
+    objects: &dyn ObjectStore,
+    origin: JobId,
+    job: JobId,
+    stage: Stage,
+) -> Result<Option<Checkpoint>, TaskError> {
+    let name = stage.name();
+    let Some(cp) = checkpoint::manifest(objects, origin, name).await? else {
+        return Ok(None);
+    };
+    if !checkpoint::validates(objects, origin, &cp).await? {
+        return Ok(None);
+    }
+    for f in &cp.files {
+        let bytes = objects
+            .get(&format!("{}/{}", checkpoint::prefix(origin, name), f.name))
+            .await?;
+        objects
+            .put(
+                &format!("{}/{}", checkpoint::prefix(job, name), f.name),
+                bytes,
+            )
+            .await?;
+    }
+    let body = serde_json::to_vec_pretty(&cp).expect("serializable");
+    objects
+        .put(&checkpoint::manifest_key(job, name), body.into())
+        .await?;
+    Ok(Some(cp))
+}
+
+/// Whether a record names a job that is not this one (a job never adopts from itself).
+pub fn elsewhere(origin: Option<JobId>, job: JobId) -> Option<JobId> {
+    origin.filter(|o| *o != job)
+}
