@@ -1,0 +1,78 @@
+//! `tessera serve` as a user starts it: it prints where it listens (and, with API keys,
+//! the first admin key once), answers HTTP, and enforces the keys.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use tessera_tests::tessera_bin;
+
+fn http(addr: &str, request_line: &str, auth: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let auth = auth
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{request_line} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, out)
+}
+
+struct Killed(std::process::Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serve_listens_prints_its_first_admin_key_and_enforces_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tessera_bin())
+        .args([
+            "--state",
+            dir.path().to_str().unwrap(),
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--auth",
+            "api_key",
+            "--no-workers",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _guard = Killed(child);
+    let mut key = None;
+    let mut addr = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.starts_with("tsk_") {
+            key = Some(line.trim().to_string());
+        }
+        if let Some(a) = line.strip_prefix("serving the Tessera API on http://") {
+            addr = Some(a.trim().to_string());
+            break;
+        }
+    }
+    let addr = addr.expect("serve printed its address");
+    let key = key.expect("the first admin key is printed once");
+    assert_eq!(http(&addr, "GET /healthz", None).0, 200);
+    let (status, body) = http(&addr, "GET /v1/projects", None);
+    assert_eq!(status, 401);
+    assert!(body.contains("application/problem+json"));
+    assert_eq!(http(&addr, "GET /v1/projects", Some(&key)).0, 200);
+    assert_eq!(
+        http(&addr, "GET /v1/projects", Some("tsk_not-a-key")).0,
+        401
+    );
+    let (status, body) = http(&addr, "GET /openapi.json", None);
+    assert_eq!(status, 200);
+    assert!(body.contains("\"openapi\":\"3.1.0\""));
+}
