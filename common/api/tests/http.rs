@@ -761,6 +761,48 @@ async fn chunked_uploads_resume_after_a_dropped_chunk_and_check_their_hash() {
     .await;
 }
 
+/// A project with a dataset holding the first `n` sample photos, uploaded in chunks of
+/// `chunk` bytes; returns (project id, dataset id).
+async fn dataset_of_samples(
+    c: &reqwest::Client,
+    base: &str,
+    name: &str,
+    n: usize,
+    chunk: usize,
+) -> (String, String) {
+    let p: Value = c
+        .post(format!("{base}/v1/projects"))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap().to_string();
+    let d: Value = c
+        .post(format!("{base}/v1/projects/{pid}/datasets"))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap().to_string();
+    for (file, bytes) in sample_photos(n) {
+        let sha = upload(c, base, &bytes, chunk).await;
+        let r = c
+            .post(format!("{base}/v1/datasets/{did}/images"))
+            .json(&json!({"name": file, "blob_sha": sha}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    (pid, did)
+}
+
 fn sample_photos(n: usize) -> Vec<(String, Vec<u8>)> {
     let dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../../sample/images");
@@ -983,36 +1025,8 @@ fn parse_points(b: &[u8]) -> Vec<u64> {
 async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_parse() {
     let s = serve(AuthMode::None, true).await;
     let c = client();
-    let p: Value = c
-        .post(format!("{}/v1/projects", s.base))
-        .json(&json!({"name": "recipe"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let pid = p["project_id"].as_str().unwrap();
-    let d: Value = c
-        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
-        .json(&json!({"name": "sample"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let did = d["dataset_id"].as_str().unwrap();
-    for (name, bytes) in sample_photos(6) {
-        let sha = upload(&c, &s.base, &bytes, 64 * 1024).await;
-        let r = c
-            .post(format!("{}/v1/datasets/{did}/images", s.base))
-            .json(&json!({"name": name, "blob_sha": sha}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-    }
+    let (pid, did) = dataset_of_samples(&c, &s.base, "recipe", 6, 64 * 1024).await;
+    let (pid, did) = (pid.as_str(), did.as_str());
     problem(
         c.post(format!(
             "{}/v1/projects/{pid}/pipelines/incremental",
@@ -1585,34 +1599,8 @@ async fn wait_job(c: &reqwest::Client, base: &str, job: &str) -> Value {
 async fn a_stage_already_computed_by_another_job_is_a_cache_hit() {
     let s = serve(AuthMode::None, true).await;
     let c = client();
-    let p: Value = c
-        .post(format!("{}/v1/projects", s.base))
-        .json(&json!({"name": "cache"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let pid = p["project_id"].as_str().unwrap();
-    let d: Value = c
-        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
-        .json(&json!({"name": "d"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let did = d["dataset_id"].as_str().unwrap();
-    for (name, bytes) in sample_photos(4) {
-        let sha = upload(&c, &s.base, &bytes, 1 << 20).await;
-        c.post(format!("{}/v1/datasets/{did}/images", s.base))
-            .json(&json!({"name": name, "blob_sha": sha}))
-            .send()
-            .await
-            .unwrap();
-    }
+    let (pid, did) = dataset_of_samples(&c, &s.base, "cache", 4, 1 << 20).await;
+    let (pid, did) = (pid.as_str(), did.as_str());
     let submit = |stage: &str, body: Value| {
         let url = format!("{}/v1/datasets/{did}/{stage}", s.base);
         let c = c.clone();

@@ -208,21 +208,13 @@ pub async fn list(
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
     let project = super::projects::owned(&s, &caller, &pid).await?;
-    let mut q = Query::partition(
-        Index::ByParent,
+    super::page_of(
+        &s,
         format!("PROJECT#{}#DATASETS", project.id),
-        paging.size(),
-    );
-    q.after = paging.page_token.clone();
-    let page = s.engine.ports().store.query(&q).await?;
-    let items: Vec<Value> = page
-        .items
-        .iter()
-        .map(|i| records::decode::<Dataset>(i).map(|d| dataset_view(&d)))
-        .collect::<Result<_, _>>()?;
-    Ok(Json(
-        json!({ "items": items, "next_page_token": page.next, "total": null }),
-    ))
+        &paging,
+        dataset_view,
+    )
+    .await
 }
 
 /// `GET /v1/projects/{pid}/datasets/{did}`.
@@ -449,21 +441,7 @@ pub async fn list_images(
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
     let d = owned(&s, &caller, &did).await?;
-    let mut q = Query::partition(
-        Index::ByParent,
-        images_partition(&d.dataset_id),
-        paging.size(),
-    );
-    q.after = paging.page_token.clone();
-    let page = s.engine.ports().store.query(&q).await?;
-    let items: Vec<Value> = page
-        .items
-        .iter()
-        .map(|i| records::decode::<Image>(i).map(|i| image_view(&i)))
-        .collect::<Result<_, _>>()?;
-    Ok(Json(
-        json!({ "items": items, "next_page_token": page.next, "total": null }),
-    ))
+    super::page_of(&s, images_partition(&d.dataset_id), &paging, image_view).await
 }
 
 /// `DELETE /v1/datasets/{did}/images/{name}`.

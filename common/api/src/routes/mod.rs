@@ -37,6 +37,27 @@ impl Paging {
     }
 }
 
+/// One AIP-158 page of the records a by-parent partition holds, each shown by `view`.
+pub async fn page_of<T: serde::de::DeserializeOwned>(
+    s: &ApiState,
+    partition: String,
+    paging: &Paging,
+    view: impl Fn(&T) -> serde_json::Value,
+) -> Result<axum::Json<serde_json::Value>, crate::Problem> {
+    use tessera_core::ports::state_store::{Index, Query};
+    let mut q = Query::partition(Index::ByParent, partition, paging.size());
+    q.after = paging.page_token.clone();
+    let page = s.engine.ports().store.query(&q).await?;
+    let items: Vec<serde_json::Value> = page
+        .items
+        .iter()
+        .map(|i| tessera_core::records::decode::<T>(i).map(|r| view(&r)))
+        .collect::<Result<_, _>>()?;
+    Ok(axum::Json(
+        serde_json::json!({ "items": items, "next_page_token": page.next, "total": null }),
+    ))
+}
+
 /// A `_links` block with `self` and named links.
 pub fn links(self_href: &str, more: &[(&str, String)]) -> serde_json::Value {
     let mut m = serde_json::Map::new();

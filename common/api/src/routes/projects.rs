@@ -122,21 +122,13 @@ pub async fn list(
     caller: Caller,
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
-    let mut q = Query::partition(
-        Index::ByParent,
+    super::page_of(
+        &s,
         format!("TENANT#{}#PROJECTS", caller.tenant),
-        paging.size(),
-    );
-    q.after = paging.page_token.clone();
-    let page = s.engine.ports().store.query(&q).await?;
-    let items: Vec<Value> = page
-        .items
-        .iter()
-        .map(|i| records::decode::<Project>(i).map(|p| view(&p)))
-        .collect::<Result<_, _>>()?;
-    Ok(Json(
-        json!({ "items": items, "next_page_token": page.next, "total": null }),
-    ))
+        &paging,
+        view,
+    )
+    .await
 }
 
 /// A project of the caller's tenant, or 404 (another tenant's project does not exist
