@@ -479,6 +479,16 @@ pub async fn delete_image(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The stored bytes of an image.
+async fn image_object(s: &ApiState, img: &Image) -> Result<::bytes::Bytes, Problem> {
+    s.engine
+        .ports()
+        .objects
+        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
+        .await
+        .map_err(Problem::internal)
+}
+
 async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
     let missing = || Problem::not_found(format!("image {id} does not exist"));
     let item = s
@@ -512,13 +522,7 @@ pub async fn image_bytes(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
-    let b = s
-        .engine
-        .ports()
-        .objects
-        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
-        .await
-        .map_err(Problem::internal)?;
+    let b = image_object(&s, &img).await?;
     let ct = if img.name.to_ascii_lowercase().ends_with(".png") {
         "image/png"
     } else {
@@ -555,10 +559,7 @@ pub async fn thumbnail(
     let body = match objects.get(&key).await {
         Ok(b) => b,
         Err(_) => {
-            let src = objects
-                .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
-                .await
-                .map_err(Problem::internal)?;
+            let src = image_object(&s, &img).await?;
             let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
                 let decoded = image::load_from_memory(&src).map_err(|e| e.to_string())?;
                 let mut out = Vec::new();
@@ -591,13 +592,7 @@ pub async fn exif(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
-    let b = s
-        .engine
-        .ports()
-        .objects
-        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
-        .await
-        .map_err(Problem::internal)?;
+    let b = image_object(&s, &img).await?;
     let mut fields = serde_json::Map::new();
     if let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(&b[..])) {
         for f in e.fields().filter(|f| f.ifd_num == exif::In::PRIMARY) {

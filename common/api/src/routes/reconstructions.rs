@@ -40,26 +40,17 @@ async fn owned(s: &ApiState, caller: &Caller, rid: &str) -> Result<Job, Problem>
 
 /// Where a snapshot's COLMAP model is: the mapper's sealed snapshot, or the final model.
 async fn sealed(s: &ApiState, job: &Job) -> Result<Vec<(u64, String)>, Problem> {
+    use tessera_jobs::reconstruct::checkpoint;
     let objects = s.engine.ports().objects.clone();
-    let prefix = format!("recon/{}/map/snapshots/", job.id);
-    let (list, _) = objects
-        .list(&prefix, None, 10_000)
+    let prefix = checkpoint::snapshots_prefix(job.id);
+    let mut out: Vec<(u64, String)> = checkpoint::sealed_snapshots(objects.as_ref(), job.id)
         .await
-        .map_err(Problem::internal)?;
-    let mut out: Vec<(u64, String)> = list
-        .iter()
-        .filter_map(|m| {
-            m.key
-                .strip_prefix(&prefix)?
-                .strip_suffix("/.complete")?
-                .parse::<u64>()
-                .ok()
-        })
+        .map_err(Problem::internal)?
+        .into_iter()
         .map(|seq| (seq, format!("{prefix}{seq}")))
         .collect();
-    out.sort();
     for stage in ["georeference", "bundle_adjust"] {
-        let manifest = format!("recon/{}/{stage}/manifest.json", job.id);
+        let manifest = checkpoint::manifest_key(job.id, stage);
         if objects
             .head(&manifest)
             .await
@@ -67,7 +58,7 @@ async fn sealed(s: &ApiState, job: &Job) -> Result<Vec<(u64, String)>, Problem> 
             .is_some()
         {
             let next = out.last().map_or(1, |l| l.0 + 1);
-            out.push((next, format!("recon/{}/{stage}/model", job.id)));
+            out.push((next, format!("{}/model", checkpoint::prefix(job.id, stage))));
             break;
         }
     }

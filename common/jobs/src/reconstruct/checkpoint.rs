@@ -38,6 +38,33 @@ pub fn prefix(job: JobId, stage: &str) -> String {
     format!("recon/{job}/{stage}")
 }
 
+/// Object-store prefix of the mapper's sealed snapshots (`<prefix><seq>/…`).
+pub fn snapshots_prefix(job: JobId) -> String {
+    format!("{}/snapshots/", prefix(job, "map"))
+}
+
+/// The sequence numbers of the mapper's sealed snapshots (those with a `.complete`
+/// marker), ascending.
+pub async fn sealed_snapshots(
+    objects: &dyn ObjectStore,
+    job: JobId,
+) -> Result<Vec<u64>, tessera_core::ports::ObjectStoreError> {
+    let prefix = snapshots_prefix(job);
+    let (list, _) = objects.list(&prefix, None, 10_000).await?;
+    let mut seqs: Vec<u64> = list
+        .iter()
+        .filter_map(|m| {
+            m.key
+                .strip_prefix(&prefix)?
+                .strip_suffix("/.complete")?
+                .parse::<u64>()
+                .ok()
+        })
+        .collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
 /// Key of a stage's manifest.
 pub fn manifest_key(job: JobId, stage: &str) -> String {
     format!("{}/manifest.json", prefix(job, stage))

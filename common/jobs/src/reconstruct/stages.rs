@@ -644,21 +644,11 @@ impl Run<'_> {
     /// The latest sealed snapshot in the object store, materialised locally.
     async fn latest_snapshot(&self, dir: &Path) -> Result<Option<(u64, PathBuf)>, TaskError> {
         let objects = self.ctx.ports().objects.clone();
-        let prefix = format!(
-            "{}/snapshots/",
-            checkpoint::prefix(self.job, Stage::Map.name())
-        );
-        let (list, _) = objects.list(&prefix, None, 10_000).await?;
-        let latest = list
-            .iter()
-            .filter_map(|m| {
-                m.key
-                    .strip_prefix(&prefix)?
-                    .strip_suffix("/.complete")?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max();
+        let prefix = checkpoint::snapshots_prefix(self.job);
+        let latest = checkpoint::sealed_snapshots(objects.as_ref(), self.job)
+            .await?
+            .last()
+            .copied();
         let Some(seq) = latest else { return Ok(None) };
         let local = dir.join("resume").join(seq.to_string());
         fresh_dir(&local)?;
