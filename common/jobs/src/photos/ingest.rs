@@ -44,22 +44,23 @@ impl TaskHandler for Ingest {
                 "upload `{key}` is not in the object store (deleted, or the event is stale)"
             )));
         }
-        let existing = store.get(&records::photo_key(photo_id)).await?;
-        if let Some(item) = &existing {
-            let row: Photo = records::decode(item)?;
-            if sequencer_older(&event.sequencer, &row.sequencer) {
-                tracing::info!(photo = %photo_id, sequencer = %event.sequencer, row_sequencer = %row.sequencer, "older event; ignored");
-                return Ok(TaskOutput::result(serde_json::json!({
-                    "photo": photo_id, "ignored": "an older event for an upload already ingested",
-                })));
-            }
+        let existing: Option<Photo> = match store.get(&records::photo_key(photo_id)).await? {
+            Some(item) => Some(records::decode(&item)?),
+            None => None,
+        };
+        if let Some(row) = &existing
+            && sequencer_older(&event.sequencer, &row.sequencer)
+        {
+            tracing::info!(photo = %photo_id, sequencer = %event.sequencer, row_sequencer = %row.sequencer, "older event; ignored");
+            return Ok(TaskOutput::result(serde_json::json!({
+                "photo": photo_id, "ignored": "an older event for an upload already ingested",
+            })));
         }
         let started = ctx.phase_started(Phase::Ingest).await?;
         let bytes = objects.get(&key).await?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let row = match existing {
-            Some(item) => {
-                let row: Photo = records::decode(&item)?;
+            Some(row) => {
                 if row.sha256 != sha256 {
                     return Err(refuse(
                         &key,
