@@ -147,3 +147,28 @@ fn a_missing_or_wrong_runtime_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_photo_larger_than_the_detector_input_is_scaled_and_boxes_map_back() {
+    let m = models(DetectorKind::Yunet);
+    let small = photo("composite_pd_1280x896.jpg");
+    let big = image::imageops::resize(&small, 3840, 2688, image::imageops::FilterType::Triangle);
+    let mut a = m.detect(&small).unwrap();
+    let mut b = m.detect(&big).unwrap();
+    assert_eq!((a.len(), b.len()), (8, 8));
+    let key = |d: &tessera_faces::Detection| (d.bbox[0] as i32 / 40, d.bbox[1] as i32 / 40);
+    a.sort_by_key(key);
+    b.sort_by_key(|d| {
+        key(&tessera_faces::Detection {
+            bbox: d.bbox.map(|v| v / 3.0),
+            ..d.clone()
+        })
+    });
+    for (s, l) in a.iter().zip(&b) {
+        // Same faces, in the big image's pixels (3× the small one's, within a few pixels).
+        for k in 0..4 {
+            assert!((l.bbox[k] / 3.0 - s.bbox[k]).abs() < 6.0, "{s:?} vs {l:?}");
+        }
+        assert!(l.bbox[2] <= 3840.0 && l.bbox[3] <= 2688.0);
+    }
+}
