@@ -525,6 +525,13 @@ async fn read_events(r: reqwest::Response, stop_after: Option<usize>) -> Vec<(u6
                 .lines()
                 .find_map(|l| l.strip_prefix("event:"))
                 .map(|v| v.trim().to_string());
+            if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data:")) {
+                let v: Value = serde_json::from_str(data.trim()).unwrap();
+                assert_eq!(v["schema_version"], 1);
+                assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+                assert_eq!(Some(v["kind"].as_str().unwrap().to_string()), event);
+                assert_eq!(Some(v["seq"].as_u64().unwrap()), id);
+            }
             if let (Some(id), Some(event)) = (id, event) {
                 out.push((id, event));
                 if stop_after.is_some_and(|n| out.len() >= n) {

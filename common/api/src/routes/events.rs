@@ -20,6 +20,17 @@ pub struct After {
     pub after: Option<u64>,
 }
 
+/// An event as sfmapi's `ProgressEvent` v1: `schema_version`, `ts`, `job_id`,
+/// `task_id`, `seq`, `kind` and the kind's own fields (Tessera's `type` and `at` are
+/// kept as well).
+pub fn wire(e: &tessera_core::event::ProgressEvent) -> serde_json::Value {
+    let mut v = serde_json::to_value(e).expect("events serialize");
+    v["kind"] = v["type"].clone();
+    v["schema_version"] = 1.into();
+    v["ts"] = e.at.to_rfc3339().into();
+    v
+}
+
 /// Events read per poll.
 const BATCH: usize = 500;
 
@@ -55,15 +66,12 @@ pub async fn sse(
                     if let Some(e) = pending.next() {
                         let e: tessera_core::event::ProgressEvent = e;
                         seen = e.seq;
-                        let data = serde_json::to_string(&e).expect("events serialize");
-                        let kind = serde_json::to_value(&e.kind)
-                            .ok()
-                            .and_then(|v| v["type"].as_str().map(str::to_string))
-                            .unwrap_or_else(|| "event".into());
+                        let v = wire(&e);
+                        let kind = v["kind"].as_str().unwrap_or("event").to_string();
                         let ev = Event::default()
                             .id(e.seq.to_string())
                             .event(kind)
-                            .data(data);
+                            .data(v.to_string());
                         return Some((Ok(ev), (seen, pending, ended)));
                     }
                     if ended {

@@ -88,10 +88,7 @@ async fn session(mut socket: WebSocket, engine: Engine, job: JobId, mut seen: u6
         let drained = events.is_empty();
         for e in events {
             seen = e.seq;
-            let mut v = serde_json::to_value(&e).expect("events serialize");
-            v["kind"] = v["type"].clone();
-            v["schema_version"] = 1.into();
-            if !send(&mut socket, v).await {
+            if !send(&mut socket, super::events::wire(&e)).await {
                 return;
             }
         }
