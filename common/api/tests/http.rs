@@ -1250,6 +1250,13 @@ async fn every_operation_in_openapi_json_answers_on_the_running_server() {
                 "{method} {path} is documented but not routed"
             );
             assert!(status.as_u16() < 500, "{method} {path}: {status} {body}");
+            // A read or delete of something that does not exist is a 404 problem.
+            if (method == reqwest::Method::GET || method == reqwest::Method::DELETE)
+                && !op["parameters"].as_array().unwrap().is_empty()
+            {
+                assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {body}");
+                assert!(body.contains("\"status\":404"), "{method} {path}: {body}");
+            }
             checked += 1;
         }
     }
