@@ -862,6 +862,31 @@ async fn datasets_and_images_with_range_etag_and_validation() {
         .await
         .unwrap();
     let did = d["dataset_id"].as_str().unwrap();
+    let dhref = format!("{}/v1/projects/{pid}/datasets/{did}", s.base);
+    let renamed: Value = c
+        .patch(&dhref)
+        .json(&json!({"name": "trip", "camera_model": "PINHOLE"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (renamed["name"].as_str(), renamed["camera_model"].as_str()),
+        (Some("trip"), Some("PINHOLE"))
+    );
+    problem(
+        c.patch(&dhref)
+            .json(&json!({"camera_model": "FISHEYE_9000"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let got: Value = c.get(&dhref).send().await.unwrap().json().await.unwrap();
+    assert_eq!(got["name"], "trip");
     // A dataset with no images cannot be reconstructed: 422 before any job exists.
     let r = c
         .post(format!(

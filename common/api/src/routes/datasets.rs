@@ -232,6 +232,65 @@ pub async fn get(
     Ok(Json(dataset_view(&d)))
 }
 
+/// The body of a dataset PATCH.
+#[derive(Debug, Deserialize)]
+pub struct PatchDataset {
+    /// New name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// New camera model (for stages run after the change).
+    #[serde(default)]
+    pub camera_model: Option<String>,
+}
+
+/// `PATCH /v1/projects/{pid}/datasets/{did}`: name and camera model; the source is
+/// immutable (make a new dataset to read bytes from elsewhere).
+pub async fn patch(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((pid, did)): Path<(String, String)>,
+    body: Result<Json<PatchDataset>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let mut d = owned(&s, &caller, &did).await?;
+    if d.project_id != pid {
+        return Err(Problem::not_found(format!(
+            "dataset {did} is not in project {pid}"
+        )));
+    }
+    let Json(b) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"name\"?, \"camera_model\"?}}: {e}"
+        ))
+    })?;
+    if let Some(n) = b.name {
+        if n.trim().is_empty() {
+            return Err(Problem::validation("name must not be empty"));
+        }
+        d.name = n;
+    }
+    if let Some(m) = b.camera_model {
+        if serde_json::from_value::<tessera_core::camera::CameraModel>(json!(m)).is_err() {
+            return Err(Problem::validation(format!(
+                "camera_model `{m}` is not a COLMAP camera model"
+            )));
+        }
+        d.camera_model = m;
+    }
+    s.engine
+        .ports()
+        .store
+        .transact(vec![Write::Set {
+            key: dataset_key(&d.dataset_id),
+            fields: vec![
+                ("name".into(), json!(d.name)),
+                ("camera_model".into(), json!(d.camera_model)),
+            ],
+            condition: Condition::Exists,
+        }])
+        .await?;
+    Ok(Json(dataset_view(&d)))
+}
+
 /// One image to create.
 #[derive(Debug, Deserialize)]
 pub struct CreateImage {

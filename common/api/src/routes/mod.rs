@@ -267,6 +267,15 @@ pub fn table() -> Vec<Operation> {
             get(datasets::get),
         ),
         op(
+            M::PATCH,
+            "/v1/projects/{project_id}/datasets/{dataset_id}",
+            "/v1/projects/{project_id}/datasets/{dataset_id}",
+            "Rename a dataset or change its camera model",
+            "datasets",
+            200,
+            patch(datasets::patch),
+        ),
+        op(
             M::POST,
             "/v1/projects/{project_id}/pipelines/{recipe}",
             "/v1/projects/{project_id}/pipelines/{recipe}",
