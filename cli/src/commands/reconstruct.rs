@@ -455,16 +455,7 @@ async fn build_report(
     let tasks = engine.job_tasks(job_id).await?;
     let mut stage_rows = Vec::new();
     let mut wall = 0.0;
-    for name in [
-        "ingest",
-        "extract",
-        "match",
-        "verify",
-        "map",
-        "bundle_adjust",
-        "georeference",
-        "export",
-    ] {
+    for name in tessera_jobs::reconstruct::Stage::ALL.map(|s| s.name()) {
         let Some(t) = tasks.iter().find(|t| t.name == name) else {
             continue;
         };

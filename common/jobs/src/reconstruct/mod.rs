@@ -42,6 +42,18 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 8] = [
+        Stage::Ingest,
+        Stage::Extract,
+        Stage::Match,
+        Stage::Verify,
+        Stage::Map,
+        Stage::BundleAdjust,
+        Stage::Georeference,
+        Stage::Export,
+    ];
+
     /// Task name and checkpoint folder.
     pub fn name(self) -> &'static str {
         match self {
@@ -160,19 +172,10 @@ pub async fn requeue_damaged(
 
 /// Position of a stage in the pipeline (unknown names last).
 fn stage_index(name: &str) -> usize {
-    [
-        "ingest",
-        "extract",
-        "match",
-        "verify",
-        "map",
-        "bundle_adjust",
-        "georeference",
-        "export",
-    ]
-    .iter()
-    .position(|n| *n == name)
-    .unwrap_or(usize::MAX)
+    Stage::ALL
+        .iter()
+        .position(|s| s.name() == name)
+        .unwrap_or(usize::MAX)
 }
 
 /// Register the stage handlers.
