@@ -193,18 +193,31 @@ async fn base_model(ctx: &TaskContext, base: &Base, dir: &Path) -> Result<PathBu
     Ok(dir.join("sparse/0"))
 }
 
+/// What both refinements start from: the base job's checkpoints, a fresh work folder,
+/// and the base photos materialised (verified) in the scratch folder.
+struct Workspace {
+    base: Base,
+    work: std::path::PathBuf,
+    images: std::path::PathBuf,
+}
+
+async fn workspace(ctx: &TaskContext, base_job: &str, what: &str) -> Result<Workspace, TaskError> {
+    let base = base(ctx, base_job).await?;
+    let scratch = ctx.scratch_dir().map_err(io("scratch folder"))?;
+    let work = scratch.join(what);
+    fresh_dir(&work)?;
+    let images = scratch.join("images");
+    photos_into(ctx, &images, &base.photos).await?;
+    Ok(Workspace { base, work, images })
+}
+
 struct Relocalize;
 
 #[async_trait]
 impl TaskHandler for Relocalize {
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: RelocalizeSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
-        let base = base(ctx, &spec.base_job).await?;
-        let scratch = ctx.scratch_dir().map_err(io("scratch folder"))?;
-        let work = scratch.join("relocalize");
-        fresh_dir(&work)?;
-        let images = scratch.join("images");
-        photos_into(ctx, &images, &base.photos).await?;
+        let Workspace { base, work, images } = workspace(ctx, &spec.base_job, "relocalize").await?;
         let started = Instant::now();
 
         // The new photos, checked like any upload; a name already in the base is refused.
@@ -362,12 +375,8 @@ struct Triangulate;
 impl TaskHandler for Triangulate {
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: TriangulateSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
-        let base = base(ctx, &spec.base_job).await?;
-        let scratch = ctx.scratch_dir().map_err(io("scratch folder"))?;
-        let work = scratch.join("triangulate");
-        fresh_dir(&work)?;
-        let images = scratch.join("images");
-        photos_into(ctx, &images, &base.photos).await?;
+        let Workspace { base, work, images } =
+            workspace(ctx, &spec.base_job, "triangulate").await?;
         let started = Instant::now();
         let db = checkpoint::materialize(
             ctx.ports().objects.as_ref(),
