@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::Digest;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{Photo, keys};
 use tessera_core::{Millis, PhotoId, SubjectId, records};
@@ -313,7 +314,9 @@ pub async fn file(
     } else {
         "image/jpeg"
     };
-    Ok(crate::bytes::serve(&headers, bytes, ct, None))
+    // Versioned keys are never overwritten, so the key is a strong validator.
+    let etag = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+    Ok(crate::bytes::serve(&headers, bytes, ct, Some(etag)))
 }
 
 /// Blur regions request.

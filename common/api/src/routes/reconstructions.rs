@@ -176,16 +176,18 @@ pub async fn file(
             FILES.join(", ")
         )));
     }
-    let Some((_, model)) = sealed(&s, &job).await?.into_iter().find(|x| x.0 == seq) else {
-        return Err(Problem::not_found(format!(
-            "reconstruction {rid} has no sealed snapshot {seq}"
-        )));
-    };
     let objects = s.engine.ports().objects.clone();
     let cached = format!("recon/{}/sfmapi/{seq}/{name}", job.id);
+    // A derived file exists only for a sealed snapshot, so a stored one is served without
+    // listing the snapshots again.
     let body = match objects.get(&cached).await {
         Ok(b) => b,
         Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
+            let Some((_, model)) = sealed(&s, &job).await?.into_iter().find(|x| x.0 == seq) else {
+                return Err(Problem::not_found(format!(
+                    "reconstruction {rid} has no sealed snapshot {seq}"
+                )));
+            };
             let mut files = Vec::new();
             for f in ["cameras.bin", "images.bin", "points3D.bin"] {
                 files.push((
@@ -225,5 +227,7 @@ pub async fn file(
     } else {
         "application/json"
     };
-    Ok(crate::bytes::serve(&headers, body, ct, None))
+    // Immutable: its identity is a strong validator, no need to hash it on every request.
+    let etag = format!("{}-{seq}-{name}", job.id);
+    Ok(crate::bytes::serve(&headers, body, ct, Some(etag)))
 }
