@@ -6,3 +6,4 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # (scripts/setup-onnx puts it there); the face models live beside it.
 export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$HOME/.cache/tessera/onnxruntime/1.32.0/libonnxruntime.so.1.32.0}"
 export TESSERA_MODELS="${TESSERA_MODELS:-$HOME/.cache/tessera/models}"
+export TESSERA_MOTO_SERVER="${TESSERA_MOTO_SERVER:-$HOME/.cache/tessera/venv-aws/bin/moto_server}"

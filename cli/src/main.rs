@@ -50,6 +50,8 @@ pub enum Command {
     Blur(commands::blur::Args),
     /// Serve the HTTP API (sfmapi v1 core) on a local port, with workers.
     Serve(commands::serve::Args),
+    /// Run one task against the AWS adapters (the Batch worker container's entrypoint).
+    Stage(commands::stage::Args),
     /// Create and show photo projects.
     #[command(subcommand)]
     Projects(commands::photos::ProjectsCommand),

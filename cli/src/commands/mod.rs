@@ -10,6 +10,7 @@ pub mod photos;
 pub mod reconstruct;
 pub mod refine;
 pub mod serve;
+pub mod stage;
 pub mod worker;
 
 use crate::{Cli, Command};
@@ -28,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(c) => bench::run(cli.json, c).await,
         Command::Blur(a) => blur::run(cli.json, a).await,
         Command::Serve(a) => serve::run(&cli.state, a).await,
+        Command::Stage(a) => stage::run(cli.json, a).await,
         Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
         Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
         Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,

@@ -31,6 +31,10 @@ pub enum Handled {
     Poison(String),
     /// This worker lost the lease while running; nothing was written.
     LostLease,
+    /// Not due yet (backing off): the message was hidden again for this long instead of
+    /// being deleted. A Lambda must report it as a batch item failure, or the event
+    /// source would delete it.
+    Later(Duration),
 }
 
 /// The result of a claim attempt. Returned once per claim and never stored, so the
@@ -56,7 +60,7 @@ impl Engine {
             Err(e) => {
                 let why = format!("unparsable task message: {e}");
                 tracing::warn!(message_id = %d.message_id, error = %why, "archiving poison message");
-                self.ports.queue.archive(queue, &d.receipt, &why).await?;
+                self.ports.queue.archive(queue, d, &why).await?;
                 return Ok(Handled::Poison(why));
             }
         };
@@ -65,7 +69,7 @@ impl Engine {
             let Some(item) = self.ports.store.get(&records::task_key(msg.task)).await? else {
                 let why = format!("task {} does not exist", msg.task);
                 tracing::warn!(error = %why, "archiving poison message");
-                self.ports.queue.archive(queue, &d.receipt, &why).await?;
+                self.ports.queue.archive(queue, d, &why).await?;
                 return Ok(Handled::Poison(why));
             };
             let task = records::task_from(&item)?;
@@ -81,7 +85,10 @@ impl Engine {
                 Ok(()) | Err(QueueError::StaleReceipt(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(handled)
+            Ok(match delay {
+                Some(d_) => Handled::Later(d_),
+                None => handled,
+            })
         }
         .instrument(span)
         .await
@@ -505,5 +512,53 @@ impl Engine {
                 .await?;
         }
         Ok(Handled::Ran(next.state))
+    }
+}
+
+impl Engine {
+    /// Run one task by id, with no queue message: how the Batch container's
+    /// `tessera stage --task ID` runs a heavy task through the same claim, heartbeat,
+    /// fencing and completion as any worker (admission is Batch's job there).
+    pub async fn run_task(&self, id: tessera_core::TaskId) -> Result<Handled, EngineError> {
+        let span = tracing::info_span!("task", task_id = %id);
+        async {
+            let Some(item) = self.ports.store.get(&records::task_key(id)).await? else {
+                return Ok(Handled::Poison(format!("task {id} does not exist")));
+            };
+            let task = records::task_from(&item)?;
+            match self.claim(task).await? {
+                Claim::Claimed(t) => self.execute(t).await,
+                Claim::Skipped(why, Some(until)) => {
+                    tracing::info!(why, "not runnable yet");
+                    Ok(Handled::Later(until.since(Millis::now())))
+                }
+                Claim::Skipped(why, None) => Ok(Handled::Skipped(why)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Close a task whose remote runner ended without closing it (a Batch job that
+    /// failed: out of memory, host lost, container error). Only a task still running
+    /// under a lease held by `owner` is touched, at that epoch, so a task that was
+    /// already retried elsewhere is left alone. The failure is classified by the caller
+    /// and then handled like any other: retried, escalated or dead.
+    pub async fn fail_abandoned(
+        &self,
+        id: tessera_core::TaskId,
+        owner: &str,
+        error: TaskError,
+    ) -> Result<Option<Handled>, EngineError> {
+        let Some(item) = self.ports.store.get(&records::task_key(id)).await? else {
+            return Ok(None);
+        };
+        let task = records::task_from(&item)?;
+        let held = task.state == TaskState::Running
+            && task.lease.as_ref().is_some_and(|l| l.owner == owner);
+        if !held {
+            return Ok(None);
+        }
+        self.fail(&task, error, None).await.map(Some)
     }
 }

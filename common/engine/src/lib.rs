@@ -25,6 +25,7 @@ pub mod handler;
 pub mod lifecycle;
 pub mod plan;
 pub mod reaper;
+pub mod remote;
 pub mod retry;
 pub mod worker;
 
@@ -73,6 +74,8 @@ pub struct EngineConfig {
     /// Local scratch space for tasks (per job: `<scratch>/<job id>`): a state
     /// directory's `work/` in embedded mode, `/tmp` in a Lambda or container.
     pub scratch: std::path::PathBuf,
+    /// Which queue each task is offered on; by default every task goes to `queue`.
+    pub routes: QueueRoutes,
     /// The reaper leaves queued tasks alone until they have been due this long, so it
     /// only re-offers tasks whose message was really lost.
     pub reoffer_grace: Duration,
@@ -88,6 +91,7 @@ impl Default for EngineConfig {
             default_max_attempts: 5,
             owner: worker_identity(),
             reoffer_grace: Duration::from_secs(60),
+            routes: QueueRoutes::default(),
             scratch: std::env::temp_dir().join("tessera-scratch"),
         }
     }
@@ -101,6 +105,44 @@ impl EngineConfig {
         self.lease = lease;
         self.heartbeat_every = (lease / 3).min(Duration::from_secs(2));
         self
+    }
+}
+
+/// Which queue a task is offered on. Embedded mode has one queue for everything; on
+/// AWS each job type has its own queue and Lambda function, and heavy tasks go to the
+/// orchestrator, which hands them to Batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueRoutes {
+    /// Task kind → queue.
+    pub by_kind: std::collections::BTreeMap<String, String>,
+    /// Queue for tasks of a heavy resource class, whatever their kind.
+    pub heavy: Option<String>,
+    /// Queue for a kind without a route (none: the engine's own queue).
+    pub fallback: Option<String>,
+}
+
+impl QueueRoutes {
+    /// The queue `task` is offered on; `own` is the engine's queue.
+    pub fn queue_for<'a>(&'a self, task: &tessera_core::task::Task, own: &'a str) -> &'a str {
+        if task.resource_class.is_heavy()
+            && let Some(q) = &self.heavy
+        {
+            return q;
+        }
+        self.by_kind
+            .get(&task.kind)
+            .or(self.fallback.as_ref())
+            .map_or(own, String::as_str)
+    }
+
+    /// Every queue a route names (to create them, or to check they exist).
+    pub fn queues(&self) -> std::collections::BTreeSet<&str> {
+        self.by_kind
+            .values()
+            .chain(&self.heavy)
+            .chain(&self.fallback)
+            .map(String::as_str)
+            .collect()
     }
 }
 
@@ -159,16 +201,17 @@ impl Engine {
         &self.config
     }
 
-    /// Create the task queue if it does not exist.
+    /// Create the task queue, and every queue a route names, if missing.
     pub async fn ensure_queue(&self) -> Result<(), EngineError> {
         let settings = tessera_core::ports::QueueSettings {
             visibility: self.config.lease,
             max_receives: 50,
         };
-        self.ports
-            .queue
-            .ensure(&self.config.queue, settings)
-            .await?;
+        let mut queues = self.config.routes.queues();
+        queues.insert(&self.config.queue);
+        for q in queues {
+            self.ports.queue.ensure(q, settings).await?;
+        }
         Ok(())
     }
 }

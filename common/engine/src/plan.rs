@@ -95,12 +95,16 @@ pub struct Submitted {
 }
 
 /// The body of a queue message: a hint that a task may be runnable.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TaskMessage {
     /// The task.
     pub task: TaskId,
     /// Its job (for logs).
     pub job: JobId,
+    /// The photo the task works on, if any: the message group on a FIFO queue, so one
+    /// photo's tasks are delivered in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A task id derived from the job and the task name: stable across re-submissions of
@@ -313,12 +317,15 @@ impl Engine {
         let body = serde_json::to_string(&TaskMessage {
             task: task.id,
             job: task.job_id,
+            group: task
+                .payload
+                .get("photo")
+                .and_then(|p| p.as_str())
+                .map(str::to_string),
         })
         .expect("serializable");
-        self.ports
-            .queue
-            .send(&self.config.queue, &body, delay)
-            .await?;
+        let queue = self.config.routes.queue_for(task, &self.config.queue);
+        self.ports.queue.send(queue, &body, delay).await?;
         Ok(())
     }
 }

@@ -297,8 +297,17 @@ impl Queue for SqliteQueue {
         .await
     }
 
-    async fn archive(&self, queue: &str, receipt: &str, reason: &str) -> Result<(), QueueError> {
-        let (queue, receipt, reason) = (queue.to_string(), receipt.to_string(), reason.to_string());
+    async fn archive(
+        &self,
+        queue: &str,
+        delivery: &Delivery,
+        reason: &str,
+    ) -> Result<(), QueueError> {
+        let (queue, receipt, reason) = (
+            queue.to_string(),
+            delivery.receipt.clone(),
+            reason.to_string(),
+        );
         self.with_conn(move |c| {
             let dlq = queue_row(c, &queue)?.dead_letter.unwrap_or_else(|| format!("{queue}-dlq"));
             let n = c

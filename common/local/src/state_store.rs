@@ -8,11 +8,10 @@
 use crate::sqlite;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tessera_core::ports::state_store::{
-    Index, Item, ItemKey, MAX_TRANSACTION_ITEMS, Page, Query, StateStore, StoreError, Write,
+    Index, Item, ItemKey, Page, Query, StateStore, StoreError, Write, validate_transaction,
 };
 
 const SCHEMA: &str = "
@@ -139,39 +138,6 @@ fn write_item(conn: &Connection, item: &Item, rev: u64) -> Result<(), StoreError
     Ok(())
 }
 
-fn validate(writes: &[Write]) -> Result<(), StoreError> {
-    if writes.is_empty() {
-        return Err(StoreError::Invalid(
-            "a transaction needs at least one write".into(),
-        ));
-    }
-    if writes.len() > MAX_TRANSACTION_ITEMS {
-        return Err(StoreError::Invalid(format!(
-            "a transaction may hold at most {MAX_TRANSACTION_ITEMS} writes, this one has {}; split it",
-            writes.len()
-        )));
-    }
-    let mut seen = HashSet::new();
-    for w in writes {
-        if !seen.insert(w.key()) {
-            return Err(StoreError::Invalid(format!(
-                "key {} / {} appears twice in one transaction",
-                w.key().pk,
-                w.key().sk
-            )));
-        }
-        if let Write::Put { item, .. } = w
-            && !item.body.is_object()
-        {
-            return Err(StoreError::Invalid(format!(
-                "item {} / {} body must be a JSON object",
-                item.key.pk, item.key.sk
-            )));
-        }
-    }
-    Ok(())
-}
-
 fn conflict(index: usize, key: &ItemKey) -> StoreError {
     StoreError::Conflict {
         index,
@@ -259,7 +225,7 @@ impl StateStore for SqliteStateStore {
     }
 
     async fn transact(&self, writes: Vec<Write>) -> Result<(), StoreError> {
-        validate(&writes)?;
+        validate_transaction(&writes)?;
         self.with_conn(move |c| apply(c, &writes)).await
     }
 

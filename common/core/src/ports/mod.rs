@@ -20,5 +20,5 @@ pub use object_store::{ObjectMeta, ObjectStore, ObjectStoreError};
 pub use queue::{Delivery, Queue, QueueError, QueueSettings};
 pub use state_store::{
     Condition, Index, Item, ItemKey, MAX_TRANSACTION_ITEMS, Page, Query, StateStore, StoreError,
-    Write,
+    Write, validate_transaction,
 };

@@ -88,7 +88,10 @@ pub trait Queue: Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Vec<Delivery>, QueueError>;
 
-    /// Acknowledge: the message is gone.
+    /// Acknowledge: the message is gone. A stale receipt (from an earlier delivery) is
+    /// reported as [`QueueError::StaleReceipt`] by the embedded queue; SQS answers
+    /// success (and may or may not delete). The engine needs neither: the state store,
+    /// not the queue, says whether a task is done.
     async fn delete(&self, queue: &str, receipt: &str) -> Result<(), QueueError>;
 
     /// Keep a message hidden for `visibility` from now (a long task's heartbeat), or
@@ -101,8 +104,14 @@ pub trait Queue: Send + Sync + 'static {
     ) -> Result<(), QueueError>;
 
     /// Move the delivered message to the dead-letter queue now (poison: archived on the
-    /// first try), recording why.
-    async fn archive(&self, queue: &str, receipt: &str, reason: &str) -> Result<(), QueueError>;
+    /// first try), recording why. Takes the whole delivery because SQS has no "move"
+    /// call: its adapter re-sends the body to the dead-letter queue, then deletes it.
+    async fn archive(
+        &self,
+        queue: &str,
+        delivery: &Delivery,
+        reason: &str,
+    ) -> Result<(), QueueError>;
 
     /// Messages currently visible, in flight, and in the dead-letter queue.
     async fn depth(&self, queue: &str) -> Result<QueueDepth, QueueError>;

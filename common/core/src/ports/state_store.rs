@@ -263,6 +263,41 @@ impl Classify for StoreError {
     }
 }
 
+/// The rules every adapter checks before a transaction touches its store: at least one
+/// write, at most [`MAX_TRANSACTION_ITEMS`], no key twice, object bodies.
+pub fn validate_transaction(writes: &[Write]) -> Result<(), StoreError> {
+    if writes.is_empty() {
+        return Err(StoreError::Invalid(
+            "a transaction needs at least one write".into(),
+        ));
+    }
+    if writes.len() > MAX_TRANSACTION_ITEMS {
+        return Err(StoreError::Invalid(format!(
+            "a transaction may hold at most {MAX_TRANSACTION_ITEMS} writes, this one has {}; split it",
+            writes.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for w in writes {
+        if !seen.insert(w.key()) {
+            return Err(StoreError::Invalid(format!(
+                "key {} / {} appears twice in one transaction",
+                w.key().pk,
+                w.key().sk
+            )));
+        }
+        if let Write::Put { item, .. } = w
+            && !item.body.is_object()
+        {
+            return Err(StoreError::Invalid(format!(
+                "item {} / {} body must be a JSON object",
+                item.key.pk, item.key.sk
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The state store port.
 #[async_trait]
 pub trait StateStore: Send + Sync + 'static {

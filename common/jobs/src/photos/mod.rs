@@ -240,6 +240,37 @@ pub fn ingest_plan(tenant: TenantId, project: ProjectId, event: &ObjectCreated) 
     )
 }
 
+/// Submit the ingest job for an object-created event, wherever it came from (an S3
+/// notification through SQS, the HTTP API, the CLI): the project, and so the tenant,
+/// come from the upload key. Objects outside `uploads/` are not photos and are ignored
+/// (`Ok(None)`); an upload key naming a project that does not exist is poison.
+pub async fn submit_upload(
+    engine: &tessera_engine::Engine,
+    event: &ObjectCreated,
+) -> Result<Option<tessera_engine::Submitted>, TaskError> {
+    let key = event.object_key().map_err(TaskError::poison)?;
+    if !key.starts_with("uploads/") {
+        tracing::info!(key, "object outside uploads/; not a photo");
+        return Ok(None);
+    }
+    let (project_id, _, _) =
+        tessera_core::photo::keys::parse_upload(&key).map_err(TaskError::poison)?;
+    let p = project::load(engine.ports().store.as_ref(), project_id)
+        .await
+        .map_err(|e| match e {
+            tessera_core::projects::ProjectError::NotFound(_) => {
+                TaskError::poison(format!("upload `{key}`: {e}"))
+            }
+            other => TaskError::from_classified(other),
+        })?;
+    let submitted = engine
+        .submit(ingest_plan(p.tenant.clone(), p.id, event))
+        .await
+        .map_err(TaskError::from_classified)?;
+    tracing::info!(key, job_id = %submitted.job_id, project = %p.id, "ingest submitted");
+    Ok(Some(submitted))
+}
+
 /// The follow-up job ingest chose, for one upload (by its content hash).
 pub fn follow_up_plan(
     tenant: TenantId,

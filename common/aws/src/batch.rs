@@ -1,0 +1,169 @@
+//! Heavy stages as AWS Batch jobs.
+//!
+//! The orchestrator hands a heavy task to [`BatchLauncher::submit`]; the job runs the
+//! worker container's entrypoint `tessera stage --task <id>`, which claims, heartbeats,
+//! fences and completes the task through the same engine as every Lambda. The job
+//! queue and definition are chosen by resource class: `large` runs on CPU, `xlarge` on
+//! GPU instances (Fargate has no GPU, so both are EC2 compute environments).
+//!
+//! The Batch API is not offered by the local AWS-compatible server, so the request is
+//! built by the pure [`BatchLauncher::request`] (tested) and sent by `submit`.
+
+use aws_sdk_batch::Client;
+use aws_sdk_batch::types::{ContainerOverrides, KeyValuePair, RetryStrategy};
+use std::collections::BTreeMap;
+use tessera_core::task::ResourceClass;
+use tessera_core::task::Task;
+
+/// Where jobs of one resource class go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchTarget {
+    /// Job queue name or ARN.
+    pub job_queue: String,
+    /// Job definition name or ARN (with revision, or the latest).
+    pub job_definition: String,
+}
+
+/// The Batch job for one task, before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchJobRequest {
+    /// `tessera-<task id>` (Batch allows letters, digits, `-` and `_`, 128 at most).
+    pub job_name: String,
+    /// Where it runs.
+    pub target: BatchTarget,
+    /// The container command.
+    pub command: Vec<String>,
+    /// Extra environment for the container.
+    pub environment: BTreeMap<String, String>,
+}
+
+/// Errors of the launcher.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// No job queue is configured for the task's class.
+    #[error(
+        "no Batch job queue for resource class {0:?}; set TESSERA_BATCH_QUEUE_{1} and TESSERA_BATCH_DEFINITION_{1}"
+    )]
+    NoTarget(ResourceClass, String),
+    /// Batch refused or could not be reached.
+    #[error("submitting Batch job {job}: {why}")]
+    Submit {
+        /// Job name.
+        job: String,
+        /// The SDK's message.
+        why: String,
+    },
+}
+
+impl tessera_core::Classify for BatchError {
+    fn class(&self) -> tessera_core::ErrorClass {
+        match self {
+            BatchError::NoTarget(..) => tessera_core::ErrorClass::Permanent,
+            BatchError::Submit { .. } => tessera_core::ErrorClass::Transient,
+        }
+    }
+}
+
+/// Submits heavy tasks to Batch.
+#[derive(Clone)]
+pub struct BatchLauncher {
+    client: Client,
+    targets: BTreeMap<ResourceClass, BatchTarget>,
+}
+
+fn class_env(class: ResourceClass) -> String {
+    format!("{class:?}").to_uppercase()
+}
+
+impl BatchLauncher {
+    /// A launcher with these targets.
+    pub fn new(client: Client, targets: BTreeMap<ResourceClass, BatchTarget>) -> Self {
+        BatchLauncher { client, targets }
+    }
+
+    /// Targets from `TESSERA_BATCH_QUEUE_<CLASS>` / `TESSERA_BATCH_DEFINITION_<CLASS>`
+    /// for the heavy classes (`LARGE`, `XLARGE`); a class without both is left out.
+    pub fn targets_from_env() -> BTreeMap<ResourceClass, BatchTarget> {
+        [ResourceClass::Large, ResourceClass::Xlarge]
+            .into_iter()
+            .filter_map(|c| {
+                let q = std::env::var(format!("TESSERA_BATCH_QUEUE_{}", class_env(c))).ok()?;
+                let d = std::env::var(format!("TESSERA_BATCH_DEFINITION_{}", class_env(c))).ok()?;
+                Some((
+                    c,
+                    BatchTarget {
+                        job_queue: q,
+                        job_definition: d,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The job that runs `task`.
+    pub fn request(&self, task: &Task) -> Result<BatchJobRequest, BatchError> {
+        let target = self
+            .targets
+            .get(&task.resource_class)
+            .or_else(|| {
+                // A class without its own queue runs on the next larger one that has one.
+                self.targets
+                    .range(task.resource_class..)
+                    .next()
+                    .map(|(_, t)| t)
+            })
+            .ok_or_else(|| {
+                BatchError::NoTarget(task.resource_class, class_env(task.resource_class))
+            })?
+            .clone();
+        Ok(BatchJobRequest {
+            job_name: format!("tessera-{}", task.id),
+            target,
+            command: vec!["stage".into(), "--task".into(), task.id.to_string()],
+            environment: BTreeMap::from([
+                ("TESSERA_TASK_ID".into(), task.id.to_string()),
+                ("TESSERA_JOB_ID".into(), task.job_id.to_string()),
+                ("TESSERA_EPOCH_AT_SUBMIT".into(), task.epoch.to_string()),
+            ]),
+        })
+    }
+
+    /// Submit the task's job; returns Batch's job id.
+    pub async fn submit(&self, task: &Task) -> Result<String, BatchError> {
+        let r = self.request(task)?;
+        let env = r
+            .environment
+            .iter()
+            .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+            .collect();
+        let out = self
+            .client
+            .submit_job()
+            .job_name(&r.job_name)
+            .job_queue(&r.target.job_queue)
+            .job_definition(&r.target.job_definition)
+            .container_overrides(
+                ContainerOverrides::builder()
+                    .set_command(Some(r.command.clone()))
+                    .set_environment(Some(env))
+                    .build(),
+            )
+            // The engine retries (with resource escalation); Batch must not run a task
+            // again on its own.
+            .retry_strategy(RetryStrategy::builder().attempts(1).build())
+            .tags("tessera:task", task.id.to_string())
+            .tags("tessera:job", task.job_id.to_string())
+            .send()
+            .await
+            .map_err(|e| BatchError::Submit {
+                job: r.job_name.clone(),
+                why: crate::sdk_error::describe(&e),
+            })?;
+        Ok(out.job_id().unwrap_or_default().to_string())
+    }
+}
+
+/// A Batch client on the shared SDK configuration.
+pub fn client(sdk: &aws_config::SdkConfig) -> Client {
+    Client::new(sdk)
+}

@@ -1,0 +1,559 @@
+//! The state store on DynamoDB.
+//!
+//! Table design (also in `infra/README.md` and `infra/template.yaml`):
+//!
+//! | attribute | type | role |
+//! | --- | --- | --- |
+//! | `pk`, `sk` | S | table key |
+//! | `body` | M | the record; conditions test its top-level fields in place |
+//! | `rev` | N | revision, +1 on every write, computed by DynamoDB (`if_not_exists(rev, 0) + 1`) |
+//! | `parent_pk`, `parent_sk` | S | GSI `by_parent` (sparse): a job's tasks, a tenant's jobs |
+//! | `due_pk`, `due_sk` | S | GSI `by_due` (sparse): what the reaper scans |
+//!
+//! Every write is part of a `TransactWriteItems` call (at most 100 items, the engine
+//! never asks for more) with a fresh `ClientRequestToken`, so the SDK's own retries of
+//! one call are applied once. A put is an `Update` that replaces the body and bumps the
+//! revision in one step, because `PutItem` cannot compute `rev + 1` without a read.
+//! Index queries are eventually consistent on DynamoDB (not on moto); nothing that
+//! decides a task's fate reads an index without re-reading the item itself.
+
+use crate::attr;
+use crate::sdk_error::{self, Failure};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, Delete, GlobalSecondaryIndex,
+    KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType, TransactWriteItem,
+    Update,
+};
+use std::collections::HashMap;
+use std::time::Duration;
+use tessera_core::ports::state_store::{
+    Condition, Index, Item, ItemKey, Page, Query, StateStore, StoreError, Write,
+    validate_transaction,
+};
+
+const PK: &str = "pk";
+const SK: &str = "sk";
+const BODY: &str = "body";
+const REV: &str = "rev";
+
+/// The index's name in the table and its key attributes.
+fn index_keys(index: Index) -> (Option<&'static str>, &'static str, &'static str) {
+    match index {
+        Index::Table => (None, PK, SK),
+        Index::ByParent => (Some("by_parent"), "parent_pk", "parent_sk"),
+        Index::ByDue => (Some("by_due"), "due_pk", "due_sk"),
+    }
+}
+
+/// The DynamoDB state store: one table, two sparse GSIs.
+#[derive(Clone)]
+pub struct DynamoStateStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStateStore {
+    /// A store on `table` (which must exist; see [`DynamoStateStore::ensure_table`]).
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStateStore {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Create the table with its indexes if it does not exist (tests and local
+    /// development; on AWS the SAM template creates it).
+    pub async fn ensure_table(&self) -> Result<(), StoreError> {
+        if self
+            .client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let s = |n: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(n)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("name and type are set")
+        };
+        let key = |h: &str, r: &str| {
+            vec![
+                KeySchemaElement::builder()
+                    .attribute_name(h)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .expect("set"),
+                KeySchemaElement::builder()
+                    .attribute_name(r)
+                    .key_type(KeyType::Range)
+                    .build()
+                    .expect("set"),
+            ]
+        };
+        let gsi = |index: Index| {
+            let (name, h, r) = index_keys(index);
+            GlobalSecondaryIndex::builder()
+                .index_name(name.expect("a secondary index"))
+                .set_key_schema(Some(key(h, r)))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
+                .build()
+                .expect("set")
+        };
+        let made = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .set_attribute_definitions(Some(
+                [PK, SK, "parent_pk", "parent_sk", "due_pk", "due_sk"]
+                    .map(s)
+                    .to_vec(),
+            ))
+            .set_key_schema(Some(key(PK, SK)))
+            .global_secondary_indexes(gsi(Index::ByParent))
+            .global_secondary_indexes(gsi(Index::ByDue))
+            .send()
+            .await;
+        match made {
+            Ok(_) => Ok(()),
+            Err(e) if sdk_error::code(&e) == Some("ResourceInUseException") => Ok(()),
+            Err(e) => Err(store_error(&format!("creating table {}", self.table), e)),
+        }
+    }
+}
+
+/// Placeholders for one expression: DynamoDB wants every name and value out of line.
+#[derive(Default)]
+struct Expr {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(&mut self, n: &str) -> String {
+        if let Some((k, _)) = self.names.iter().find(|(_, v)| v.as_str() == n) {
+            return k.clone();
+        }
+        let k = format!("#n{}", self.names.len());
+        self.names.insert(k.clone(), n.to_string());
+        k
+    }
+
+    fn value(&mut self, v: AttributeValue) -> String {
+        let k = format!(":v{}", self.values.len());
+        self.values.insert(k.clone(), v);
+        k
+    }
+
+    fn num(&mut self, n: impl ToString) -> String {
+        self.value(AttributeValue::N(n.to_string()))
+    }
+
+    /// The condition as an expression, or `None` when it always holds.
+    fn condition(&mut self, c: &Condition) -> Option<String> {
+        match c {
+            Condition::None => None,
+            Condition::Absent => Some(format!("attribute_not_exists({})", self.name(PK))),
+            Condition::Exists => Some(format!("attribute_exists({})", self.name(PK))),
+            Condition::Rev(r) => {
+                let (n, v) = (self.name(REV), self.num(r));
+                Some(format!("{n} = {v}"))
+            }
+            Condition::FieldEq(f, v) => {
+                let (b, f, v) = (self.name(BODY), self.name(f), self.value(attr::to_attr(v)));
+                Some(format!("{b}.{f} = {v}"))
+            }
+            Condition::All(cs) => {
+                let parts: Vec<String> = cs
+                    .iter()
+                    .filter_map(|c| self.condition(c))
+                    .map(|p| format!("({p})"))
+                    .collect();
+                (!parts.is_empty()).then(|| parts.join(" AND "))
+            }
+        }
+    }
+
+    fn names(&self) -> Option<HashMap<String, String>> {
+        (!self.names.is_empty()).then(|| self.names.clone())
+    }
+
+    fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+        (!self.values.is_empty()).then(|| self.values.clone())
+    }
+}
+
+fn key_attrs(key: &ItemKey) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_string(), AttributeValue::S(key.pk.clone())),
+        (SK.to_string(), AttributeValue::S(key.sk.clone())),
+    ])
+}
+
+/// One port write as one transaction item.
+fn transact_item(table: &str, w: &Write) -> Result<TransactWriteItem, StoreError> {
+    let mut x = Expr::default();
+    let built = match w {
+        Write::Put { item, condition } => {
+            let body = item.body.as_object().ok_or_else(|| {
+                StoreError::Invalid(format!("item {} body must be an object", item.key.pk))
+            })?;
+            let mut set = vec![
+                format!(
+                    "{} = {}",
+                    x.name(BODY),
+                    x.value(AttributeValue::M(attr::to_attr_map(body)))
+                ),
+                format!(
+                    "{r} = if_not_exists({r}, {z}) + {o}",
+                    r = x.name(REV),
+                    z = x.num(0),
+                    o = x.num(1)
+                ),
+            ];
+            let mut remove = Vec::new();
+            for (index, entry) in [
+                (Index::ByParent, &item.by_parent),
+                (Index::ByDue, &item.by_due),
+            ] {
+                let (_, h, r) = index_keys(index);
+                match entry {
+                    Some(k) => {
+                        set.push(format!(
+                            "{} = {}",
+                            x.name(h),
+                            x.value(AttributeValue::S(k.pk.clone()))
+                        ));
+                        set.push(format!(
+                            "{} = {}",
+                            x.name(r),
+                            x.value(AttributeValue::S(k.sk.clone()))
+                        ));
+                    }
+                    None => {
+                        remove.push(x.name(h));
+                        remove.push(x.name(r));
+                    }
+                }
+            }
+            let mut update = format!("SET {}", set.join(", "));
+            if !remove.is_empty() {
+                update += &format!(" REMOVE {}", remove.join(", "));
+            }
+            let cond = x.condition(condition);
+            TransactWriteItem::builder().update(
+                Update::builder()
+                    .table_name(table)
+                    .set_key(Some(key_attrs(&item.key)))
+                    .update_expression(update)
+                    .set_condition_expression(cond)
+                    .set_expression_attribute_names(x.names())
+                    .set_expression_attribute_values(x.values())
+                    .build()
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            )
+        }
+        Write::Delete { key, condition } => {
+            let cond = x.condition(condition);
+            TransactWriteItem::builder().delete(
+                Delete::builder()
+                    .table_name(table)
+                    .set_key(Some(key_attrs(key)))
+                    .set_condition_expression(cond)
+                    .set_expression_attribute_names(x.names())
+                    .set_expression_attribute_values(x.values())
+                    .build()
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            )
+        }
+        Write::Check { key, condition } => {
+            let cond = x.condition(condition).unwrap_or_else(|| {
+                let pk = x.name(PK);
+                format!("attribute_exists({pk}) OR attribute_not_exists({pk})")
+            });
+            TransactWriteItem::builder().condition_check(
+                ConditionCheck::builder()
+                    .table_name(table)
+                    .set_key(Some(key_attrs(key)))
+                    .condition_expression(cond)
+                    .set_expression_attribute_names(x.names())
+                    .set_expression_attribute_values(x.values())
+                    .build()
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            )
+        }
+        Write::Add { key, deltas } => {
+            let b = x.name(BODY);
+            let mut set = Vec::new();
+            for (field, delta) in deltas {
+                let (f, z, d) = (x.name(field), x.num(0), x.num(delta));
+                set.push(format!("{b}.{f} = if_not_exists({b}.{f}, {z}) + {d}"));
+            }
+            set.push(format!("{r} = {r} + {o}", r = x.name(REV), o = x.num(1)));
+            let cond = format!("attribute_exists({})", x.name(PK));
+            update_item(table, key, &mut x, set, cond)?
+        }
+        Write::Set {
+            key,
+            fields,
+            condition,
+        } => {
+            let b = x.name(BODY);
+            let mut set = Vec::new();
+            for (field, value) in fields {
+                let (f, v) = (x.name(field), x.value(attr::to_attr(value)));
+                set.push(format!("{b}.{f} = {v}"));
+            }
+            set.push(format!("{r} = {r} + {o}", r = x.name(REV), o = x.num(1)));
+            let mut cond = format!("attribute_exists({})", x.name(PK));
+            if let Some(c) = x.condition(condition) {
+                cond = format!("{cond} AND ({c})");
+            }
+            update_item(table, key, &mut x, set, cond)?
+        }
+    };
+    Ok(built.build())
+}
+
+fn update_item(
+    table: &str,
+    key: &ItemKey,
+    x: &mut Expr,
+    set: Vec<String>,
+    cond: String,
+) -> Result<aws_sdk_dynamodb::types::builders::TransactWriteItemBuilder, StoreError> {
+    Ok(TransactWriteItem::builder().update(
+        Update::builder()
+            .table_name(table)
+            .set_key(Some(key_attrs(key)))
+            .update_expression(format!("SET {}", set.join(", ")))
+            .condition_expression(cond)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .build()
+            .map_err(|e| StoreError::Invalid(e.to_string()))?,
+    ))
+}
+
+fn item_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
+    let s = |n: &str| match attrs.get(n) {
+        Some(AttributeValue::S(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let key = ItemKey::new(
+        s(PK).ok_or_else(|| StoreError::Corrupt("an item without `pk`".into()))?,
+        s(SK).ok_or_else(|| StoreError::Corrupt("an item without `sk`".into()))?,
+    );
+    let corrupt = |why: String| StoreError::Corrupt(format!("item {} / {}: {why}", key.pk, key.sk));
+    let body = match attrs.get(BODY) {
+        Some(AttributeValue::M(m)) => {
+            serde_json::Value::Object(attr::from_attr_map(m).map_err(corrupt)?)
+        }
+        _ => return Err(corrupt("`body` is missing or not a map".into())),
+    };
+    let rev = match attrs.get(REV) {
+        Some(AttributeValue::N(n)) => n.parse().map_err(|_| corrupt(format!("revision `{n}`")))?,
+        _ => return Err(corrupt("`rev` is missing".into())),
+    };
+    let pair = |h: &str, r: &str| s(h).zip(s(r)).map(|(pk, sk)| ItemKey { pk, sk });
+    Ok(Item {
+        body,
+        by_parent: pair("parent_pk", "parent_sk"),
+        by_due: pair("due_pk", "due_sk"),
+        rev,
+        key,
+    })
+}
+
+fn store_error<E>(what: &str, e: aws_sdk_dynamodb::error::SdkError<E>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match sdk_error::classify(&e) {
+        Failure::Invalid => StoreError::Invalid(format!("{what}: {}", sdk_error::describe(&e))),
+        _ => StoreError::Unavailable(format!("{what}: {}", sdk_error::describe(&e))),
+    }
+}
+
+/// Rounds a transaction is retried when DynamoDB cancels it only because another
+/// transaction held one of its items (`TransactionConflict`), which is contention, not
+/// a failed condition.
+const CONTENTION_ROUNDS: u32 = 8;
+
+#[async_trait]
+impl StateStore for DynamoStateStore {
+    async fn get(&self, key: &ItemKey) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_attrs(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error(&format!("reading {} / {}", key.pk, key.sk), e))?;
+        out.item().map(item_from).transpose()
+    }
+
+    async fn transact(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        validate_transaction(&writes)?;
+        let items = writes
+            .iter()
+            .map(|w| transact_item(&self.table, w))
+            .collect::<Result<Vec<_>, _>>()?;
+        for round in 0..CONTENTION_ROUNDS {
+            // One token per attempt: the SDK's own retries of this call reuse it, so a
+            // call that reached DynamoDB twice is applied once.
+            let sent = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .client_request_token(crate::request_token())
+                .send()
+                .await;
+            let Err(e) = sent else { return Ok(()) };
+            let Some(reasons) = e
+                .as_service_error()
+                .and_then(|s| match s {
+                    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t) => {
+                        Some(t.cancellation_reasons().to_vec())
+                    }
+                    _ => None,
+                })
+            else {
+                return Err(store_error("transaction", e));
+            };
+            if let Some(index) = reasons
+                .iter()
+                .position(|r| r.code() == Some("ConditionalCheckFailed"))
+            {
+                let key = writes[index].key();
+                return Err(StoreError::Conflict {
+                    index,
+                    pk: key.pk.clone(),
+                    sk: key.sk.clone(),
+                });
+            }
+            if !reasons
+                .iter()
+                .any(|r| matches!(r.code(), Some("TransactionConflict" | "ThrottlingError")))
+            {
+                return Err(StoreError::Invalid(format!(
+                    "transaction cancelled: {:?}",
+                    reasons
+                        .iter()
+                        .map(|r| (r.code().unwrap_or(""), r.message().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(
+                10 + fastrand::u64(0..(20 << round.min(5))),
+            ))
+            .await;
+        }
+        Err(StoreError::Unavailable(format!(
+            "transaction kept meeting concurrent transactions on its items ({CONTENTION_ROUNDS} tries)"
+        )))
+    }
+
+    async fn query(&self, q: &Query) -> Result<Page, StoreError> {
+        let (index_name, h, r) = index_keys(q.index);
+        let limit = q.limit.clamp(1, 10_000);
+        let mut x = Expr::default();
+        let mut key_cond = format!(
+            "{} = {}",
+            x.name(h),
+            x.value(AttributeValue::S(q.pk.clone()))
+        );
+        if let Some(after) = &q.after {
+            let op = if q.descending { "<" } else { ">" };
+            let (rn, v) = (x.name(r), x.value(AttributeValue::S(after.clone())));
+            key_cond += &format!(" AND {rn} {op} {v}");
+        } else if let Some(prefix) = &q.sk_prefix {
+            let (rn, v) = (x.name(r), x.value(AttributeValue::S(prefix.clone())));
+            key_cond += &format!(" AND begins_with({rn}, {v})");
+        } else if let Some(max) = &q.sk_max {
+            let (rn, v) = (x.name(r), x.value(AttributeValue::S(max.clone())));
+            key_cond += &format!(" AND {rn} <= {v}");
+        }
+        let sort_key = |i: &Item| match q.index {
+            Index::Table => Some(i.key.sk.clone()),
+            Index::ByParent => i.by_parent.as_ref().map(|k| k.sk.clone()),
+            Index::ByDue => i.by_due.as_ref().map(|k| k.sk.clone()),
+        };
+        // The key condition carries one sort-key bound; the others are checked here,
+        // stopping as soon as the sort order has left the requested range.
+        let mut items = Vec::new();
+        let mut cursors = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        'pages: loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .set_index_name(index_name.map(str::to_string))
+                .key_condition_expression(&key_cond)
+                .set_expression_attribute_names(x.names())
+                .set_expression_attribute_values(x.values())
+                .scan_index_forward(!q.descending)
+                .consistent_read(q.index == Index::Table)
+                .limit((limit + 1 - items.len()) as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error(&format!("querying {}", q.pk), e))?;
+            for attrs in out.items() {
+                let item = item_from(attrs)?;
+                let sk = sort_key(&item).unwrap_or_default();
+                if let Some(p) = &q.sk_prefix
+                    && !sk.starts_with(p.as_str())
+                {
+                    if (sk.as_str() > p.as_str()) != q.descending {
+                        break 'pages;
+                    }
+                    continue;
+                }
+                if let Some(m) = &q.sk_max
+                    && sk.as_str() > m.as_str()
+                {
+                    if q.descending {
+                        continue;
+                    }
+                    break 'pages;
+                }
+                items.push(item);
+                cursors.push(sk);
+                if items.len() > limit {
+                    break 'pages;
+                }
+            }
+            match out.last_evaluated_key() {
+                Some(k) => start = Some(k.clone()),
+                None => break,
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            Some(cursors[limit - 1].clone())
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+}

@@ -1,0 +1,182 @@
+//! Heavy tasks on a remote runner (AWS Batch): the orchestrator's rules.
+//!
+//! A heavy task's message goes to the orchestrator, which launches one remote job per
+//! claim epoch: a put-if-absent marker `LAUNCH#<task>` / `<epoch>` makes a redelivered
+//! message harmless. The remote job runs [`Engine::run_task`], so claim, heartbeat,
+//! fencing and completion are the same as on any worker. When the runner reports that
+//! a job ended, [`Engine::remote_ended`] closes what the job left open: a task still
+//! running under that job's lease fails with the runner's reason (retried, escalated or
+//! dead like any failure); a task the job never claimed is offered again.
+
+use crate::dispatch::Handled;
+use crate::plan::TaskMessage;
+use crate::{Engine, EngineError, TaskError};
+use async_trait::async_trait;
+use tessera_core::ports::queue::Delivery;
+use tessera_core::ports::state_store::{Condition, Item, ItemKey, StoreError};
+use tessera_core::records;
+use tessera_core::task::{Task, TaskState};
+use tessera_core::{ErrorClass, TaskId};
+
+/// Starts a remote job that runs one task (the compute boundary to AWS Batch).
+#[async_trait]
+pub trait Launcher: Send + Sync {
+    /// Start a job running `task`; returns the runner's job id. The job's lease owner
+    /// must be [`remote_owner`] of that id.
+    async fn launch(&self, task: &Task) -> Result<String, TaskError>;
+}
+
+/// The lease owner a remote job claims under.
+pub fn remote_owner(job_id: &str) -> String {
+    format!("batch:{job_id}")
+}
+
+fn marker(task: TaskId, epoch: u64) -> ItemKey {
+    ItemKey::new(format!("LAUNCH#{task}"), format!("{epoch:020}"))
+}
+
+/// How a remote job ended, as its runner reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteEnd {
+    /// The runner's job id.
+    pub job_id: String,
+    /// The task it ran.
+    pub task: TaskId,
+    /// Whether the runner says it succeeded.
+    pub succeeded: bool,
+    /// The runner's reason (status reason, container reason, exit code).
+    pub reason: String,
+}
+
+impl RemoteEnd {
+    /// The class of a failed job: out of memory is a resource failure (retried one
+    /// class up); anything else is transient.
+    pub fn class(&self) -> ErrorClass {
+        let r = self.reason.to_ascii_lowercase();
+        if r.contains("outofmemory") || r.contains("out of memory") || r.contains("exit code 137") {
+            ErrorClass::Resource
+        } else {
+            ErrorClass::Transient
+        }
+    }
+}
+
+/// What the orchestrator did with one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launched {
+    /// A job was started.
+    Started(String),
+    /// A job for this epoch was started before (redelivery).
+    AlreadyStarted,
+    /// The task is not waiting for a runner (finished, running, unknown).
+    NotNeeded(&'static str),
+}
+
+impl Engine {
+    /// Launch the task a delivery names on `launcher`, once per claim epoch, and
+    /// acknowledge the message.
+    pub async fn launch_delivery(
+        &self,
+        d: &Delivery,
+        launcher: &dyn Launcher,
+    ) -> Result<Launched, EngineError> {
+        let queue = &self.config.queue;
+        let Ok(msg) = serde_json::from_str::<TaskMessage>(&d.body) else {
+            self.ports
+                .queue
+                .archive(queue, d, "unparsable task message")
+                .await?;
+            return Ok(Launched::NotNeeded("unparsable: archived"));
+        };
+        let out = self.launch_task(msg.task, launcher).await;
+        if out.is_ok() {
+            match self.ports.queue.delete(queue, &d.receipt).await {
+                Ok(()) | Err(tessera_core::ports::QueueError::StaleReceipt(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out
+    }
+
+    /// Launch `task` unless a job for its current epoch exists.
+    pub async fn launch_task(
+        &self,
+        id: TaskId,
+        launcher: &dyn Launcher,
+    ) -> Result<Launched, EngineError> {
+        let Some(item) = self.ports.store.get(&records::task_key(id)).await? else {
+            return Ok(Launched::NotNeeded("no such task"));
+        };
+        let task = records::task_from(&item)?;
+        if task.state != TaskState::Queued {
+            return Ok(Launched::NotNeeded("not queued"));
+        }
+        let mark = Item::new(
+            marker(id, task.epoch),
+            serde_json::json!({"task": id, "epoch": task.epoch, "state": "launching"}),
+        );
+        match self.ports.store.put(mark, Condition::Absent).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) => return Ok(Launched::AlreadyStarted),
+            Err(e) => return Err(e.into()),
+        }
+        match launcher.launch(&task).await {
+            Ok(job) => {
+                tracing::info!(task_id = %id, epoch = task.epoch, remote_job = %job, "remote job launched");
+                let done = Item::new(
+                    marker(id, task.epoch),
+                    serde_json::json!({"task": id, "epoch": task.epoch, "state": "launched", "remote_job": job}),
+                );
+                self.ports.store.put(done, Condition::Exists).await?;
+                Ok(Launched::Started(job))
+            }
+            Err(e) => {
+                // Not launched: the marker goes, so the redelivery tries again.
+                self.ports
+                    .store
+                    .transact(vec![tessera_core::ports::Write::Delete {
+                        key: marker(id, task.epoch),
+                        condition: Condition::None,
+                    }])
+                    .await?;
+                Err(EngineError::Refused(format!(
+                    "launching task {id}: {}",
+                    e.message
+                )))
+            }
+        }
+    }
+
+    /// Close what an ended remote job left open.
+    pub async fn remote_ended(&self, end: &RemoteEnd) -> Result<Option<Handled>, EngineError> {
+        if end.succeeded {
+            return Ok(None);
+        }
+        let owner = remote_owner(&end.job_id);
+        let error = TaskError {
+            class: end.class(),
+            message: format!("remote job {} failed: {}", end.job_id, end.reason),
+        };
+        if let Some(h) = self.fail_abandoned(end.task, &owner, error).await? {
+            tracing::warn!(task_id = %end.task, remote_job = %end.job_id, reason = %end.reason, "remote job failed while running its task");
+            return Ok(Some(h));
+        }
+        // Never claimed (the container did not start): forget the launch and offer again.
+        let Some(item) = self.ports.store.get(&records::task_key(end.task)).await? else {
+            return Ok(None);
+        };
+        let task = records::task_from(&item)?;
+        if task.state == TaskState::Queued {
+            self.ports
+                .store
+                .transact(vec![tessera_core::ports::Write::Delete {
+                    key: marker(task.id, task.epoch),
+                    condition: Condition::None,
+                }])
+                .await?;
+            self.offer(&task, std::time::Duration::ZERO).await?;
+            tracing::warn!(task_id = %task.id, remote_job = %end.job_id, reason = %end.reason, "remote job ended before claiming its task; offered again");
+        }
+        Ok(None)
+    }
+}

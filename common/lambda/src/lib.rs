@@ -1,0 +1,34 @@
+//! What every Tessera Lambda handler shares, so that each `functions/<name>/main.rs`
+//! is a few lines: the queue routes of the AWS deployment ([`routes`]), recognising
+//! message bodies ([`body`]), the engine built from the environment and one SQS batch
+//! with partial batch failures ([`function`]), JSON logs ([`logging`]), and the runtime
+//! loop with graceful shutdown ([`serve_sqs`]).
+#![deny(missing_docs)]
+
+pub mod archive;
+pub mod body;
+pub mod function;
+pub mod launch;
+pub mod logging;
+pub mod routes;
+
+pub use function::{Function, Role};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{LambdaEvent, service_fn};
+
+/// Serve SQS batches until the runtime stops. A setup error (missing environment
+/// variable) ends the process with the variable named in the log.
+pub async fn serve_sqs(function: Function) -> Result<(), lambda_runtime::Error> {
+    let start = std::time::Instant::now();
+    tracing::info!(queue = %function.queue, ready_ms = start.elapsed().as_millis() as u64, "function ready");
+    lambda_runtime::spawn_graceful_shutdown_handler(|| async {
+        tracing::info!("shutting down");
+    })
+    .await;
+    let f = &function;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(f.handle_sqs(event.payload).await)
+    }))
+    .await
+}
