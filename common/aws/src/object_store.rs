@@ -63,6 +63,11 @@ impl S3ObjectStore {
         }
     }
 
+    /// The S3 client (bucket notification setup in tests, presigning elsewhere).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The bucket.
     pub fn bucket(&self) -> &str {
         &self.bucket

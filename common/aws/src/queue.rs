@@ -81,6 +81,11 @@ impl SqsQueue {
         }
     }
 
+    /// The SQS client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The SQS queue name of port queue `name`.
     pub fn sqs_name(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
