@@ -167,3 +167,74 @@ impl BatchLauncher {
 pub fn client(sdk: &aws_config::SdkConfig) -> Client {
     Client::new(sdk)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::task::{Task, TaskState};
+
+    fn launcher(classes: &[ResourceClass]) -> BatchLauncher {
+        let conf = aws_sdk_batch::Config::builder()
+            .behavior_version(aws_sdk_batch::config::BehaviorVersion::latest())
+            .region(aws_sdk_batch::config::Region::new("eu-west-1"))
+            .build();
+        BatchLauncher::new(
+            Client::from_conf(conf),
+            classes
+                .iter()
+                .map(|c| {
+                    (
+                        *c,
+                        BatchTarget {
+                            job_queue: format!("tessera-{c:?}"),
+                            job_definition: format!("tessera-{c:?}-def"),
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn task(class: ResourceClass) -> Task {
+        let mut t: Task = serde_json::from_value(serde_json::json!({
+            "id": tessera_core::TaskId::new(), "job_id": tessera_core::JobId::new(),
+            "name": "map", "kind": "sfm.map", "state": TaskState::Queued, "payload": null,
+            "attempts": 0, "max_attempts": 4, "epoch": 0, "lease": null, "heartbeat_at": null,
+            "not_before": 0, "resource_class": "large", "last_error": null, "result": null,
+            "cache_key": null, "deps_pending": [], "dependents": [], "created_at": 0,
+            "finished_at": null,
+        }))
+        .unwrap_or_else(|e| panic!("a minimal task: {e}"));
+        t.resource_class = class;
+        t
+    }
+
+    #[test]
+    fn jobs_go_to_their_class_and_run_the_stage_entrypoint() {
+        let l = launcher(&[ResourceClass::Large, ResourceClass::Xlarge]);
+        let t = task(ResourceClass::Xlarge);
+        let r = l.request(&t).unwrap();
+        assert_eq!(r.target.job_queue, "tessera-Xlarge");
+        assert_eq!(r.command, ["stage", "--task", &t.id.to_string()]);
+        assert_eq!(r.job_name, format!("tessera-{}", t.id));
+        assert!(r.job_name.len() <= 128);
+        assert_eq!(r.environment["TESSERA_TASK_ID"], t.id.to_string());
+        // A class without its own queue runs one up; none above it is an error that
+        // names the variables to set.
+        let only_gpu = launcher(&[ResourceClass::Xlarge]);
+        assert_eq!(
+            only_gpu
+                .request(&task(ResourceClass::Large))
+                .unwrap()
+                .target
+                .job_queue,
+            "tessera-Xlarge"
+        );
+        let none = launcher(&[]);
+        let e = none
+            .request(&task(ResourceClass::Large))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TESSERA_BATCH_QUEUE_LARGE"), "{e}");
+    }
+}

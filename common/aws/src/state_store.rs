@@ -9,6 +9,7 @@
 //! | `rev` | N | revision, +1 on every write, computed by DynamoDB (`if_not_exists(rev, 0) + 1`) |
 //! | `parent_pk`, `parent_sk` | S | GSI `by_parent` (sparse): a job's tasks, a tenant's jobs |
 //! | `due_pk`, `due_sk` | S | GSI `by_due` (sparse): what the reaper scans |
+//! | `ttl` | N | TTL (epoch seconds), copied from a body's `ttl_s`; only records that may vanish carry it (launch markers) |
 //!
 //! Every write is part of a `TransactWriteItems` call (at most 100 items, the engine
 //! never asks for more) with a fresh `ClientRequestToken`, so the SDK's own retries of
@@ -37,6 +38,10 @@ const PK: &str = "pk";
 const SK: &str = "sk";
 const BODY: &str = "body";
 const REV: &str = "rev";
+/// The table's TTL attribute (epoch seconds): DynamoDB deletes the item some time after.
+const TTL: &str = "ttl";
+/// A record that may expire carries its expiry in this body field.
+pub const TTL_FIELD: &str = "ttl_s";
 
 /// The index's name in the table and its key attributes.
 fn index_keys(index: Index) -> (Option<&'static str>, &'static str, &'static str) {
@@ -228,6 +233,11 @@ fn transact_item(table: &str, w: &Write) -> Result<TransactWriteItem, StoreError
                 ),
             ];
             let mut remove = Vec::new();
+            // DynamoDB's TTL reads a top-level number: copied from the body's `ttl_s`.
+            match body.get(TTL_FIELD).and_then(|v| v.as_u64()) {
+                Some(at) => set.push(format!("{} = {}", x.name(TTL), x.num(at))),
+                None => remove.push(x.name(TTL)),
+            }
             for (index, entry) in [
                 (Index::ByParent, &item.by_parent),
                 (Index::ByDue, &item.by_due),

@@ -31,6 +31,15 @@ pub fn remote_owner(job_id: &str) -> String {
     format!("batch:{job_id}")
 }
 
+/// Launch markers are only needed while a redelivery of the same epoch can arrive; a
+/// store with expiry (DynamoDB's TTL on `ttl_s`) drops them after a week.
+fn expiry() -> u64 {
+    tessera_core::Millis::now()
+        .plus(std::time::Duration::from_secs(7 * 24 * 3600))
+        .0 as u64
+        / 1000
+}
+
 fn marker(task: TaskId, epoch: u64) -> ItemKey {
     ItemKey::new(format!("LAUNCH#{task}"), format!("{epoch:020}"))
 }
@@ -113,7 +122,7 @@ impl Engine {
         }
         let mark = Item::new(
             marker(id, task.epoch),
-            serde_json::json!({"task": id, "epoch": task.epoch, "state": "launching"}),
+            serde_json::json!({"task": id, "epoch": task.epoch, "state": "launching", "ttl_s": expiry()}),
         );
         match self.ports.store.put(mark, Condition::Absent).await {
             Ok(()) => {}
@@ -125,7 +134,7 @@ impl Engine {
                 tracing::info!(task_id = %id, epoch = task.epoch, remote_job = %job, "remote job launched");
                 let done = Item::new(
                     marker(id, task.epoch),
-                    serde_json::json!({"task": id, "epoch": task.epoch, "state": "launched", "remote_job": job}),
+                    serde_json::json!({"task": id, "epoch": task.epoch, "state": "launched", "remote_job": job, "ttl_s": expiry()}),
                 );
                 self.ports.store.put(done, Condition::Exists).await?;
                 Ok(Launched::Started(job))

@@ -698,3 +698,109 @@ async fn a_failed_task_cancels_what_depends_on_it_and_the_job_still_ends() {
             .ends_with("ok+mid+leaf")
     );
 }
+
+/// Launches nothing; counts what it was asked to launch.
+struct CountingLauncher(AtomicU32);
+
+#[async_trait]
+impl tessera_engine::remote::Launcher for CountingLauncher {
+    async fn launch(&self, _task: &Task) -> Result<String, TaskError> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(format!("job-{n}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remote_job_is_launched_once_per_epoch_and_its_failure_closes_the_task() {
+    use tessera_engine::remote::{Launched, RemoteEnd, remote_owner};
+    let h = Harness::new();
+    let lease = Duration::from_secs(30);
+    let orchestrator = h.engine(registry_with("concat", Concat), lease).await;
+    let mut heavy = TaskPlan::new("heavy", "concat", json!(null));
+    heavy.resource_class = ResourceClass::Large;
+    let job = orchestrator
+        .submit(plan("remote", vec![heavy]))
+        .await
+        .unwrap()
+        .job_id;
+    let t = task_named(&orchestrator, job, "heavy").await;
+    let launcher = CountingLauncher(AtomicU32::new(0));
+
+    // A redelivered message launches nothing more.
+    assert_eq!(
+        orchestrator.launch_task(t.id, &launcher).await.unwrap(),
+        Launched::Started("job-1".into())
+    );
+    assert_eq!(
+        orchestrator.launch_task(t.id, &launcher).await.unwrap(),
+        Launched::AlreadyStarted
+    );
+
+    // The job claims under its own identity, then dies out of memory.
+    let remote = h
+        .engine_as(
+            registry_with("concat", Concat),
+            lease,
+            Some(remote_owner("job-1")),
+        )
+        .await;
+    let Claim::Claimed(_) = remote.claim(t.clone()).await.unwrap() else {
+        panic!("the remote job claims")
+    };
+    let end = |job_id: &str, reason: &str| RemoteEnd {
+        job_id: job_id.into(),
+        task: t.id,
+        succeeded: false,
+        reason: reason.into(),
+    };
+    // Another job's end does not touch a task it does not hold.
+    assert_eq!(
+        orchestrator
+            .remote_ended(&end("job-7", "host lost"))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        task_named(&orchestrator, job, "heavy").await.state,
+        TaskState::Running
+    );
+    let closed = orchestrator
+        .remote_ended(&end(
+            "job-1",
+            "OutOfMemoryError: Container killed; exit code 137",
+        ))
+        .await
+        .unwrap();
+    assert!(closed.is_some());
+    let after = task_named(&orchestrator, job, "heavy").await;
+    assert_eq!(after.state, TaskState::Queued, "retried");
+    assert_eq!(
+        after.resource_class,
+        ResourceClass::Xlarge,
+        "one class up after OOM"
+    );
+    assert_eq!(
+        after.last_error.as_ref().unwrap().class,
+        ErrorClass::Resource
+    );
+
+    // The retry is a new epoch: one new launch. Its job fails before claiming (the
+    // container never started): the launch is forgotten and the task offered again.
+    assert_eq!(
+        orchestrator.launch_task(t.id, &launcher).await.unwrap(),
+        Launched::Started("job-2".into())
+    );
+    assert_eq!(
+        orchestrator
+            .remote_ended(&end("job-2", "CannotPullContainerError"))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        orchestrator.launch_task(t.id, &launcher).await.unwrap(),
+        Launched::Started("job-3".into()),
+        "launched again after a job that never claimed"
+    );
+}

@@ -30,6 +30,16 @@ impl Harness {
 
     /// A fresh engine (own connections, like another process) on the shared directory.
     pub async fn engine(&self, registry: Registry, lease: Duration) -> Engine {
+        self.engine_as(registry, lease, None).await
+    }
+
+    /// The same, claiming under lease owner `owner` (a remote job's identity).
+    pub async fn engine_as(
+        &self,
+        registry: Registry,
+        lease: Duration,
+        owner: Option<String>,
+    ) -> Engine {
         let store: Arc<dyn StateStore> =
             Arc::new(SqliteStateStore::open(&self.state.state_db()).unwrap());
         let gate = MemoryGate::new(FixedMemory(64 << 30), 64 << 30, 0, 4);
@@ -48,6 +58,9 @@ impl Harness {
             cap: Duration::from_millis(200),
         };
         config.reoffer_grace = Duration::from_millis(500);
+        if let Some(o) = owner {
+            config.owner = o;
+        }
         let engine = Engine::new(ports, config, registry);
         engine.ensure_queue().await.unwrap();
         engine

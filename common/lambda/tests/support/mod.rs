@@ -224,14 +224,9 @@ impl Deployment {
     /// One round over every function's queue; how many messages were delivered.
     pub async fn pump_once(&self) -> usize {
         let mut n = 0;
-        for queue in [
-            routes::UPLOADS,
-            routes::INGEST,
-            routes::THUMBNAIL_DIMS,
-            routes::FACE_PROCESS,
-            routes::REPROCESS,
-            routes::STAGE_RUNNER,
-        ] {
+        let mut queues: Vec<&'static str> = self.functions.keys().copied().collect();
+        queues.sort();
+        for queue in queues {
             if self.paused.lock().unwrap().contains(&queue) {
                 continue;
             }

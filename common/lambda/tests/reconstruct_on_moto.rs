@@ -1,0 +1,206 @@
+//! A reconstruction on AWS's code paths, against moto: light stages run in the
+//! stage-runner function; heavy ones go to the orchestrator, which launches them once
+//! per claim epoch. Batch itself is not offered locally, so the launcher here starts
+//! what the Batch job definition runs, the real `tessera stage --task ID` binary with
+//! the container's environment, and reports its end to the orchestrator queue as the
+//! EventBridge "Batch Job State Change" event would. The job ends with a model.
+
+mod support;
+
+use async_trait::async_trait;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::Deployment;
+use tessera_core::TenantId;
+use tessera_core::ports::ObjectStore;
+use tessera_core::ports::queue::Queue;
+use tessera_core::spec::{
+    BaMode, BackendSpec, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec,
+};
+use tessera_core::task::{ResourceClass, Task, TaskState};
+use tessera_engine::TaskError;
+use tessera_engine::remote::Launcher;
+use tessera_lambda::{Function, Role, routes};
+
+/// `target/<profile>/tessera`, next to this test's directory.
+fn tessera_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(Path::parent).unwrap().join("tessera");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p tessera-cli` first",
+        bin.display()
+    );
+    bin
+}
+
+/// Starts `tessera stage --task ID` as the Batch job would, and when it exits sends
+/// the state-change event EventBridge would send.
+struct ProcessLauncher {
+    env: Vec<(String, String)>,
+    queue: Arc<dyn Queue>,
+    launched: Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait]
+impl Launcher for ProcessLauncher {
+    async fn launch(&self, task: &Task) -> Result<String, TaskError> {
+        let job_id = format!("local-{}", self.launched.lock().unwrap().len() + 1);
+        let mut cmd = tokio::process::Command::new(tessera_bin());
+        cmd.args(["--json", "stage", "--task", &task.id.to_string()])
+            .envs(self.env.iter().cloned())
+            .env("AWS_BATCH_JOB_ID", &job_id)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| TaskError::transient(e.to_string()))?;
+        self.launched
+            .lock()
+            .unwrap()
+            .push((job_id.clone(), task.name.clone()));
+        let (queue, job, task_id) = (self.queue.clone(), job_id.clone(), task.id);
+        tokio::spawn(async move {
+            let out = child.wait_with_output().await.unwrap();
+            let status = if out.status.success() {
+                "SUCCEEDED"
+            } else {
+                "FAILED"
+            };
+            let event = serde_json::json!({
+                "version": "0", "detail-type": "Batch Job State Change", "source": "aws.batch",
+                "detail": {
+                    "jobId": job, "jobName": format!("tessera-{task_id}"), "status": status,
+                    "statusReason": "Essential container in task exited",
+                    "container": {"exitCode": out.status.code().unwrap_or(-1)},
+                },
+            });
+            queue
+                .send(routes::ORCHESTRATOR, &event.to_string(), Duration::ZERO)
+                .await
+                .unwrap();
+        });
+        Ok(job_id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_model() {
+    let mut d = Deployment::start(Duration::from_secs(60), 5).await;
+    let launcher = Arc::new(ProcessLauncher {
+        env: vec![
+            ("TESSERA_TABLE".into(), d.settings.table.clone()),
+            ("TESSERA_BUCKET".into(), d.settings.bucket.clone()),
+            (
+                "TESSERA_QUEUE_PREFIX".into(),
+                d.settings.queue_prefix.clone(),
+            ),
+            ("AWS_ENDPOINT_URL".into(), d.moto.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+        ],
+        queue: Arc::new(d.adapters.queue.clone()),
+        launched: Mutex::new(Vec::new()),
+    });
+    let orchestrator = Function::connect(
+        &d.settings,
+        routes::ORCHESTRATOR,
+        tessera_jobs::registry(),
+        Role::Launch(launcher.clone()),
+    )
+    .await;
+    d.functions.insert(routes::ORCHESTRATOR, orchestrator);
+
+    // Six of the sample photos, in S3.
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    let mut files: Vec<_> = std::fs::read_dir(&samples)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("jpg")))
+        .collect();
+    files.sort();
+    for f in files.iter().take(6) {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        d.adapters
+            .objects
+            .put(
+                &format!("images/on-moto/{name}"),
+                std::fs::read(f).unwrap().into(),
+            )
+            .await
+            .unwrap();
+    }
+    let spec = ReconstructionSpec {
+        project: tessera_core::ProjectId::new().to_string(),
+        image_set: "images/on-moto".into(),
+        backend: BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+        camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
+        max_features: 2048,
+        max_image_size: 1000,
+        pairs: PairStrategy::Exhaustive,
+        mapper: MapperKind::Incremental,
+        ba: BaMode::Standard,
+        georef: Georef::None,
+        exports: vec![ExportFormat::PointsBin],
+        priority: 0,
+    };
+    let mut plan =
+        tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "on moto", 6, 0.5).unwrap();
+    // Feature extraction and mapping are the heavy stages of a large job: give them a
+    // heavy class so they take the Batch path (their memory estimate stays small).
+    for t in plan.tasks.iter_mut() {
+        t.resource_class = if matches!(t.name.as_str(), "extract" | "map") {
+            ResourceClass::Large
+        } else {
+            ResourceClass::Small
+        };
+    }
+    let engine = d.functions[routes::STAGE_RUNNER].engine.clone();
+    let job = engine.submit(plan).await.unwrap().job_id;
+
+    d.pump_until(Duration::from_secs(300), || async {
+        let j = engine.job(job).await.unwrap();
+        j.finished() >= j.tasks_total
+    })
+    .await;
+    let tasks = engine.job_tasks(job).await.unwrap();
+    for t in &tasks {
+        assert_eq!(
+            t.state,
+            TaskState::Succeeded,
+            "{} {:?}",
+            t.name,
+            t.last_error
+        );
+    }
+    let launched = launcher.launched.lock().unwrap().clone();
+    let mut names: Vec<&str> = launched.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["extract", "map"],
+        "exactly the heavy stages went to Batch, once each"
+    );
+    for (job_id, name) in &launched {
+        let t = tasks.iter().find(|t| &t.name == name).unwrap();
+        assert_eq!(
+            t.lease.as_ref().map(|l| l.owner.as_str()),
+            None,
+            "{name} finished and released its lease"
+        );
+        let _ = job_id;
+    }
+    // The export is in S3.
+    let (objects, _) = d.adapters.objects.list("", None, 1000).await.unwrap();
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.key.contains(&job.to_string()) && o.key.ends_with("points.bin")),
+        "{:?}",
+        objects.iter().map(|o| &o.key).collect::<Vec<_>>()
+    );
+}
