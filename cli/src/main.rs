@@ -52,6 +52,9 @@ pub enum Command {
     Serve(commands::serve::Args),
     /// Run one task against the AWS adapters (the Batch worker container's entrypoint).
     Stage(commands::stage::Args),
+    /// Set up a local AWS-compatible server for the Lambda handlers.
+    #[command(subcommand)]
+    Aws(commands::aws::AwsCommand),
     /// Create and show photo projects.
     #[command(subcommand)]
     Projects(commands::photos::ProjectsCommand),

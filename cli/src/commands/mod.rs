@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod aws;
 pub mod bench;
 pub mod blur;
 mod chaos;
@@ -30,6 +31,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Blur(a) => blur::run(cli.json, a).await,
         Command::Serve(a) => serve::run(&cli.state, a).await,
         Command::Stage(a) => stage::run(cli.json, a).await,
+        Command::Aws(c) => aws::run(cli.json, c).await,
         Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
         Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
         Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,

@@ -105,6 +105,45 @@ impl S3ObjectStore {
         }
     }
 
+    /// Send object-created notifications for keys under `prefix` to the SQS queue
+    /// `queue_arn` (what the SAM template sets up; for local servers).
+    pub async fn notify_queue(
+        &self,
+        prefix: &str,
+        queue_arn: &str,
+    ) -> Result<(), ObjectStoreError> {
+        use aws_sdk_s3::types::{
+            Event, FilterRule, FilterRuleName, NotificationConfiguration,
+            NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
+        };
+        let rule = FilterRule::builder()
+            .name(FilterRuleName::Prefix)
+            .value(prefix)
+            .build();
+        let queue = QueueConfiguration::builder()
+            .queue_arn(queue_arn)
+            .events(Event::from("s3:ObjectCreated:*"))
+            .filter(
+                NotificationConfigurationFilter::builder()
+                    .key(S3KeyFilter::builder().filter_rules(rule).build())
+                    .build(),
+            )
+            .build()
+            .map_err(|e| io(&self.bucket, e))?;
+        self.client
+            .put_bucket_notification_configuration()
+            .bucket(&self.bucket)
+            .notification_configuration(
+                NotificationConfiguration::builder()
+                    .queue_configurations(queue)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| io(&self.bucket, crate::sdk_error::describe(&e)))?;
+        Ok(())
+    }
+
     /// A URL that lets its holder GET the object for `expires` (at most 7 days).
     pub async fn presigned_get(
         &self,

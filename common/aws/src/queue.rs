@@ -124,6 +124,15 @@ impl SqsQueue {
         Ok(url)
     }
 
+    /// The queue's ARN (for notifications and redrive policies).
+    pub async fn arn(&self, name: &str) -> Result<String, QueueError> {
+        let url = self.url(name).await?;
+        self.attributes(&url, &[QueueAttributeName::QueueArn])
+            .await?
+            .remove(&QueueAttributeName::QueueArn)
+            .ok_or_else(|| QueueError::Unavailable(format!("no ARN for {name}")))
+    }
+
     async fn create(
         &self,
         name: &str,
@@ -182,12 +191,8 @@ impl Queue for SqsQueue {
         if fifo {
             dlq_attrs.insert(QueueAttributeName::FifoQueue, "true".into());
         }
-        let dlq_url = self.create(&dlq, dlq_attrs).await?;
-        let arn = self
-            .attributes(&dlq_url, &[QueueAttributeName::QueueArn])
-            .await?
-            .remove(&QueueAttributeName::QueueArn)
-            .ok_or_else(|| QueueError::Unavailable(format!("no ARN for {dlq}")))?;
+        self.create(&dlq, dlq_attrs).await?;
+        let arn = self.arn(&dlq).await?;
         let redrive = serde_json::json!({
             "deadLetterTargetArn": arn,
             "maxReceiveCount": settings.max_receives,

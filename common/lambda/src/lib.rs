@@ -20,8 +20,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 /// Serve SQS batches until the runtime stops. A setup error (missing environment
 /// variable) ends the process with the variable named in the log.
 pub async fn serve_sqs(function: Function) -> Result<(), lambda_runtime::Error> {
-    let start = std::time::Instant::now();
-    tracing::info!(queue = %function.queue, ready_ms = start.elapsed().as_millis() as u64, "function ready");
+    tracing::info!(queue = %function.queue, "function ready");
     lambda_runtime::spawn_graceful_shutdown_handler(|| async {
         tracing::info!("shutting down");
     })

@@ -6,10 +6,6 @@
 #![allow(dead_code)]
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_s3::types::{
-    Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter,
-    QueueConfiguration, S3KeyFilter,
-};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -79,38 +75,10 @@ impl Deployment {
         }
         adapters
             .objects
-            .client()
-            .put_bucket_notification_configuration()
-            .bucket(adapters.objects.bucket())
-            .notification_configuration(
-                NotificationConfiguration::builder()
-                    .queue_configurations(
-                        QueueConfiguration::builder()
-                            .queue_arn(MotoServer::queue_arn(&format!(
-                                "{PREFIX}{}",
-                                routes::UPLOADS
-                            )))
-                            .events(Event::from("s3:ObjectCreated:*"))
-                            .filter(
-                                NotificationConfigurationFilter::builder()
-                                    .key(
-                                        S3KeyFilter::builder()
-                                            .filter_rules(
-                                                FilterRule::builder()
-                                                    .name(FilterRuleName::Prefix)
-                                                    .value("uploads/")
-                                                    .build(),
-                                            )
-                                            .build(),
-                                    )
-                                    .build(),
-                            )
-                            .build()
-                            .unwrap(),
-                    )
-                    .build(),
+            .notify_queue(
+                "uploads/",
+                &MotoServer::queue_arn(&format!("{PREFIX}{}", routes::UPLOADS)),
             )
-            .send()
             .await
             .expect("bucket notification to the uploads queue");
         let registry = || tessera_jobs::registry_with(Arc::new(FaceService::with_models(models())));

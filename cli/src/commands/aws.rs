@@ -1,0 +1,68 @@
+//! `tessera aws init`: create, on a local AWS-compatible server (moto, LocalStack),
+//! what the SAM template creates on AWS, so that the Lambda handlers can be run with
+//! `cargo lambda watch` / `cargo lambda invoke` against it.
+
+use anyhow::{Context, bail};
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_aws::{AwsAdapters, AwsSettings};
+use tessera_core::ports::queue::{Queue, QueueSettings};
+use tessera_lambda::routes;
+
+/// Subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum AwsCommand {
+    /// Create the table, the bucket, every queue with its dead-letter queue, and the
+    /// bucket's notification to the uploads queue, on the server in AWS_ENDPOINT_URL.
+    Init,
+}
+
+/// Run it.
+pub async fn run(json: bool, cmd: AwsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        AwsCommand::Init => init(json).await,
+    }
+}
+
+async fn init(json: bool) -> anyhow::Result<ExitCode> {
+    let settings = AwsSettings::from_env()?;
+    let Some(endpoint) = settings.endpoint.clone() else {
+        bail!(
+            "AWS_ENDPOINT_URL is not set: `tessera aws init` only sets up a local server; on AWS, `sam deploy` creates everything from infra/template.yaml"
+        );
+    };
+    let a = AwsAdapters::connect(&settings).await;
+    a.store
+        .ensure_table()
+        .await
+        .with_context(|| format!("creating table {} at {endpoint}", settings.table))?;
+    a.objects
+        .ensure_bucket()
+        .await
+        .with_context(|| format!("creating bucket {} at {endpoint}", settings.bucket))?;
+    let visibility = QueueSettings {
+        visibility: Duration::from_secs(60),
+        max_receives: 5,
+    };
+    for q in routes::ALL {
+        a.queue.ensure(q, visibility).await?;
+    }
+    let uploads = a.queue.arn(routes::UPLOADS).await?;
+    a.objects.notify_queue("uploads/", &uploads).await?;
+    let queues: Vec<String> = routes::ALL.iter().map(|q| a.queue.sqs_name(q)).collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"endpoint": endpoint, "table": settings.table, "bucket": settings.bucket, "queues": queues})
+        );
+    } else {
+        println!(
+            "on {endpoint}: table {}, bucket {} (uploads/ → {}), queues {}",
+            settings.table,
+            settings.bucket,
+            a.queue.sqs_name(routes::UPLOADS),
+            queues.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
