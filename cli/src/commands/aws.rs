@@ -15,12 +15,23 @@ pub enum AwsCommand {
     /// Create the table, the bucket, every queue with its dead-letter queue, and the
     /// bucket's notification to the uploads queue, on the server in AWS_ENDPOINT_URL.
     Init,
+    /// Create an API key for the deployed API (state in the table of TESSERA_TABLE);
+    /// prints it once. The first key of a deployment must be an admin key.
+    CreateKey {
+        /// The tenant the key acts for.
+        #[arg(long, default_value = "local")]
+        tenant: String,
+        /// May create and revoke other keys.
+        #[arg(long)]
+        admin: bool,
+    },
 }
 
 /// Run it.
 pub async fn run(json: bool, cmd: AwsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AwsCommand::Init => init(json).await,
+        AwsCommand::CreateKey { tenant, admin } => create_key(json, &tenant, admin).await,
     }
 }
 
@@ -62,6 +73,28 @@ async fn init(json: bool) -> anyhow::Result<ExitCode> {
             settings.bucket,
             a.queue.sqs_name(routes::UPLOADS),
             queues.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn create_key(json: bool, tenant: &str, admin: bool) -> anyhow::Result<ExitCode> {
+    let tenant: tessera_core::TenantId = tenant.parse()?;
+    let settings = AwsSettings::from_env()?;
+    let a = AwsAdapters::connect(&settings).await;
+    let (key, secret) = tessera_api::auth::create_key(&a.store, tenant, admin)
+        .await
+        .map_err(|p| anyhow::anyhow!("creating the key in {}: {}", settings.table, p.detail))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"key_id": key.key_id, "tenant": key.tenant, "admin": key.admin, "api_key": secret})
+        );
+    } else {
+        println!("{secret}");
+        eprintln!(
+            "key {} for tenant {} (admin: {}); shown once",
+            key.key_id, key.tenant, key.admin
         );
     }
     Ok(ExitCode::SUCCESS)

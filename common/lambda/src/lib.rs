@@ -5,6 +5,7 @@
 //! loop with graceful shutdown ([`serve_sqs`]).
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod archive;
 pub mod body;
 pub mod function;
