@@ -30,6 +30,8 @@ pub enum BenchCommand {
     /// Face processing per photo on one core: decode, detect, embed, match, blur,
     /// encode variants and thumbnails.
     Photos(super::blur::PhotosBench),
+    /// Size and start-to-ready time of each Lambda handler binary.
+    Handlers(super::bench_handlers::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +60,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Chaos(args) => super::chaos::run(json, args).await,
         BenchCommand::Reconstruct(b) => reconstruct(json, b).await,
         BenchCommand::Photos(b) => super::blur::bench(json, b).await,
+        BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
     }
 }
 

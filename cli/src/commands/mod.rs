@@ -2,6 +2,7 @@
 
 pub mod aws;
 pub mod bench;
+pub mod bench_handlers;
 pub mod blur;
 mod chaos;
 pub mod demo;

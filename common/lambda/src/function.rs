@@ -24,6 +24,23 @@ pub enum SetupError {
     /// A setting is missing.
     #[error(transparent)]
     Settings(#[from] tessera_aws::settings::SettingsError),
+    /// ONNX Runtime or the face models could not be loaded.
+    #[error("face models: {0}")]
+    Faces(String),
+}
+
+/// The face models for a function that detects or matches faces. With
+/// `TESSERA_PRELOAD_FACES=1` (the template sets it for face-process, reprocess and
+/// api) they load during the function's init phase, so a missing runtime or model ends
+/// the cold start with the path named, and the first photo does not pay for loading;
+/// otherwise they load on the first photo task.
+pub fn face_service() -> Result<Arc<tessera_jobs::photos::FaceService>, SetupError> {
+    let faces = Arc::new(tessera_jobs::photos::FaceService::from_env());
+    if std::env::var("TESSERA_PRELOAD_FACES").is_ok_and(|v| v == "1") {
+        faces.models().map_err(|e| SetupError::Faces(e.message))?;
+        tracing::info!("face models loaded");
+    }
+    Ok(faces)
 }
 
 /// What a function does with task messages.

@@ -13,7 +13,7 @@ pub mod launch;
 pub mod logging;
 pub mod routes;
 
-pub use function::{Function, Role};
+pub use function::{Function, Role, face_service};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};

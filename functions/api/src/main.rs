@@ -3,14 +3,12 @@
 //! whose tasks go to the other functions' queues; events stream back as SSE through
 //! Lambda response streaming.
 
-use std::sync::Arc;
-use tessera_jobs::photos::FaceService;
 use tessera_lambda::{Function, Role, routes};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     tessera_lambda::logging::init();
-    let faces = Arc::new(FaceService::from_env());
+    let faces = tessera_lambda::face_service()?;
     let function = Function::from_env(
         routes::STAGE_RUNNER,
         tessera_jobs::registry_with(faces.clone()),

@@ -1,12 +1,18 @@
 //! The `face-process` function: consumes the `face-process` queue
-//! and runs each task through the engine.
+//! and runs each task through the engine. The face models load at init with
+//! `TESSERA_PRELOAD_FACES=1`, else on the first photo.
 
-use tessera_lambda::{Function, Role, routes};
+use tessera_lambda::{Function, Role, face_service, routes};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     tessera_lambda::logging::init();
-    let function =
-        Function::from_env(routes::FACE_PROCESS, tessera_jobs::registry(), Role::Run).await?;
+    let faces = face_service()?;
+    let function = Function::from_env(
+        routes::FACE_PROCESS,
+        tessera_jobs::registry_with(faces),
+        Role::Run,
+    )
+    .await?;
     tessera_lambda::serve_sqs(function).await
 }
