@@ -25,6 +25,10 @@ pub struct Args {
     /// Tasks run at once by the in-process worker.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub concurrency: u32,
+    /// Offer `local` dataset sources below this folder (repeatable); without it, a
+    /// `local` source answers 501.
+    #[arg(long = "local-root")]
+    pub local_roots: Vec<std::path::PathBuf>,
 }
 
 pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
@@ -62,12 +66,19 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
             "warning: --auth none: every caller is the local tenant; use --auth api_key beyond this machine"
         );
     }
+    let mut sources = tessera_api::sources::Sources::default();
+    if !args.local_roots.is_empty() {
+        let folders = tessera_api::sources::LocalFolders::new(&args.local_roots)
+            .context("--local-root must name existing folders")?;
+        sources.0.push(std::sync::Arc::new(folders));
+    }
     let app = tessera_api::router(ApiState {
         engine: engine.clone(),
         auth: args.auth,
         capabilities,
         backend,
         faces: Some(faces),
+        sources,
     });
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod bytes;
 pub mod problem;
 pub mod routes;
+pub mod sources;
 
 use axum::Router;
 use tessera_engine::Engine;
@@ -31,6 +32,8 @@ pub struct ApiState {
     pub backend: (String, String),
     /// Face models for enrolling opted-out people (loaded on first use).
     pub faces: Option<std::sync::Arc<tessera_jobs::photos::FaceService>>,
+    /// Dataset sources besides uploads that this server offers (`local`, `s3`).
+    pub sources: sources::Sources,
 }
 
 /// The router.

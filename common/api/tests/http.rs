@@ -39,6 +39,15 @@ async fn serve_with(
     workers: bool,
     faces: Option<Arc<tessera_jobs::photos::FaceService>>,
 ) -> Server {
+    serve_sources(auth, workers, faces, Default::default()).await
+}
+
+async fn serve_sources(
+    auth: AuthMode,
+    workers: bool,
+    faces: Option<Arc<tessera_jobs::photos::FaceService>>,
+    sources: tessera_api::sources::Sources,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
     let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
@@ -69,6 +78,7 @@ async fn serve_with(
         capabilities: vec!["features.extract.sift".into(), "map.incremental".into()],
         backend: ("colmap".into(), "3.8".into()),
         faces,
+        sources,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -1704,4 +1714,154 @@ async fn a_stage_already_computed_by_another_job_is_a_cache_hit() {
         );
     }
     assert!(task(&recipe, "map")["outputs_ref"]["cache_hit"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside() {
+    let allowed = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = allowed.path().join("scene");
+    std::fs::create_dir_all(root.join("day2")).unwrap();
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    std::fs::copy(samples.join("IMG_9380.jpg"), root.join("IMG_9380.jpg")).unwrap();
+    std::fs::copy(samples.join("IMG_9381.jpg"), root.join("day2/IMG_9381.jpg")).unwrap();
+    std::fs::write(root.join("notes.txt"), "not an image").unwrap();
+    std::fs::write(root.join("fake.jpg"), "not a jpeg either").unwrap();
+    std::fs::copy(
+        samples.join("IMG_9382.jpg"),
+        outside.path().join("secret.jpg"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.jpg"), root.join("link.jpg")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("linked-dir")).unwrap();
+
+    let folders = tessera_api::sources::LocalFolders::new(&[allowed.path().to_path_buf()]).unwrap();
+    let s = serve_sources(
+        AuthMode::None,
+        false,
+        None,
+        tessera_api::sources::Sources(vec![Arc::new(folders)]),
+    )
+    .await;
+    let c = client();
+    let caps: Value = c
+        .get(format!("{}/v1/capabilities", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(caps["features"]["sources.local"], true);
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "local"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let create = |source: Value| {
+        c.post(format!("{}/v1/projects/{pid}/datasets", s.base))
+            .json(&json!({"name": "d", "source": source}))
+            .send()
+    };
+    // Outside the allowed roots, relative, missing: refused, nothing created.
+    for (source, needle) in [
+        (
+            json!({"kind": "local", "root": outside.path()}),
+            "outside the folders",
+        ),
+        (json!({"kind": "local", "root": "scene"}), "absolute"),
+        (
+            json!({"kind": "local", "root": allowed.path().join("nope")}),
+            "cannot be read",
+        ),
+        (json!({"kind": "local"}), "source.root is required"),
+    ] {
+        let v = problem(
+            create(source).await.unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert!(v["detail"].as_str().unwrap().contains(needle), "{v}");
+    }
+    let listed: Value = c
+        .get(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        0,
+        "refused sources create nothing"
+    );
+
+    let r = create(json!({"kind": "local", "root": root, "recursive": true}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let d: Value = r.json().await.unwrap();
+    assert_eq!(d["x-import"]["registered"], 2, "{d}");
+    let skipped = d["x-import"]["skipped"].to_string();
+    assert!(skipped.contains("fake.jpg"), "{skipped}");
+    let did = d["dataset_id"].as_str().unwrap();
+    let images: Value = c
+        .get(format!("{}/v1/datasets/{did}/images", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut got: Vec<(String, String, String)> = images["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap().to_string(),
+                i["rel_path"].as_str().unwrap().to_string(),
+                i["source_kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (
+                "IMG_9380.jpg".to_string(),
+                "IMG_9380.jpg".to_string(),
+                "local".to_string()
+            ),
+            (
+                "day2_IMG_9381.jpg".into(),
+                "day2/IMG_9381.jpg".into(),
+                "local".into()
+            ),
+        ],
+        "symbolic links (to a file or a folder outside the root) are not followed"
+    );
+    // The bytes are the file's.
+    let id = images["items"][0]["image_id"].as_str().unwrap();
+    let bytes = c
+        .get(format!("{}/v1/images/{id}/bytes", s.base))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(
+        bytes.as_ref(),
+        std::fs::read(samples.join("IMG_9380.jpg"))
+            .unwrap()
+            .as_slice()
+    );
 }

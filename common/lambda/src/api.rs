@@ -27,5 +27,8 @@ pub fn state(function: &Function, faces: Arc<FaceService>, backend: (String, boo
             .collect(),
         backend: ("colmap".into(), version),
         faces: Some(faces),
+        sources: tessera_api::sources::Sources(vec![Arc::new(crate::s3_source::S3Source::new(
+            function.adapters.objects.client().clone(),
+        ))]),
     }
 }

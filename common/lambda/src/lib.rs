@@ -12,6 +12,7 @@ pub mod function;
 pub mod launch;
 pub mod logging;
 pub mod routes;
+pub mod s3_source;
 
 pub use function::{Function, Role, face_service};
 

@@ -107,3 +107,109 @@ async fn the_router_answers_function_url_events_on_dynamodb() {
     assert_eq!(status, 200);
     assert!(caps.to_string().contains("features.extract.sift"), "{caps}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_s3_source_registers_the_images_under_its_prefix() {
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let function = &d.functions[routes::STAGE_RUNNER];
+    let faces = Arc::new(tessera_jobs::photos::FaceService::with_models(
+        support::models(),
+    ));
+    let app = tessera_api::router(tessera_lambda::api::state(
+        function,
+        faces,
+        ("3.8".into(), true),
+    ));
+    let (_, key) = tessera_api::auth::create_key(&d.adapters.store, TenantId::local(), true)
+        .await
+        .unwrap();
+    // Another bucket, as a customer's would be.
+    let s3 = d.adapters.objects.client();
+    s3.create_bucket()
+        .bucket("customer-scenes")
+        .send()
+        .await
+        .unwrap();
+    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    for (k, f) in [
+        ("castle/a/IMG_9380.jpg", "IMG_9380.jpg"),
+        ("castle/a/more/IMG_9381.jpg", "IMG_9381.jpg"),
+        ("castle/ab/IMG_9382.jpg", "IMG_9382.jpg"),
+    ] {
+        s3.put_object()
+            .bucket("customer-scenes")
+            .key(k)
+            .body(std::fs::read(samples.join(f)).unwrap().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    s3.put_object()
+        .bucket("customer-scenes")
+        .key("castle/a/readme.txt")
+        .body(b"text".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+
+    let (status, p) = call(
+        &app,
+        event("POST", "/v1/projects", Some(&key), Some(r#"{"name":"s3"}"#)),
+    )
+    .await;
+    assert_eq!(status, 201, "{p}");
+    let pid = p["project_id"].as_str().unwrap();
+    let path = format!("/v1/projects/{pid}/datasets");
+    let (status, problem) = call(
+        &app,
+        event(
+            "POST",
+            &path,
+            Some(&key),
+            Some(r#"{"name":"x","source":{"kind":"s3","bucket":"no-such-bucket"}}"#),
+        ),
+    )
+    .await;
+    assert_eq!(status, 422, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-bucket"),
+        "{problem}"
+    );
+    let (status, ds) = call(
+        &app,
+        event(
+            "POST",
+            &path,
+            Some(&key),
+            Some(r#"{"name":"castle","source":{"kind":"s3","bucket":"customer-scenes","prefix":"castle/a"}}"#),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{ds}");
+    assert_eq!(
+        ds["x-import"]["registered"], 2,
+        "castle/ab is another folder: {ds}"
+    );
+    let did = ds["dataset_id"].as_str().unwrap();
+    let (_, images) = call(
+        &app,
+        event(
+            "GET",
+            &format!("/v1/datasets/{did}/images"),
+            Some(&key),
+            None,
+        ),
+    )
+    .await;
+    let mut rel: Vec<&str> = images["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["rel_path"].as_str().unwrap())
+        .collect();
+    rel.sort();
+    assert_eq!(rel, ["IMG_9380.jpg", "more/IMG_9381.jpg"]);
+}

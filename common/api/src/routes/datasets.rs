@@ -38,6 +38,10 @@ pub struct Dataset {
     pub created_at: String,
 }
 
+fn upload_kind() -> String {
+    "upload".into()
+}
+
 /// An image of a dataset.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Image {
@@ -57,6 +61,12 @@ pub struct Image {
     pub width: Option<u64>,
     /// From the header.
     pub height: Option<u64>,
+    /// Where it came from: `upload`, `local` or `s3`.
+    #[serde(default = "upload_kind")]
+    pub source_kind: String,
+    /// Its path below the source's root or prefix (sources other than uploads).
+    #[serde(default)]
+    pub rel_path: Option<String>,
     /// Created.
     pub created_at: String,
 }
@@ -93,7 +103,7 @@ fn image_view(i: &Image) -> Value {
     let href = format!("/v1/images/{}", i.image_id);
     json!({
         "image_id": i.image_id, "dataset_id": i.dataset_id, "name": i.name, "content_sha": i.content_sha,
-        "source_kind": "upload", "rel_path": null, "byte_size": i.byte_size, "width": i.width, "height": i.height,
+        "source_kind": i.source_kind, "rel_path": i.rel_path, "byte_size": i.byte_size, "width": i.width, "height": i.height,
         "created_at": i.created_at,
         "_links": links(&href, &[("bytes", format!("{href}/bytes"))]),
     })
@@ -139,24 +149,40 @@ pub async fn create(
         ))
     })?;
     let source = body.source.unwrap_or_else(|| json!({ "kind": "upload" }));
-    match source["kind"].as_str() {
-        Some("upload") => {}
+    let import = match source["kind"].as_str() {
+        Some("upload") => None,
         Some(k @ ("local" | "s3")) => {
-            let mut p = Problem::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "capability_unavailable",
-                format!("`{k}` dataset sources are not offered by this server; use `upload`"),
-            );
-            p.extra
-                .insert("capability".into(), format!("sources.{k}").into());
-            return Err(p);
+            let Some(src) = s.sources.get(k).cloned() else {
+                let mut p = Problem::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "capability_unavailable",
+                    format!("`{k}` dataset sources are not offered by this server; use `upload`"),
+                );
+                p.extra
+                    .insert("capability".into(), format!("sources.{k}").into());
+                return Err(p);
+            };
+            // Listed before the dataset exists, so a bad source creates nothing.
+            let files = src.list(&source).await?;
+            if files.is_empty() {
+                return Err(Problem::validation(format!(
+                    "the `{k}` source holds no images (.jpg, .jpeg, .png, .tif, .tiff, .webp)"
+                )));
+            }
+            if files.len() > crate::sources::MAX_SOURCE_FILES {
+                return Err(Problem::validation(format!(
+                    "the `{k}` source holds more than {} images; split it into several datasets",
+                    crate::sources::MAX_SOURCE_FILES
+                )));
+            }
+            Some((src, files))
         }
         _ => {
             return Err(Problem::validation(
                 "source.kind must be `upload`, `local` or `s3`",
             ));
         }
-    }
+    };
     let camera_model = body.camera_model.unwrap_or_else(|| "SIMPLE_RADIAL".into());
     if serde_json::from_value::<tessera_core::camera::CameraModel>(json!(camera_model)).is_err() {
         return Err(Problem::validation(format!(
@@ -188,7 +214,11 @@ pub async fn create(
             condition: Condition::Absent,
         }])
         .await?;
-    let mut r = (StatusCode::CREATED, Json(dataset_view(&d))).into_response();
+    let mut view = dataset_view(&d);
+    if let Some((src, files)) = import {
+        view["x-import"] = import_source(&s, &caller, &d, src.as_ref(), &files).await?;
+    }
+    let mut r = (StatusCode::CREATED, Json(view)).into_response();
     r.headers_mut().insert(
         header::LOCATION,
         HeaderValue::from_str(&format!(
@@ -306,15 +336,7 @@ async fn create_one(
     d: &Dataset,
     req: &CreateImage,
 ) -> Result<Image, Problem> {
-    if req.name.is_empty()
-        || req.name.contains('/')
-        || tessera_core::ports::object_store::validate_key(&req.name).is_err()
-    {
-        return Err(Problem::validation(format!(
-            "image name `{}` must be a plain file name",
-            req.name
-        )));
-    }
+    check_name(&req.name)?;
     if req.blob_sha.len() != 64 || !req.blob_sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Problem::validation(format!(
             "blob_sha `{}` must be 64 hex characters",
@@ -335,12 +357,48 @@ async fn create_one(
         }
         Err(e) => return Err(Problem::internal(e)),
     };
+    register(
+        s,
+        caller,
+        d,
+        &req.name,
+        bytes,
+        req.blob_sha.to_ascii_lowercase(),
+        ("upload", None),
+    )
+    .await
+}
+
+fn check_name(name: &str) -> Result<(), Problem> {
+    if name.is_empty()
+        || name.contains('/')
+        || tessera_core::ports::object_store::validate_key(name).is_err()
+    {
+        return Err(Problem::validation(format!(
+            "image name `{name}` must be a plain file name"
+        )));
+    }
+    Ok(())
+}
+
+/// Register bytes as an image of `d`: the header must be readable, the name unique in
+/// the dataset; the bytes go where the stages read them.
+async fn register(
+    s: &ApiState,
+    caller: &Caller,
+    d: &Dataset,
+    name: &str,
+    bytes: ::bytes::Bytes,
+    content_sha: String,
+    (source_kind, rel_path): (&str, Option<String>),
+) -> Result<Image, Problem> {
+    check_name(name)?;
+    let objects = s.engine.ports().objects.clone();
     let (width, height) = match imagesize_of(&bytes) {
         Some((w, h)) => (Some(w), Some(h)),
         None => {
             return Err(Problem::validation(format!(
-                "`{}` is not an image this server can read (JPEG, PNG, TIFF, WebP…)",
-                req.name
+                "`{name}` is not an image this server can read (JPEG, PNG, TIFF, WebP…)"
             )));
         }
     };
@@ -348,11 +406,13 @@ async fn create_one(
         image_id: ulid::Ulid::new().to_string(),
         dataset_id: d.dataset_id.clone(),
         tenant: caller.tenant.clone(),
-        name: req.name.clone(),
-        content_sha: req.blob_sha.to_ascii_lowercase(),
+        name: name.to_string(),
+        content_sha,
         byte_size: bytes.len() as u64,
         width,
         height,
+        source_kind: source_kind.to_string(),
+        rel_path,
         created_at: Millis::now().to_rfc3339(),
     };
     objects
@@ -398,6 +458,53 @@ async fn create_one(
             }
         })?;
     Ok(img)
+}
+
+/// Register every file of a source as an image of `d`. A file that is too large, not an
+/// image or unreadable is skipped and reported; the rest are registered.
+async fn import_source(
+    s: &ApiState,
+    caller: &Caller,
+    d: &Dataset,
+    src: &dyn crate::sources::ImageSource,
+    files: &[crate::sources::SourceFile],
+) -> Result<Value, Problem> {
+    use sha2::{Digest, Sha256};
+    let mut registered = 0;
+    let mut skipped = Vec::new();
+    for f in files {
+        if f.size > crate::sources::MAX_SOURCE_FILE {
+            skipped.push(json!({"rel_path": f.rel_path, "reason": format!("{} bytes is over the {}-byte limit", f.size, crate::sources::MAX_SOURCE_FILE)}));
+            continue;
+        }
+        // Names are unique plain file names: a nested path's folders join with `_`.
+        let name = f.rel_path.replace('/', "_");
+        let outcome = match src.read(&d.source, &f.rel_path).await {
+            Ok(bytes) => {
+                let sha = hex::encode(Sha256::digest(&bytes));
+                register(
+                    s,
+                    caller,
+                    d,
+                    &name,
+                    bytes,
+                    sha,
+                    (src.kind(), Some(f.rel_path.clone())),
+                )
+                .await
+            }
+            Err(p) => Err(p),
+        };
+        match outcome {
+            Ok(_) => registered += 1,
+            Err(p) if p.status.is_client_error() => {
+                skipped.push(json!({"rel_path": f.rel_path, "reason": p.detail}));
+            }
+            Err(p) => return Err(p),
+        }
+    }
+    tracing::info!(dataset = %d.dataset_id, kind = src.kind(), registered, skipped = skipped.len(), "source imported");
+    Ok(json!({ "registered": registered, "skipped": skipped }))
 }
 
 /// Width and height from an image header.

@@ -34,6 +34,9 @@ pub async fn capabilities(State(s): State<ApiState>) -> Json<Value> {
     for core in ["projects.crud", "jobs.read", "events.sse"] {
         features.insert(core.into(), true.into());
     }
+    for src in &s.sources.0 {
+        features.insert(format!("sources.{}", src.kind()), true.into());
+    }
     for c in &s.capabilities {
         features.insert(c.replace("two-stage", "two_stage"), true.into());
     }

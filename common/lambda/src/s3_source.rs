@@ -1,0 +1,90 @@
+//! `s3` dataset sources for the `api` function: images under a bucket prefix the
+//! function's role may read, registered when the dataset is created.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+use tessera_api::problem::Problem;
+use tessera_api::sources::{ImageSource, MAX_SOURCE_FILES, SourceFile, is_image_name, s3_location};
+
+/// Reads any bucket through one S3 client.
+pub struct S3Source {
+    client: aws_sdk_s3::Client,
+}
+
+impl S3Source {
+    /// A source on this client.
+    pub fn new(client: aws_sdk_s3::Client) -> Self {
+        S3Source { client }
+    }
+}
+
+fn refused(bucket: &str, e: impl std::fmt::Display) -> Problem {
+    Problem::validation(format!(
+        "bucket `{bucket}` cannot be read ({e}); check its name and that the api function may read it"
+    ))
+}
+
+#[async_trait]
+impl ImageSource for S3Source {
+    fn kind(&self) -> &'static str {
+        "s3"
+    }
+
+    async fn list(&self, spec: &Value) -> Result<Vec<SourceFile>, Problem> {
+        let (bucket, prefix) = s3_location(spec)?;
+        let mut files = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&bucket)
+                .prefix(&prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| refused(&bucket, aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            for o in out.contents() {
+                let key = o.key().unwrap_or_default();
+                let Some(rel) = key.strip_prefix(prefix.as_str()) else {
+                    continue;
+                };
+                if !rel.is_empty() && is_image_name(rel) {
+                    files.push(SourceFile {
+                        rel_path: rel.to_string(),
+                        size: o.size().unwrap_or(0).max(0) as u64,
+                    });
+                }
+            }
+            if files.len() > MAX_SOURCE_FILES {
+                break;
+            }
+            match out.next_continuation_token() {
+                Some(t) if out.is_truncated().unwrap_or(false) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        files.sort_by(|a, b| a.rel_path.cmp(&b.rel_path));
+        Ok(files)
+    }
+
+    async fn read(&self, spec: &Value, rel_path: &str) -> Result<Bytes, Problem> {
+        let (bucket, prefix) = s3_location(spec)?;
+        let key = format!("{prefix}{rel_path}");
+        let out = self
+            .client
+            .get_object()
+            .bucket(&bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| refused(&bucket, aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        let data = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| Problem::unavailable(format!("reading s3://{bucket}/{key}: {e}")))?;
+        Ok(data.into_bytes())
+    }
+}
