@@ -1233,6 +1233,48 @@ async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_
         StatusCode::NOT_FOUND,
     )
     .await;
+    // The sub-model: the model as of the latest sealed snapshot, with its summary.
+    let subs: Value = c
+        .get(format!("{}/v1/reconstructions/{job}/submodels", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(subs["total"], 1, "{subs}");
+    let sub = &subs["items"][0];
+    assert_eq!(sub["snapshot_seq"], seq);
+    assert_eq!(sub["idx"], 0);
+    assert!(
+        sub["summary"]["num_points3D"].as_u64().unwrap() > 0,
+        "{sub}"
+    );
+    assert!(
+        sub["summary"]["num_reg_images"].as_u64().unwrap() >= 3,
+        "{sub}"
+    );
+    let one: Value = c
+        .get(format!(
+            "{}/v1/submodels/{}",
+            s.base,
+            sub["submodel_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(&one, sub);
+    problem(
+        c.get(format!("{}/v1/submodels/{job}-1", s.base))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

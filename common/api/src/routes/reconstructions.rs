@@ -176,14 +176,29 @@ pub async fn file(
             FILES.join(", ")
         )));
     }
+    let body = derived(&s, &job, seq, &name).await?;
+    let ct = if name.ends_with(".bin") {
+        "application/x-sfm-points-v1"
+    } else {
+        "application/json"
+    };
+    // Immutable: its identity is a strong validator, no need to hash it on every request.
+    let etag = format!("{}-{seq}-{name}", job.id);
+    Ok(crate::bytes::serve(&headers, body, ct, Some(etag)))
+}
+
+/// One derived file of sealed snapshot `seq`: made once from the sealed COLMAP model
+/// (all files together), stored, and then only read.
+async fn derived(s: &ApiState, job: &Job, seq: u64, name: &str) -> Result<bytes::Bytes, Problem> {
+    let rid = job.id;
     let objects = s.engine.ports().objects.clone();
     let cached = format!("recon/{}/sfmapi/{seq}/{name}", job.id);
     // A derived file exists only for a sealed snapshot, so a stored one is served without
     // listing the snapshots again.
-    let body = match objects.get(&cached).await {
-        Ok(b) => b,
+    match objects.get(&cached).await {
+        Ok(b) => Ok(b),
         Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
-            let Some((_, model)) = sealed(&s, &job).await?.into_iter().find(|x| x.0 == seq) else {
+            let Some((_, model)) = sealed(s, job).await?.into_iter().find(|x| x.0 == seq) else {
                 return Err(Problem::not_found(format!(
                     "reconstruction {rid} has no sealed snapshot {seq}"
                 )));
@@ -218,16 +233,63 @@ pub async fn file(
                 }
             }
             // A racing request may have stored first: serve what is stored.
-            objects.get(&cached).await.unwrap_or(mine)
+            Ok(objects.get(&cached).await.unwrap_or(mine))
         }
-        Err(e) => return Err(Problem::internal(e)),
+        Err(e) => Err(Problem::internal(e)),
+    }
+}
+
+/// The one sub-model Tessera's mapper keeps (`idx` 0, the model the stages carry
+/// forward), as of the latest sealed snapshot; `None` before anything is sealed.
+async fn submodel(s: &ApiState, job: &Job) -> Result<Option<Value>, Problem> {
+    let Some((seq, model)) = sealed(s, job).await?.pop() else {
+        return Ok(None);
     };
-    let ct = if name.ends_with(".bin") {
-        "application/x-sfm-points-v1"
-    } else {
-        "application/json"
-    };
-    // Immutable: its identity is a strong validator, no need to hash it on every request.
-    let etag = format!("{}-{seq}-{name}", job.id);
-    Ok(crate::bytes::serve(&headers, body, ct, Some(etag)))
+    let summary: Value = serde_json::from_slice(&derived(s, job, seq, "summary.json").await?)
+        .map_err(Problem::internal)?;
+    let first = &summary["models"][0];
+    let id = format!("{}-0", job.id);
+    let href = format!("/v1/submodels/{id}");
+    Ok(Some(json!({
+        "submodel_id": id, "recon_id": job.id, "idx": 0, "parent_submodel_id": null,
+        "summary": {
+            "num_reg_images": first["num_reg_images"], "num_points3D": first["num_points3D"],
+            "mean_reproj_err": summary["mean_reproj_err"],
+        },
+        "rigidity": null, "snapshot_seq": seq, "sealed_path": model,
+        "created_at": job.created_at.to_rfc3339(),
+        "_links": super::links(&href, &[
+            ("reconstruction", format!("/v1/reconstructions/{}", job.id)),
+            ("points", format!("/v1/reconstructions/{}/snapshots/{seq}/points.bin", job.id)),
+        ]),
+    })))
+}
+
+/// `GET /v1/reconstructions/{rid}/submodels`.
+pub async fn submodels(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(rid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let job = owned(&s, &caller, &rid).await?;
+    let items: Vec<Value> = submodel(&s, &job).await?.into_iter().collect();
+    let total = items.len();
+    Ok(Json(
+        json!({ "items": items, "next_page_token": null, "total": total }),
+    ))
+}
+
+/// `GET /v1/submodels/{smid}` (`<recon id>-<idx>`).
+pub async fn get_submodel(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(smid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let missing = || Problem::not_found(format!("sub-model {smid} does not exist"));
+    let (rid, idx) = smid.rsplit_once('-').ok_or_else(missing)?;
+    if idx != "0" {
+        return Err(missing());
+    }
+    let job = owned(&s, &caller, rid).await.map_err(|_| missing())?;
+    submodel(&s, &job).await?.map(Json).ok_or_else(missing)
 }
