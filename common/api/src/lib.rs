@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod bytes;
+pub mod metrics;
 pub mod problem;
 pub mod routes;
 pub mod sources;

@@ -1907,3 +1907,36 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
             .as_slice()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_template_and_show_queue_depths() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    for _ in 0..3 {
+        c.get(format!("{}/v1/jobs/{}", s.base, ulid_like()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let r = c.get(format!("{}/metrics", s.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = r.text().await.unwrap();
+    // Counters are per process (other tests in this binary count too): at least ours.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(r#"tessera_http_requests_total{method="GET",route="/v1/jobs/{job_id}",status="404"}"#))
+        .unwrap_or_else(|| panic!("{text}"));
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 3, "{line}");
+    assert!(!text.contains("/v1/jobs/0"), "raw ids never become labels");
+    assert!(
+        text.contains(r#"tessera_queue_messages{queue="tasks",state="visible"}"#),
+        "{text}"
+    );
+}

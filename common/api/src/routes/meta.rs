@@ -45,3 +45,34 @@ pub async fn capabilities(State(s): State<ApiState>) -> Json<Value> {
         "features": features,
     }))
 }
+
+/// `GET /metrics` (Prometheus text format).
+pub async fn metrics(State(s): State<ApiState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let engine = &s.engine;
+    let mut names: Vec<String> = engine
+        .config()
+        .routes
+        .queues()
+        .into_iter()
+        .map(String::from)
+        .collect();
+    names.push(engine.config().queue.clone());
+    names.sort();
+    names.dedup();
+    let mut queues = Vec::new();
+    for q in names {
+        // A queue that cannot be read right now is left out of this scrape.
+        if let Ok(d) = engine.ports().queue.depth(&q).await {
+            queues.push((q, d.visible, d.hidden, d.dead));
+        }
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        crate::metrics::render(&queues),
+    )
+        .into_response()
+}

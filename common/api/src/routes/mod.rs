@@ -69,6 +69,19 @@ pub fn links(self_href: &str, more: &[(&str, String)]) -> serde_json::Value {
 }
 
 /// CORS for browsers (preflight answered here) and the `none`-mode warning.
+/// Count a routed request for `/metrics`, by its route template.
+async fn count(req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "(unmatched)".to_string(), |m| m.as_str().to_string());
+    let res = next.run(req).await;
+    crate::metrics::record(&method, &route, res.status().as_u16(), started.elapsed());
+    res
+}
+
 async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Response {
     let mut res = if req.method() == Method::OPTIONS {
         StatusCode::NO_CONTENT.into_response()
@@ -157,6 +170,15 @@ pub fn table() -> Vec<Operation> {
             "meta",
             200,
             get(meta::healthz),
+        ),
+        op(
+            M::GET,
+            "/metrics",
+            "/metrics",
+            "Prometheus exposition: requests served, queue depths",
+            "meta",
+            200,
+            get(meta::metrics),
         ),
         op(
             M::GET,
@@ -712,6 +734,7 @@ pub fn router(state: ApiState) -> Router {
                 "this method is not allowed here; see /openapi.json",
             )
         })
+        .route_layer(middleware::from_fn(count))
         .layer(middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state)
 }
