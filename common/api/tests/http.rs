@@ -862,6 +862,22 @@ async fn datasets_and_images_with_range_etag_and_validation() {
         .unwrap();
     let v = problem(r, StatusCode::NOT_IMPLEMENTED).await;
     assert_eq!(v["capability"], "sources.s3");
+    let v = problem(
+        c.post(format!(
+            "{}/v1/x-tessera/projects/{pid}/photos:presign",
+            s.base
+        ))
+        .json(&json!({"name": "a.jpg"}))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::NOT_IMPLEMENTED,
+    )
+    .await;
+    assert_eq!(
+        v["capability"], "x-tessera.presigned_uploads",
+        "a folder hands out no URLs"
+    );
     let d: Value = c
         .post(format!("{}/v1/projects/{pid}/datasets", s.base))
         .json(&json!({"name": "d", "source": {"kind": "upload"}}))

@@ -145,7 +145,7 @@ impl S3ObjectStore {
     }
 
     /// A URL that lets its holder GET the object for `expires` (at most 7 days).
-    pub async fn presigned_get(
+    pub async fn presign_get(
         &self,
         key: &str,
         expires: Duration,
@@ -165,7 +165,7 @@ impl S3ObjectStore {
 
     /// A URL that lets its holder PUT the object (an upload straight to S3) for
     /// `expires`, with the content type it must send.
-    pub async fn presigned_put(
+    pub async fn presign_put(
         &self,
         key: &str,
         content_type: &str,
@@ -468,6 +468,23 @@ impl ObjectStore for S3ObjectStore {
             .await
             .map_err(|e| sdk(key, e))?;
         Ok(())
+    }
+
+    async fn presigned_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        expires: Duration,
+    ) -> Result<Option<String>, ObjectStoreError> {
+        self.presign_put(key, content_type, expires).await.map(Some)
+    }
+
+    async fn presigned_get(
+        &self,
+        key: &str,
+        expires: Duration,
+    ) -> Result<Option<String>, ObjectStoreError> {
+        self.presign_get(key, expires).await.map(Some)
     }
 
     async fn list(

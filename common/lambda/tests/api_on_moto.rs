@@ -213,3 +213,82 @@ async fn an_s3_source_registers_the_images_under_its_prefix() {
     rel.sort();
     assert_eq!(rel, ["IMG_9380.jpg", "more/IMG_9381.jpg"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_photo_uploaded_to_a_presigned_url_is_published_with_download_urls() {
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let faces = Arc::new(tessera_jobs::photos::FaceService::with_models(
+        support::models(),
+    ));
+    let app = tessera_api::router(tessera_lambda::api::state(
+        &d.functions[routes::STAGE_RUNNER],
+        faces,
+        ("3.8".into(), true),
+    ));
+    let (_, key) = tessera_api::auth::create_key(&d.adapters.store, TenantId::local(), true)
+        .await
+        .unwrap();
+    let (_, p) = call(
+        &app,
+        event(
+            "POST",
+            "/v1/projects",
+            Some(&key),
+            Some(r#"{"name":"photos"}"#),
+        ),
+    )
+    .await;
+    let pid = p["project_id"].as_str().unwrap();
+    let (status, presigned) = call(
+        &app,
+        event(
+            "POST",
+            &format!("/v1/x-tessera/projects/{pid}/photos:presign"),
+            Some(&key),
+            Some(r#"{"name":"grace hopper.jpg"}"#),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{presigned}");
+    let url = presigned["upload"]["url"].as_str().unwrap();
+    assert!(url.contains("X-Amz-Signature"), "{url}");
+    let photo = presigned["photo_id"].as_str().unwrap().to_string();
+
+    // The client uploads straight to S3; the API never sees the bytes.
+    let bytes = std::fs::read(support::shared().join("testdata/faces/grace_hopper.jpg")).unwrap();
+    let put = reqwest::Client::new()
+        .put(url)
+        .header("content-type", "image/jpeg")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+
+    let get = || {
+        event(
+            "GET",
+            &format!("/v1/x-tessera/photos/{photo}"),
+            Some(&key),
+            None,
+        )
+    };
+    d.pump_until(Duration::from_secs(120), || async {
+        call(&app, get()).await.1["status"] == "published"
+    })
+    .await;
+    let (_, view) = call(&app, get()).await;
+    let public = view["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["variant"] == "public")
+        .unwrap_or_else(|| panic!("{view}"));
+    let download = public["download_url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{view}"));
+    let got = reqwest::get(download).await.unwrap();
+    assert!(got.status().is_success());
+    let body = got.bytes().await.unwrap();
+    assert_eq!(&body[..2], &[0xFF, 0xD8], "a JPEG");
+}

@@ -577,6 +577,15 @@ pub fn table() -> Vec<Operation> {
             post(privacy::add_photo),
         ),
         op(
+            M::POST,
+            "/v1/x-tessera/projects/{project_id}/photos:presign",
+            "/v1/x-tessera/projects/{project_id}/photos:presign",
+            "A URL to upload a photo straight to the bucket (S3 only)",
+            "x-tessera",
+            201,
+            post(privacy::presign_photo),
+        ),
+        op(
             M::GET,
             "/v1/x-tessera/photos/{photo_id}",
             "/v1/x-tessera/photos/{photo_id}",

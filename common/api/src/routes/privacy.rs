@@ -228,6 +228,69 @@ pub async fn add_photo(
     ))
 }
 
+/// The body of `photos:presign`.
+#[derive(Debug, Deserialize)]
+pub struct PresignPhoto {
+    /// File name.
+    pub name: String,
+    /// The content type the upload will send (default `image/jpeg`).
+    #[serde(default)]
+    pub content_type: Option<String>,
+}
+
+/// How long a presigned upload or download URL is valid.
+const PRESIGNED_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `POST /v1/x-tessera/projects/{pid}/photos:presign`: a URL to PUT the photo straight
+/// into the bucket. The bucket's notification then ingests it like any upload; the
+/// photo appears under the returned id. Only where the store can hand out URLs (S3).
+pub async fn presign_photo(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Result<Json<PresignPhoto>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let Json(b) = body
+        .map_err(|e| Problem::bad_request(format!("the body must be JSON {{\"name\": …}}: {e}")))?;
+    let photo = PhotoId::new();
+    let key = keys::upload(p.id, photo, &b.name);
+    if b.name.contains('/') || tessera_core::ports::object_store::validate_key(&key).is_err() {
+        return Err(Problem::validation(format!(
+            "`{}` is not a usable file name",
+            b.name
+        )));
+    }
+    let content_type = b.content_type.unwrap_or_else(|| "image/jpeg".into());
+    let url = s
+        .engine
+        .ports()
+        .objects
+        .presigned_put(&key, &content_type, PRESIGNED_FOR)
+        .await
+        .map_err(Problem::internal)?;
+    let Some(url) = url else {
+        let mut pr = Problem::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "capability_unavailable",
+            "this server's object store cannot hand out upload URLs; POST the photo to …/photos instead",
+        );
+        pr.extra
+            .insert("capability".into(), "x-tessera.presigned_uploads".into());
+        return Err(pr);
+    };
+    let expires = Millis::now().plus(PRESIGNED_FOR).to_rfc3339();
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "photo_id": photo, "key": key,
+            "upload": { "method": "PUT", "url": url, "headers": { "content-type": content_type }, "expires_at": expires },
+            "_links": super::links(&format!("/v1/x-tessera/photos/{photo}"), &[]),
+        })),
+    )
+        .into_response())
+}
+
 async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
     let missing = || {
         Problem::not_found(format!(
@@ -249,7 +312,24 @@ async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, P
     Ok(photo)
 }
 
-fn photo_view(p: &Photo) -> Value {
+/// Presigned download URLs of a published photo's files, where the store offers them.
+async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    if p.published_at.is_none() {
+        return out;
+    }
+    let objects = s.engine.ports().objects.clone();
+    for r in &p.renditions {
+        for k in [&r.key, &r.thumb_key] {
+            if let Ok(Some(url)) = objects.presigned_get(k, PRESIGNED_FOR).await {
+                out.insert(k.clone(), url);
+            }
+        }
+    }
+    out
+}
+
+fn photo_view(p: &Photo, downloads: &std::collections::HashMap<String, String>) -> Value {
     let href = format!("/v1/x-tessera/photos/{}", p.id);
     let published = p.published_at.is_some();
     json!({
@@ -261,7 +341,11 @@ fn photo_view(p: &Photo) -> Value {
         "blur_regions": p.blur_regions,
         "variants": p.renditions.iter().map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());
-            json!({ "variant": v, "url": published.then(|| format!("{href}/files/{v}")), "thumbnail_url": published.then(|| format!("{href}/files/{v}?thumbnail=true")) })
+            json!({
+                "variant": v, "url": published.then(|| format!("{href}/files/{v}")),
+                "thumbnail_url": published.then(|| format!("{href}/files/{v}?thumbnail=true")),
+                "download_url": downloads.get(&r.key), "thumbnail_download_url": downloads.get(&r.thumb_key),
+            })
         }).collect::<Vec<_>>(),
         "_links": super::links(&href, &[]),
     })
@@ -273,7 +357,9 @@ pub async fn get_photo(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    Ok(Json(photo_view(&owned_photo(&s, &caller, &id).await?)))
+    let p = owned_photo(&s, &caller, &id).await?;
+    let downloads = download_urls(&s, &p).await;
+    Ok(Json(photo_view(&p, &downloads)))
 }
 
 /// `?thumbnail=true`.

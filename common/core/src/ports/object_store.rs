@@ -127,6 +127,29 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Remove an object; removing a missing one is not an error.
     async fn delete(&self, key: &str) -> Result<(), ObjectStoreError>;
 
+    /// A URL that lets its holder PUT `key` straight into the store for `expires` (an
+    /// upload that never passes through the API), if this store can hand one out: S3
+    /// can, a folder cannot (`None`).
+    async fn presigned_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        expires: std::time::Duration,
+    ) -> Result<Option<String>, ObjectStoreError> {
+        let _ = (key, content_type, expires);
+        Ok(None)
+    }
+
+    /// A URL that lets its holder GET `key` for `expires`, if this store can hand one out.
+    async fn presigned_get(
+        &self,
+        key: &str,
+        expires: std::time::Duration,
+    ) -> Result<Option<String>, ObjectStoreError> {
+        let _ = (key, expires);
+        Ok(None)
+    }
+
     /// Keys under a prefix in lexical order, a page at a time: pass the returned cursor
     /// as `after` for the next page.
     async fn list(
