@@ -558,12 +558,6 @@ impl StateStore for DynamoStateStore {
                 None => break,
             }
         }
-        let next = if items.len() > limit {
-            items.truncate(limit);
-            Some(cursors[limit - 1].clone())
-        } else {
-            None
-        };
-        Ok(Page { items, next })
+        Ok(Page::from_overfetch(items, cursors, limit))
     }
 }

@@ -19,14 +19,21 @@ pub use function::{Function, Role, face_service};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
 
-/// Serve SQS batches until the runtime stops. A setup error (missing environment
-/// variable) ends the process with the variable named in the log.
-pub async fn serve_sqs(function: Function) -> Result<(), lambda_runtime::Error> {
-    tracing::info!(queue = %function.queue, "function ready");
+/// Register for Lambda's SIGTERM before the sandbox is shut down, so the last log
+/// lines are flushed. Work in flight needs nothing more: its lease lapses and the
+/// reaper offers it again.
+pub async fn on_shutdown() {
     lambda_runtime::spawn_graceful_shutdown_handler(|| async {
         tracing::info!("shutting down");
     })
     .await;
+}
+
+/// Serve SQS batches until the runtime stops. A setup error (missing environment
+/// variable) ends the process with the variable named in the log.
+pub async fn serve_sqs(function: Function) -> Result<(), lambda_runtime::Error> {
+    tracing::info!(queue = %function.queue, "function ready");
+    on_shutdown().await;
     let f = &function;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(f.handle_sqs(event.payload).await)

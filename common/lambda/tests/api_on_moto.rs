@@ -47,22 +47,27 @@ async fn call(app: &axum::Router, req: lambda_http::Request) -> (u16, serde_json
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_router_answers_function_url_events_on_dynamodb() {
-    let d = Deployment::start(Duration::from_secs(30), 5).await;
-    let function = &d.functions[routes::STAGE_RUNNER];
+/// The api function's router on `d`, and an admin key of the local tenant.
+async fn api(d: &Deployment) -> (axum::Router, String) {
     let faces = Arc::new(tessera_jobs::photos::FaceService::with_models(
         support::models(),
     ));
     let app = tessera_api::router(tessera_lambda::api::state(
-        function,
+        &d.functions[routes::STAGE_RUNNER],
         faces,
         ("3.8".into(), true),
     ));
-    let store = &d.adapters.store;
-    let (_, key) = tessera_api::auth::create_key(store, TenantId::local(), true)
+    let (_, key) = tessera_api::auth::create_key(&d.adapters.store, TenantId::local(), true)
         .await
         .unwrap();
+    (app, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_router_answers_function_url_events_on_dynamodb() {
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let (app, key) = api(&d).await;
+    let store = &d.adapters.store;
     let other: TenantId = "someone-else".parse().unwrap();
     let (_, other_key) = tessera_api::auth::create_key(store, other, false)
         .await
@@ -111,18 +116,7 @@ async fn the_router_answers_function_url_events_on_dynamodb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_s3_source_registers_the_images_under_its_prefix() {
     let d = Deployment::start(Duration::from_secs(30), 5).await;
-    let function = &d.functions[routes::STAGE_RUNNER];
-    let faces = Arc::new(tessera_jobs::photos::FaceService::with_models(
-        support::models(),
-    ));
-    let app = tessera_api::router(tessera_lambda::api::state(
-        function,
-        faces,
-        ("3.8".into(), true),
-    ));
-    let (_, key) = tessera_api::auth::create_key(&d.adapters.store, TenantId::local(), true)
-        .await
-        .unwrap();
+    let (app, key) = api(&d).await;
     // Another bucket, as a customer's would be.
     let s3 = d.adapters.objects.client();
     s3.create_bucket()
@@ -217,17 +211,7 @@ async fn an_s3_source_registers_the_images_under_its_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_photo_uploaded_to_a_presigned_url_is_published_with_download_urls() {
     let d = Deployment::start(Duration::from_secs(30), 5).await;
-    let faces = Arc::new(tessera_jobs::photos::FaceService::with_models(
-        support::models(),
-    ));
-    let app = tessera_api::router(tessera_lambda::api::state(
-        &d.functions[routes::STAGE_RUNNER],
-        faces,
-        ("3.8".into(), true),
-    ));
-    let (_, key) = tessera_api::auth::create_key(&d.adapters.store, TenantId::local(), true)
-        .await
-        .unwrap();
+    let (app, key) = api(&d).await;
     let (_, p) = call(
         &app,
         event(

@@ -296,13 +296,7 @@ fn run_query(conn: &Connection, q: &Query) -> Result<Page, StoreError> {
         items.push(assemble(key, parts)?);
         cursors.push(cursor);
     }
-    let next = if items.len() > limit {
-        items.truncate(limit);
-        Some(cursors[limit - 1].clone())
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    Ok(Page::from_overfetch(items, cursors, limit))
 }
 
 #[cfg(test)]

@@ -17,5 +17,6 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     .await?;
     let state =
         tessera_lambda::api::state(&function, faces, tessera_lambda::api::backend_from_env());
+    tessera_lambda::on_shutdown().await;
     lambda_http::run_with_streaming_response(tessera_api::router(state)).await
 }

@@ -10,6 +10,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let settings = tessera_aws::AwsSettings::from_env()?;
     let adapters = tessera_aws::AwsAdapters::connect(&settings).await;
     let objects = &adapters.objects;
+    tessera_lambda::on_shutdown().await;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| async move {
             Ok::<_, lambda_runtime::Error>(archive_batch(objects, event.payload).await)

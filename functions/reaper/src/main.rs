@@ -13,6 +13,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let function =
         Function::from_env(routes::STAGE_RUNNER, tessera_jobs::registry(), Role::Run).await?;
     let f = &function;
+    tessera_lambda::on_shutdown().await;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |_: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
             let report = f

@@ -223,6 +223,20 @@ pub struct Page {
     pub next: Option<String>,
 }
 
+impl Page {
+    /// A page from a read of up to `limit + 1` items and each one's sort key: the extra
+    /// item only says there is more, and the last kept item's sort key is the cursor.
+    pub fn from_overfetch(mut items: Vec<Item>, cursors: Vec<String>, limit: usize) -> Page {
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            Some(cursors[limit - 1].clone())
+        } else {
+            None
+        };
+        Page { items, next }
+    }
+}
+
 /// Errors of the state store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
