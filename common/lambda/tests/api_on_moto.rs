@@ -276,3 +276,69 @@ async fn a_photo_uploaded_to_a_presigned_url_is_published_with_download_urls() {
     let body = got.bytes().await.unwrap();
     assert_eq!(&body[..2], &[0xFF, 0xD8], "a JPEG");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_photo_from_a_key_already_in_the_bucket_is_ingested_and_managed_keys_are_refused() {
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let (app, key) = api(&d).await;
+    let (_, p) = call(
+        &app,
+        event(
+            "POST",
+            "/v1/projects",
+            Some(&key),
+            Some(r#"{"name":"keys"}"#),
+        ),
+    )
+    .await;
+    let pid = p["project_id"].as_str().unwrap();
+    let bytes = std::fs::read(support::shared().join("testdata/faces/astronaut.png")).unwrap();
+    use tessera_core::ports::ObjectStore;
+    d.adapters
+        .objects
+        .put("incoming/astronaut.png", bytes.into())
+        .await
+        .unwrap();
+    let path = format!("/v1/x-tessera/projects/{pid}/photos");
+    for (body, needle) in [
+        (r#"{"s3_key":"blobs/local/0000"}"#, "folder Tessera manages"),
+        (r#"{"s3_key":"incoming/missing.png"}"#, "no object"),
+        (
+            r#"{"s3_key":"incoming/astronaut.png","blob_sha":"00"}"#,
+            "exactly one",
+        ),
+    ] {
+        let (status, problem) = call(&app, event("POST", &path, Some(&key), Some(body))).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(needle),
+            "{problem}"
+        );
+    }
+    let (status, accepted) = call(
+        &app,
+        event(
+            "POST",
+            &path,
+            Some(&key),
+            Some(r#"{"s3_key":"incoming/astronaut.png"}"#),
+        ),
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let photo = accepted["photo_id"].as_str().unwrap().to_string();
+    let get = || {
+        event(
+            "GET",
+            &format!("/v1/x-tessera/photos/{photo}"),
+            Some(&key),
+            None,
+        )
+    };
+    d.pump_until(Duration::from_secs(120), || async {
+        call(&app, get()).await.1["status"] == "published"
+    })
+    .await;
+    let (_, view) = call(&app, get()).await;
+    assert_eq!(view["name"], "astronaut.png");
+}

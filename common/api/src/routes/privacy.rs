@@ -183,10 +183,15 @@ pub async fn remove_subject(
 /// Add-photo request.
 #[derive(Debug, Deserialize)]
 pub struct AddPhoto {
-    /// A finalized upload.
-    pub blob_sha: String,
-    /// File name.
-    pub name: String,
+    /// A finalized upload…
+    #[serde(default)]
+    pub blob_sha: Option<String>,
+    /// …or an object already in the store (on AWS: a key of the stack's bucket).
+    #[serde(default)]
+    pub s3_key: Option<String>,
+    /// File name (default: the last segment of `s3_key`).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `POST /v1/x-tessera/projects/{pid}/photos`: store the upload and ingest it as S3
@@ -200,20 +205,71 @@ pub async fn add_photo(
     let p = super::projects::owned(&s, &caller, &pid).await?;
     let Json(b) = body.map_err(|e| {
         Problem::bad_request(format!(
-            "the body must be JSON {{\"blob_sha\": …, \"name\": …}}: {e}"
+            "the body must be JSON {{\"blob_sha\": …, \"name\": …}} or {{\"s3_key\": …}}: {e}"
         ))
     })?;
     let objects = s.engine.ports().objects.clone();
-    let bytes = objects
-        .get(&super::uploads::blob_key(&caller.tenant, &b.blob_sha))
-        .await
-        .map_err(|_| {
-            Problem::validation(format!("no finalized upload has blob_sha {}", b.blob_sha))
-        })?;
+    let (bytes, name) = match (&b.blob_sha, &b.s3_key) {
+        (Some(sha), None) => {
+            let name = b
+                .name
+                .clone()
+                .ok_or_else(|| Problem::validation("`name` is required with `blob_sha`"))?;
+            let bytes = objects
+                .get(&super::uploads::blob_key(&caller.tenant, sha))
+                .await
+                .map_err(|_| {
+                    Problem::validation(format!("no finalized upload has blob_sha {sha}"))
+                })?;
+            (bytes, name)
+        }
+        (None, Some(k)) => {
+            // Only keys outside what Tessera itself writes: never another tenant's blob,
+            // upload or derived file.
+            if [
+                "blobs/",
+                "upload-chunks/",
+                "uploads/",
+                "photos/",
+                "recon/",
+                "datasets/",
+                "images/",
+                "demo/",
+                "archive/",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+            {
+                return Err(Problem::validation(format!(
+                    "s3_key `{k}` is in a folder Tessera manages; upload the photo instead"
+                )));
+            }
+            let bytes = objects.get(k).await.map_err(|e| match e {
+                tessera_core::ports::ObjectStoreError::NotFound(_)
+                | tessera_core::ports::ObjectStoreError::InvalidKey { .. } => {
+                    Problem::validation(format!("s3_key `{k}`: {e}"))
+                }
+                other => Problem::internal(other),
+            })?;
+            let name = b
+                .name
+                .clone()
+                .unwrap_or_else(|| k.rsplit('/').next().unwrap_or(k).to_string());
+            (bytes, name)
+        }
+        _ => {
+            return Err(Problem::validation(
+                "give exactly one of `blob_sha` (with `name`) and `s3_key`",
+            ));
+        }
+    };
     let photo = PhotoId::new();
-    let key = keys::upload(p.id, photo, &b.name);
-    tessera_core::ports::object_store::validate_key(&key)
-        .map_err(|_| Problem::validation(format!("`{}` is not a usable file name", b.name)))?;
+    let key = keys::upload(p.id, photo, &name);
+    if name.contains('/') || tessera_core::ports::object_store::validate_key(&key).is_err() {
+        return Err(Problem::validation(format!(
+            "`{name}` is not a usable file name"
+        )));
+    }
     let size = bytes.len() as u64;
     objects.put(&key, bytes).await.map_err(Problem::internal)?;
     let event = ObjectCreated::for_key("local", &key, size, &format!("{:016X}", Millis::now().0));
