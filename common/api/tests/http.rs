@@ -1956,3 +1956,48 @@ async fn metrics_count_requests_by_route_template_and_show_queue_depths() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "opt"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let d: Value = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .json(&json!({"name": "d"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap();
+    for (method, path, capability) in [
+        ("GET", format!("/v1/datasets/{did}/similarity?image_id=x"), "similarity.dhash"),
+        ("POST", format!("/v1/datasets/{did}/similarity:build"), "similarity.dhash"),
+        ("GET", format!("/v1/datasets/{did}/pose_priors"), "pose_priors.read_write"),
+        ("PUT", format!("/v1/datasets/{did}/pose_priors"), "pose_priors.read_write"),
+        ("POST", format!("/v1/datasets/{did}:render_cubemap"), "spherical.render_cubemap"),
+    ] {
+        let r = c
+            .request(method.parse().unwrap(), format!("{}{path}", s.base))
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let v = problem(r, StatusCode::NOT_IMPLEMENTED).await;
+        assert_eq!(v["capability"], capability, "{method} {path}: {v}");
+    }
+    let caps: Value = c.get(format!("{}/v1/capabilities", s.base)).send().await.unwrap().json().await.unwrap();
+    assert!(caps["features"].get("similarity.dhash").is_none(), "not advertised");
+}

@@ -564,6 +564,7 @@ pub async fn post_action(
                 .map_err(|e| Problem::bad_request(format!("stage request: {e}")))?;
             super::pipelines::stage(&s, &caller, &did, &action, req).await
         }
+        "similarity:build" => Err(super::optional::similarity_build(&s, &caller, &did).await),
         other => Err(Problem::not_found(format!(
             "no route POST /v1/datasets/{did}/{other}"
         ))),
@@ -655,7 +656,7 @@ async fn image_object(s: &ApiState, img: &Image) -> Result<::bytes::Bytes, Probl
         .map_err(Problem::internal)
 }
 
-async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
+pub(crate) async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
     let missing = || Problem::not_found(format!("image {id} does not exist"));
     let item = s
         .engine

@@ -5,6 +5,7 @@ pub mod datasets;
 pub mod events;
 pub mod jobs;
 pub mod meta;
+pub mod optional;
 pub mod pipelines;
 pub mod privacy;
 pub mod projects;
@@ -160,7 +161,7 @@ fn op(
 /// Every operation the API offers.
 pub fn table() -> Vec<Operation> {
     use Method as M;
-    use axum::routing::{delete, patch};
+    use axum::routing::{delete, patch, put};
     vec![
         op(
             M::GET,
@@ -485,6 +486,133 @@ pub fn table() -> Vec<Operation> {
             "reconstructions",
             200,
             get(reconstructions::file),
+        ),
+        // sfmapi OPTIONAL endpoints not offered here: 404 for a missing resource, else 501.
+        op(
+            M::GET,
+            "/v1/datasets/{dataset_id}/similarity",
+            "/v1/datasets/{dataset_id}/similarity",
+            "Image similarity (optional; 501: similarity.dhash)",
+            "optional",
+            200,
+            get(optional::similarity),
+        ),
+        op(
+            M::POST,
+            "/v1/datasets/{dataset_id}/{action}",
+            "/v1/datasets/{dataset_id}/similarity:build",
+            "Build a similarity index (optional; 501)",
+            "optional",
+            200,
+            post(datasets::post_action),
+        ),
+        op(
+            M::GET,
+            "/v1/images/{image_id}/pose_prior",
+            "/v1/images/{image_id}/pose_prior",
+            "An image's pose prior (optional; 501: pose_priors.read_write)",
+            "optional",
+            200,
+            get(optional::pose_prior),
+        ),
+        op(
+            M::PUT,
+            "/v1/images/{image_id}/pose_prior",
+            "/v1/images/{image_id}/pose_prior",
+            "Set an image's pose prior (optional; 501)",
+            "optional",
+            200,
+            put(optional::pose_prior),
+        ),
+        op(
+            M::DELETE,
+            "/v1/images/{image_id}/pose_prior",
+            "/v1/images/{image_id}/pose_prior",
+            "Remove an image's pose prior (optional; 501)",
+            "optional",
+            204,
+            delete(optional::pose_prior),
+        ),
+        op(
+            M::GET,
+            "/v1/datasets/{dataset_id}/pose_priors",
+            "/v1/datasets/{dataset_id}/pose_priors",
+            "A dataset's pose priors (optional; 501)",
+            "optional",
+            200,
+            get(optional::pose_priors),
+        ),
+        op(
+            M::PUT,
+            "/v1/datasets/{dataset_id}/pose_priors",
+            "/v1/datasets/{dataset_id}/pose_priors",
+            "Set a dataset's pose priors (optional; 501)",
+            "optional",
+            200,
+            put(optional::pose_priors),
+        ),
+        op(
+            M::POST,
+            "/v1/reconstructions/{recon_id}/georegister",
+            "/v1/reconstructions/{recon_id}/georegister",
+            "Sim(3) georegistration (optional; 501: georegister.sim3)",
+            "optional",
+            202,
+            post(optional::georegister),
+        ),
+        op(
+            M::POST,
+            "/v1/reconstructions/{recon_id}",
+            "/v1/reconstructions/{recon_id}:to_cubemap",
+            "Spherical to cubemap (optional; 501)",
+            "optional",
+            202,
+            post(optional::recon_action),
+        ),
+        op(
+            M::POST,
+            "/v1/datasets/{dataset_id}",
+            "/v1/datasets/{dataset_id}:render_cubemap",
+            "Render cubemaps (optional; 501)",
+            "optional",
+            202,
+            post(optional::dataset_action),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/tiles/index.json",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/tiles/index.json",
+            "Octree tile manifest (optional; 501: snapshots.tiles)",
+            "optional",
+            200,
+            get(optional::tiles),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/tiles/{level}/{x}/{y}/{z}",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/tiles/{level}/{x}/{y}/{z}.bin",
+            "An octree tile (optional; 501)",
+            "optional",
+            200,
+            get(optional::tiles),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/images/{image_id}/observations",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/images/{image_id}/observations",
+            "An image's observations (optional; 501: snapshots.observations)",
+            "optional",
+            200,
+            get(optional::observations),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/points/{point3d_id}/visibility",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/points/{point3d_id}/visibility",
+            "A point's visibility (optional; 501)",
+            "optional",
+            200,
+            get(optional::observations),
         ),
         op(
             M::GET,

@@ -28,7 +28,7 @@ pub const FILES: [&str; 5] = [
 /// Most points in `points_preview.bin`.
 pub const PREVIEW_POINTS: usize = 10_000;
 
-async fn owned(s: &ApiState, caller: &Caller, rid: &str) -> Result<Job, Problem> {
+pub(crate) async fn owned(s: &ApiState, caller: &Caller, rid: &str) -> Result<Job, Problem> {
     let job = super::jobs::owned(s, caller, rid).await?;
     if job.kind != tessera_jobs::reconstruct::KIND {
         return Err(Problem::not_found(format!(
