@@ -1982,11 +1982,31 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
         .unwrap();
     let did = d["dataset_id"].as_str().unwrap();
     for (method, path, capability) in [
-        ("GET", format!("/v1/datasets/{did}/similarity?image_id=x"), "similarity.dhash"),
-        ("POST", format!("/v1/datasets/{did}/similarity:build"), "similarity.dhash"),
-        ("GET", format!("/v1/datasets/{did}/pose_priors"), "pose_priors.read_write"),
-        ("PUT", format!("/v1/datasets/{did}/pose_priors"), "pose_priors.read_write"),
-        ("POST", format!("/v1/datasets/{did}:render_cubemap"), "spherical.render_cubemap"),
+        (
+            "GET",
+            format!("/v1/datasets/{did}/similarity?image_id=x"),
+            "similarity.dhash",
+        ),
+        (
+            "POST",
+            format!("/v1/datasets/{did}/similarity:build"),
+            "similarity.dhash",
+        ),
+        (
+            "GET",
+            format!("/v1/datasets/{did}/pose_priors"),
+            "pose_priors.read_write",
+        ),
+        (
+            "PUT",
+            format!("/v1/datasets/{did}/pose_priors"),
+            "pose_priors.read_write",
+        ),
+        (
+            "POST",
+            format!("/v1/datasets/{did}:render_cubemap"),
+            "spherical.render_cubemap",
+        ),
     ] {
         let r = c
             .request(method.parse().unwrap(), format!("{}{path}", s.base))
@@ -1998,6 +2018,16 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
         let v = problem(r, StatusCode::NOT_IMPLEMENTED).await;
         assert_eq!(v["capability"], capability, "{method} {path}: {v}");
     }
-    let caps: Value = c.get(format!("{}/v1/capabilities", s.base)).send().await.unwrap().json().await.unwrap();
-    assert!(caps["features"].get("similarity.dhash").is_none(), "not advertised");
+    let caps: Value = c
+        .get(format!("{}/v1/capabilities", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        caps["features"].get("similarity.dhash").is_none(),
+        "not advertised"
+    );
 }
