@@ -191,6 +191,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     )
     .await?;
     let mut labels = HashMap::new();
+    let mut sweeps = Vec::new();
     for (label, paths) in references.unwrap_or_default() {
         let mut refs = Vec::new();
         for p in paths {
@@ -199,10 +200,11 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?,
             ));
         }
-        let s = project::enrol(store.as_ref(), models.clone(), proj.id, &label, refs)
+        let (s, change) = project::enrol(&engine, models.clone(), proj.id, &label, refs)
             .await
             .with_context(|| format!("cannot enrol `{label}`"))?;
         labels.insert(s.id, label);
+        sweeps.push(change.reblur_job);
     }
     let proj = project::load(store.as_ref(), proj.id).await?;
 
@@ -210,7 +212,12 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     for path in &images {
         submitted.push((path.clone(), upload(&engine, &proj, path).await?));
     }
-    let jobs = drive(&engine, submitted.iter().map(|s| s.1.1).collect(), !json).await?;
+    let jobs = drive(
+        &engine,
+        submitted.iter().map(|s| s.1.1).chain(sweeps).collect(),
+        !json,
+    )
+    .await?;
 
     let mut used = HashMap::new();
     let mut photos = Vec::new();
@@ -398,12 +405,8 @@ fn process_once(
     let t2 = Instant::now();
     let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
     let mut files = 0;
-    if plans.is_empty() {
-        render::jpeg(&render::thumbnail(&img)).map_err(anyhow::Error::msg)?;
-        files += 1;
-    }
     for p in &plans {
-        render::render(&img, &p.blur).map_err(anyhow::Error::msg)?;
+        render::render(&img, &p.blur, &render::FileMeta::default()).map_err(anyhow::Error::msg)?;
         files += 1;
     }
     Ok(Timed {

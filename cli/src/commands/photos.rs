@@ -33,10 +33,20 @@ pub enum ProjectsCommand {
         #[arg(long, default_value_t = tessera_faces::blur::DEFAULT_EXPAND)]
         blur_expand: f32,
     },
-    /// Show a project, its subjects and photos.
+    /// Show a project, its subjects and photos, and how many photos are not yet
+    /// re-decided at its current subjects.
     Show {
         /// Project name.
         name: String,
+    },
+    /// Re-decide every photo of a project (photos made under older rules, such as rows
+    /// from before EXIF orientation was applied, are migrated and re-published).
+    Reblur {
+        /// Project name.
+        name: String,
+        /// Only commit the re-blur job; `tessera worker` runs it.
+        #[arg(long)]
+        submit_only: bool,
     },
 }
 
@@ -54,6 +64,18 @@ pub enum SubjectsCommand {
         /// Reference photos (one face each; the largest face is used).
         #[arg(required = true)]
         references: Vec<PathBuf>,
+        /// Only submit the re-blur jobs; `tessera worker` runs them.
+        #[arg(long)]
+        submit_only: bool,
+    },
+    /// Remove an opted-out person (they agreed to be shown, or were enrolled by
+    /// mistake); every photo of the project is re-decided.
+    Remove {
+        /// Project name.
+        #[arg(long)]
+        project: String,
+        /// Subject id (`tessera projects show` lists them).
+        subject: String,
         /// Only submit the re-blur jobs; `tessera worker` runs them.
         #[arg(long)]
         submit_only: bool,
@@ -188,6 +210,13 @@ pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Resul
             }
             pending.remove(&id);
             bar.inc(1);
+            if job.kind == kinds::REBLUR_JOB {
+                for f in reprocess_jobs_of(engine, &job).await? {
+                    if seen.insert(f) {
+                        pending.insert(f);
+                    }
+                }
+            }
             if job.kind == kinds::INGEST_JOB {
                 for t in engine.job_tasks(id).await? {
                     if let Some(f) = t
@@ -217,6 +246,29 @@ pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Resul
     let _ = worker_task.await;
     bar.finish_and_clear();
     Ok(done)
+}
+
+/// The reprocess jobs a finished re-blur sweep submitted: those of its project at its
+/// subject revision.
+async fn reprocess_jobs_of(engine: &Engine, sweep: &Job) -> anyhow::Result<Vec<JobId>> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let (jobs, next) = engine.list_jobs(&sweep.tenant, after, 500).await?;
+        out.extend(
+            jobs.into_iter()
+                .filter(|j| {
+                    j.kind == kinds::REPROCESS_JOB
+                        && j.project == sweep.project
+                        && j.spec["subjects_rev"] == sweep.spec["subjects_rev"]
+                })
+                .map(|j| j.id),
+        );
+        match next {
+            Some(n) => after = Some(n),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// The first failure message of a job's tasks.
@@ -309,70 +361,150 @@ pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow:
         ProjectsCommand::Show { name } => {
             let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
             let subjects = project::subjects(store.as_ref(), p.id).await?;
-            let photos = project::photos(store.as_ref(), p.id).await?;
+            let status = project::privacy_status(store.as_ref(), p.id).await?;
             let value = serde_json::json!({
                 "project": p,
                 "subjects": subjects.iter().map(|s| serde_json::json!({"id": s.id, "label": s.label, "references": s.references})).collect::<Vec<_>>(),
-                "photos": photos.len(),
-                "published": photos.iter().filter(|p| p.published_at.is_some()).count(),
+                "photos": status.photos,
+                "published": status.published,
+                "subjects_rev": status.subjects_rev,
+                "photos_not_current": status.not_current,
             });
             emit(json, &value, || {
                 format!(
-                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published)",
+                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published, {} not yet re-decided at subjects rev {})",
                     p.name,
                     p.id,
                     p.match_threshold
                         .map_or("none (fails closed)".to_string(), |t| t.to_string()),
                     subjects
                         .iter()
-                        .map(|s| s.label.as_str())
+                        .map(|s| format!("{} ({})", s.label, s.id))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    photos.len(),
-                    value["published"]
+                    status.photos,
+                    status.published,
+                    status.not_current,
+                    status.subjects_rev,
                 )
             });
+        }
+        ProjectsCommand::Reblur { name, submit_only } => {
+            drop(engine);
+            let (_dir, engine) = embedded::engine(state, None).await?;
+            let p =
+                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
+            let change = project::reblur_all(&engine, p.id).await?;
+            report_change(
+                &engine,
+                json,
+                change,
+                submit_only,
+                format!("project `{name}`"),
+            )
+            .await?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow::Result<ExitCode> {
-    let SubjectsCommand::Add {
-        project: name,
-        label,
-        references,
-        submit_only,
-    } = cmd;
-    let models = photos::FaceService::load_from_env(tessera_faces::DetectorKind::Yunet, 1)?;
-    let (_dir, engine) = embedded::engine_with(
-        state,
-        None,
-        Arc::new(photos::FaceService::with_models(models.clone())),
-    )
-    .await?;
-    let p = project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
-    let mut refs = Vec::new();
-    for path in files_of(&references)? {
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        refs.push((path.display().to_string(), bytes));
+    match cmd {
+        SubjectsCommand::Add {
+            project: name,
+            label,
+            references,
+            submit_only,
+        } => {
+            let models = photos::FaceService::load_from_env(tessera_faces::DetectorKind::Yunet, 1)?;
+            let (_dir, engine) = embedded::engine_with(
+                state,
+                None,
+                Arc::new(photos::FaceService::with_models(models.clone())),
+            )
+            .await?;
+            let p =
+                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
+            let mut refs = Vec::new();
+            for path in files_of(&references)? {
+                let bytes = std::fs::read(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                refs.push((path.display().to_string(), bytes));
+            }
+            let (s, change) = project::enrol(&engine, models, p.id, &label, refs).await?;
+            report_change(
+                &engine,
+                json,
+                change,
+                submit_only,
+                format!(
+                    "subject `{label}` ({}) enrolled from {} photo(s)",
+                    s.id,
+                    s.references.len()
+                ),
+            )
+            .await?;
+        }
+        SubjectsCommand::Remove {
+            project: name,
+            subject,
+            submit_only,
+        } => {
+            let (_dir, engine) = embedded::engine(state, None).await?;
+            let p =
+                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
+            let sid = subject.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "`{subject}` is not a subject id; `tessera projects show {name}` lists them"
+                )
+            })?;
+            let change = project::remove_subject(&engine, p.id, sid).await?;
+            report_change(
+                &engine,
+                json,
+                change,
+                submit_only,
+                format!("subject {subject} removed"),
+            )
+            .await?;
+        }
     }
-    let s = project::enrol(engine.ports().store.as_ref(), models, p.id, &label, refs).await?;
-    let jobs = photos::reprocess_all(&engine, p.id).await?;
-    if !submit_only {
-        drive(&engine, jobs.clone(), !json).await?;
-    }
-    let value = serde_json::json!({"subject": s.id, "label": s.label, "references": s.references, "reprocess_jobs": jobs});
-    emit(json, &value, || {
-        format!(
-            "subject `{label}` ({}) enrolled from {} photo(s); {} photo(s) re-blurred",
-            s.id,
-            s.references.len(),
-            jobs.len()
-        )
-    });
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run (unless `submit_only`) the sweep a subject change committed, and say what it did.
+async fn report_change(
+    engine: &Engine,
+    json: bool,
+    change: project::SubjectChange,
+    submit_only: bool,
+    what: String,
+) -> anyhow::Result<()> {
+    let reprocessed = if submit_only {
+        None
+    } else {
+        let done = drive(engine, vec![change.reblur_job], !json).await?;
+        Some(
+            done.iter()
+                .filter(|j| j.kind == kinds::REPROCESS_JOB)
+                .count(),
+        )
+    };
+    let value = serde_json::json!({
+        "subjects_rev": change.subjects_rev, "reblur_job": change.reblur_job,
+        "photos_reprocessed": reprocessed,
+    });
+    emit(json, &value, || match reprocessed {
+        Some(n) => format!(
+            "{what}; {n} photo(s) re-decided at subjects rev {}",
+            change.subjects_rev
+        ),
+        None => format!(
+            "{what}; re-blur job {} committed (subjects rev {}); `tessera worker` runs it",
+            change.reblur_job, change.subjects_rev
+        ),
+    });
+    Ok(())
 }
 
 fn photo_view(p: &Photo) -> serde_json::Value {

@@ -179,6 +179,8 @@ impl S3ObjectStore {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            // Signed: the URL can create the object once and never replace it.
+            .if_none_match("*")
             .presigned(cfg)
             .await
             .map_err(|e| sdk(key, e))?;

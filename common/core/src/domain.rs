@@ -27,6 +27,10 @@ pub struct Project {
     pub subjects_rev: u64,
     /// How many opted-out subjects the project has.
     pub opted_out: u64,
+    /// Which EXIF fields published files keep (default: capture time and camera, never
+    /// location).
+    #[serde(default)]
+    pub keep_metadata: crate::photo::KeepMetadata,
     /// Created.
     pub created_at: Millis,
 }

@@ -9,7 +9,11 @@
 //!   orphan that cleanup may delete;
 //! - `published_at` is written last, after every file of the version is stored, and is
 //!   cleared first when a new version starts or when processing finally fails;
-//! - the upload and its thumbnail are never deleted.
+//! - the upload and its thumbnail are never deleted, and never served: every published
+//!   file is one Tessera wrote, upright, with the metadata the project allows;
+//! - boxes and regions are fractions of the *displayed* image (EXIF orientation applied);
+//! - `subjects_rev` is the project's subject revision the published files were decided
+//!   at; publishing is conditioned on it still being the project's.
 
 use crate::clock::Millis;
 use crate::geometry::FracRect;
@@ -32,9 +36,9 @@ pub enum Pipeline {
 /// One face, found once per photo and kept for every later re-blur.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Face {
-    /// Box, as fractions of the stored image.
+    /// Box, as fractions of the displayed (upright) image.
     pub bbox: FracRect,
-    /// Eye, eye, nose, mouth corner, mouth corner, as fractions of the stored image.
+    /// Eye, eye, nose, mouth corner, mouth corner, as fractions of the displayed image.
     pub landmarks: [[f32; 2]; 5],
     /// Detector confidence.
     pub score: f32,
@@ -71,12 +75,23 @@ pub struct Photo {
     pub sha256: String,
     /// Size in bytes.
     pub bytes: u64,
-    /// `jpeg` or `png`.
+    /// `jpeg`, `png`, `webp` or `heif`.
     pub format: String,
-    /// Width of the stored pixels (no EXIF orientation applied).
+    /// Width as displayed (EXIF orientation applied).
     pub width: u32,
-    /// Height of the stored pixels.
+    /// Height as displayed.
     pub height: u32,
+    /// The EXIF orientation the upload declared (1..=8; applied at every decode).
+    #[serde(default = "upright")]
+    pub orientation: u8,
+    /// Which [`RULES`] the row's geometry and files follow; rows older than the current
+    /// rules are re-processed (see [`Photo::needs_reprocess`]).
+    #[serde(default)]
+    pub rules: u32,
+    /// The project's `subjects_rev` the published files were decided at (0: never
+    /// decided).
+    #[serde(default)]
+    pub subjects_rev: u64,
     /// The storage event's sequencer, so an older event for the key is recognised.
     pub sequencer: String,
     /// Which job acts after ingest.
@@ -85,7 +100,7 @@ pub struct Photo {
     pub faces: Option<Vec<Face>>,
     /// Which detector found them.
     pub detector: Option<String>,
-    /// Manual blur regions, exactly as drawn.
+    /// Manual blur regions, exactly as drawn (fractions of the displayed image).
     pub blur_regions: Vec<FracRect>,
     /// Bumped when regions change, so re-blurring after each edit is a new job.
     pub edits_rev: u64,
@@ -105,7 +120,31 @@ pub struct Photo {
     pub created_at: Millis,
 }
 
+fn upright() -> u8 {
+    1
+}
+
+/// The privacy rules a photo row's geometry and files follow.
+///
+/// - 0: rows written before orientation was applied: boxes and regions are fractions of
+///   the *stored* pixels, and a photo with nothing to blur was served from its upload key.
+/// - 1: boxes and regions are fractions of the displayed image; every published file is
+///   one Tessera wrote under a versioned key.
+///
+/// Migrating a row from 0 (done by its next processing): its manual regions are mapped
+/// through its orientation, its faces are detected again on the upright pixels when the
+/// orientation is not upright (sideways faces were found badly or not at all, so their
+/// boxes are not worth keeping), and it is re-published under the new rules.
+pub const RULES: u32 = 1;
+
 impl Photo {
+    /// Whether this photo's files were decided under an older subject revision or older
+    /// rules than the project's now, and so must be decided again before they can be
+    /// trusted.
+    pub fn needs_reprocess(&self, project_subjects_rev: u64) -> bool {
+        self.rules < RULES || self.subjects_rev < project_subjects_rev
+    }
+
     /// The public rendition, if any.
     pub fn public(&self) -> Option<&Rendition> {
         self.renditions.iter().find(|r| r.variant.is_none())
@@ -126,6 +165,40 @@ impl Photo {
     pub fn is_protected(&self, key: &str) -> bool {
         key == self.upload_key || self.upload_thumb_key.as_deref() == Some(key)
     }
+}
+
+/// Which EXIF fields a project's published files may keep. Everything else is dropped:
+/// serial numbers, owner names, maker notes, XMP, the orientation tag (files are written
+/// upright) and the embedded preview image (it shows the unblurred photo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeepMetadata {
+    /// When the photo was taken (`DateTimeOriginal` and its time zone).
+    pub capture_time: bool,
+    /// Camera make and model and the exposure (focal length, aperture, shutter, ISO).
+    pub camera: bool,
+    /// Where it was taken (GPS). Off unless the project turns it on: a location can
+    /// identify a home.
+    pub location: bool,
+}
+
+impl Default for KeepMetadata {
+    fn default() -> Self {
+        KeepMetadata {
+            capture_time: true,
+            camera: true,
+            location: false,
+        }
+    }
+}
+
+impl KeepMetadata {
+    /// Keep nothing at all.
+    pub const NOTHING: KeepMetadata = KeepMetadata {
+        capture_time: false,
+        camera: false,
+        location: false,
+    };
 }
 
 /// A person who asked not to be published in one project.

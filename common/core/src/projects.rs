@@ -67,6 +67,7 @@ pub async fn create(
         blur_expand: expand,
         subjects_rev: 0,
         opted_out: 0,
+        keep_metadata: Default::default(),
         created_at: Millis::now(),
     };
     let name_item = Item::new(

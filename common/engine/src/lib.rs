@@ -36,7 +36,7 @@ use tessera_core::ports::{Compute, EventLog, ObjectStore, Queue, StateStore};
 pub use context::TaskContext;
 pub use error::EngineError;
 pub use handler::{Registry, TaskError, TaskHandler, TaskOutput};
-pub use plan::{JobPlan, Submitted, TaskPlan};
+pub use plan::{JobPlan, PREPARED_RESERVE, Prepared, Submitted, TaskPlan};
 pub use retry::RetryPolicy;
 pub use worker::Worker;
 

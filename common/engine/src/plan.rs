@@ -330,6 +330,91 @@ impl Engine {
     }
 }
 
+/// A small job whose writes the caller commits in its own transaction, together with the
+/// change that makes the job necessary: the change and the durable work it calls for
+/// are one atomic step, so no crash can leave the change without its work. The job is
+/// written sealed; its root tasks are queued and due, so the reaper offers them if
+/// [`Engine::offer_prepared`] never runs.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The job.
+    pub job_id: JobId,
+    /// Fingerprint, job and tasks, each put only if absent.
+    pub writes: Vec<Write>,
+    tasks: Vec<Task>,
+}
+
+/// Writes a caller may add beside a [`Prepared`] job in one transaction.
+pub const PREPARED_RESERVE: usize = 8;
+
+impl Engine {
+    /// The writes of `plan` as a sealed job, for a transaction of the caller's. Refused
+    /// when the job would leave fewer than [`PREPARED_RESERVE`] writes of a transaction
+    /// to the caller. A conflict on its first write means the same spec was submitted
+    /// already.
+    pub fn prepare(&self, plan: JobPlan) -> Result<Prepared, EngineError> {
+        validate(&plan)?;
+        if plan.tasks.len() + 2 + PREPARED_RESERVE > MAX_TRANSACTION_ITEMS {
+            return Err(EngineError::InvalidPlan(format!(
+                "a job committed with another change has at most {} tasks; this one has {}",
+                MAX_TRANSACTION_ITEMS - 2 - PREPARED_RESERVE,
+                plan.tasks.len()
+            )));
+        }
+        let fp = fingerprint(&plan.kind, &plan.spec);
+        let job_id = JobId::new();
+        let now = Millis::now();
+        let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
+        let job = Job {
+            id: job_id,
+            tenant: plan.tenant.clone(),
+            project: plan.project,
+            kind: plan.kind.clone(),
+            label: plan.label.clone(),
+            spec: plan.spec.clone(),
+            fingerprint: fp.clone(),
+            priority: plan.priority,
+            tasks_total: tasks.len() as i64,
+            sealed: true,
+            counters: JobCounters::default(),
+            cancel: None,
+            created_at: now,
+            rev: 0,
+        };
+        let mut writes = vec![
+            Write::Put {
+                item: Item::new(
+                    records::fingerprint_key(&plan.tenant, &plan.kind, &fp),
+                    serde_json::json!({ "job_id": job_id }),
+                ),
+                condition: Condition::Absent,
+            },
+            Write::Put {
+                item: records::job_item(&job),
+                condition: Condition::Absent,
+            },
+        ];
+        writes.extend(tasks.iter().map(|t| Write::Put {
+            item: records::task_item(t),
+            condition: Condition::Absent,
+        }));
+        Ok(Prepared {
+            job_id,
+            writes,
+            tasks,
+        })
+    }
+
+    /// Offer a prepared job's root tasks once its writes are committed.
+    pub async fn offer_prepared(&self, p: &Prepared) -> Result<(), EngineError> {
+        for t in p.tasks.iter().filter(|t| t.state == TaskState::Queued) {
+            self.offer(t, std::time::Duration::ZERO).await?;
+        }
+        tracing::info!(job_id = %p.job_id, tasks = p.tasks.len(), "prepared job offered");
+        Ok(())
+    }
+}
+
 fn existing_job(fp_item: &Item) -> Result<JobId, EngineError> {
     fp_item
         .body

@@ -5,7 +5,6 @@
 
 pub mod bench;
 pub mod demo;
-pub mod image_check;
 pub mod photos;
 pub mod reconstruct;
 

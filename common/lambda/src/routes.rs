@@ -8,9 +8,10 @@ use tessera_jobs::photos::kinds;
 
 /// S3 object-created notifications for `uploads/` (consumed by the ingest function).
 pub const UPLOADS: &str = "uploads";
-/// Ingest tasks, and photo cleanups (no ONNX Runtime needed).
+/// Ingest tasks, photo cleanups and re-blur sweeps (no ONNX Runtime needed).
 pub const INGEST: &str = "ingest";
-/// Publish-as-is tasks.
+/// Publish-without-detection tasks (they detect after all when someone opted out
+/// meanwhile, so the function has the face models).
 pub const THUMBNAIL_DIMS: &str = "thumbnail-dims";
 /// Detect, match, blur, publish.
 pub const FACE_PROCESS: &str = "face-process";
@@ -39,6 +40,7 @@ pub fn routes() -> QueueRoutes {
             [
                 (kinds::INGEST, INGEST),
                 (kinds::CLEANUP, INGEST),
+                (kinds::REBLUR, INGEST),
                 (kinds::THUMBNAIL_DIMS, THUMBNAIL_DIMS),
                 (kinds::FACE_PROCESS, FACE_PROCESS),
                 (kinds::REPROCESS, REPROCESS),

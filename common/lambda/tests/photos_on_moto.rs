@@ -26,7 +26,7 @@ async fn project_with_subject(d: &Deployment) -> Project {
         .unwrap();
     let bytes = std::fs::read(shared().join("testdata/faces/grace_hopper.jpg")).unwrap();
     project::enrol(
-        store,
+        &d.functions[routes::INGEST].engine,
         models(),
         p.id,
         "grace",

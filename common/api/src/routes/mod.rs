@@ -660,6 +660,15 @@ pub fn table() -> Vec<Operation> {
             get(events::sse),
         ),
         op(
+            M::GET,
+            "/v1/x-tessera/projects/{project_id}/privacy",
+            "/v1/x-tessera/projects/{project_id}/privacy",
+            "Privacy settings, and how many photos are not yet re-decided at the current subjects",
+            "x-tessera",
+            200,
+            get(privacy::get_settings),
+        ),
+        op(
             M::PUT,
             "/v1/x-tessera/projects/{project_id}/privacy",
             "/v1/x-tessera/projects/{project_id}/privacy",

@@ -51,6 +51,43 @@ pub struct Settings {
     /// Face box growth, 0.30..0.40.
     #[serde(default = "default_expand")]
     pub blur_expand: f32,
+    /// EXIF fields published files keep (default: capture time and camera, no location).
+    #[serde(default)]
+    pub keep_metadata: tessera_core::photo::KeepMetadata,
+}
+
+/// The project's privacy settings and how many photos are not yet re-decided at its
+/// current subjects.
+fn privacy_view(p: &tessera_core::domain::Project, status: &project::PrivacyStatus) -> Value {
+    json!({
+        "match_threshold": p.match_threshold, "blur_expand": p.blur_expand,
+        "keep_metadata": p.keep_metadata, "opted_out": p.opted_out,
+        "subjects_rev": status.subjects_rev, "photos": status.photos,
+        "photos_not_current": status.not_current, "photos_published": status.published,
+    })
+}
+
+/// `GET /v1/x-tessera/projects/{pid}/privacy`: settings, and the photos not yet
+/// re-decided after the last subject change.
+pub async fn get_settings(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(pid): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let p = super::projects::owned(&s, &caller, &pid).await?;
+    let status = project::privacy_status(s.engine.ports().store.as_ref(), p.id)
+        .await
+        .map_err(photo_error)?;
+    Ok(Json(privacy_view(&p, &status)))
+}
+
+fn changed(change: project::SubjectChange, extra: Value) -> Response {
+    let mut body =
+        json!({ "subjects_rev": change.subjects_rev, "reblur_job_id": change.reblur_job });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    accepted(&[change.reblur_job], body)
 }
 
 fn default_expand() -> f32 {
@@ -70,18 +107,20 @@ pub async fn put_settings(
             "the body must be JSON {{\"match_threshold\": number|null}}: {e}"
         ))
     })?;
-    project::set_settings(
-        s.engine.ports().store.as_ref(),
+    let change = project::set_settings(
+        &s.engine,
         p.id,
-        b.match_threshold,
-        b.blur_expand,
+        project::Settings {
+            threshold: b.match_threshold,
+            expand: b.blur_expand,
+            keep_metadata: b.keep_metadata,
+        },
     )
     .await
     .map_err(photo_error)?;
-    let jobs = photos::reprocess_all(&s.engine, p.id).await?;
-    Ok(accepted(
-        &jobs,
-        json!({ "match_threshold": b.match_threshold, "blur_expand": b.blur_expand }),
+    Ok(changed(
+        change,
+        json!({ "match_threshold": b.match_threshold, "blur_expand": b.blur_expand, "keep_metadata": b.keep_metadata }),
     ))
 }
 
@@ -133,17 +172,10 @@ pub async fn enrol(
             .map_err(|_| Problem::validation(format!("no finalized upload has blob_sha {sha}")))?;
         refs.push((sha.clone(), bytes.to_vec()));
     }
-    let sub = project::enrol(
-        s.engine.ports().store.as_ref(),
-        models,
-        p.id,
-        &b.label,
-        refs,
-    )
-    .await
-    .map_err(photo_error)?;
-    let jobs = photos::reprocess_all(&s.engine, p.id).await?;
-    let mut r = accepted(&jobs, subject_view(&pid, &sub));
+    let (sub, change) = project::enrol(&s.engine, models, p.id, &b.label, refs)
+        .await
+        .map_err(photo_error)?;
+    let mut r = changed(change, subject_view(&pid, &sub));
     *r.status_mut() = StatusCode::CREATED;
     Ok(r)
 }
@@ -171,13 +203,10 @@ pub async fn remove_subject(
     let sid: SubjectId = sid
         .parse()
         .map_err(|_| Problem::not_found(format!("subject {sid} does not exist")))?;
-    project::remove_subject(s.engine.ports().store.as_ref(), p.id, sid)
+    let change = project::remove_subject(&s.engine, p.id, sid)
         .await
         .map_err(photo_error)?;
-    Ok(accepted(
-        &photos::reprocess_all(&s.engine, p.id).await?,
-        json!({}),
-    ))
+    Ok(changed(change, json!({})))
 }
 
 /// Add-photo request.
@@ -295,7 +324,11 @@ pub struct PresignPhoto {
 }
 
 /// How long a presigned upload or download URL is valid.
-const PRESIGNED_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How long a presigned photo upload URL is valid: long enough for a phone on a slow
+/// link, short enough that a leaked URL soon stops working. Each URL names a fresh photo
+/// key and is signed with `If-None-Match: *`, so it can create that object once and
+/// never replace it.
+const PRESIGNED_FOR: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// `POST /v1/x-tessera/projects/{pid}/photos:presign`: a URL to PUT the photo straight
 /// into the bucket. The bucket's notification then ingests it like any upload; the
@@ -340,7 +373,7 @@ pub async fn presign_photo(
         StatusCode::CREATED,
         Json(json!({
             "photo_id": photo, "key": key,
-            "upload": { "method": "PUT", "url": url, "headers": { "content-type": content_type }, "expires_at": expires },
+            "upload": { "method": "PUT", "url": url, "headers": { "content-type": content_type, "if-none-match": "*" }, "expires_at": expires },
             "_links": super::links(&format!("/v1/x-tessera/photos/{photo}"), &[]),
         })),
     )

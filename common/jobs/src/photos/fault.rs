@@ -18,3 +18,60 @@ pub fn crash_point(point: &str) {
         std::process::abort();
     }
 }
+
+/// After a photo's files are stored and its decision made, before the task's success
+/// publishes them.
+pub const BEFORE_PUBLISH: &str = "before-publish";
+/// In ingest, after the project was read and the follow-up chosen, before the photo's
+/// row is written.
+pub const INGEST_BEFORE_ROW: &str = "ingest-before-row";
+
+/// A point where a test holds a running task while it changes the world, to make a
+/// race deterministic: [`hold`] arms it, the task calls [`pause_point`] and waits there
+/// until the test releases it. Unarmed, a pause point is one lock and a map lookup.
+pub struct Held {
+    /// Notified when a task reaches the point.
+    pub reached: std::sync::Arc<tokio::sync::Notify>,
+    /// Notify to let the task go on.
+    pub release: std::sync::Arc<tokio::sync::Notify>,
+}
+
+type Armed = std::collections::HashMap<&'static str, Held>;
+
+fn armed() -> &'static std::sync::Mutex<Armed> {
+    static ARMED: std::sync::OnceLock<std::sync::Mutex<Armed>> = std::sync::OnceLock::new();
+    ARMED.get_or_init(Default::default)
+}
+
+/// Arm `point` for the next task that reaches it (once); returns (reached, release).
+pub fn hold(
+    point: &'static str,
+) -> (
+    std::sync::Arc<tokio::sync::Notify>,
+    std::sync::Arc<tokio::sync::Notify>,
+) {
+    let held = Held {
+        reached: Default::default(),
+        release: Default::default(),
+    };
+    let pair = (held.reached.clone(), held.release.clone());
+    armed()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(point, held);
+    pair
+}
+
+/// Wait here if a test armed `point` (disarming it), else go on at once.
+pub async fn pause_point(point: &'static str) {
+    let held = armed()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(point);
+    if let Some(h) = held {
+        tracing::warn!(point, "held at a test pause point");
+        h.reached.notify_one();
+        h.release.notified().await;
+    }
+    crash_point(point);
+}

@@ -5,8 +5,12 @@
 //! row is created only if absent, an event older than the row's (by sequencer) is
 //! ignored, and the follow-up job is deduplicated by its spec. A bad upload is refused
 //! before anything is written.
+//!
+//! An upload key whose bytes changed after it was ingested (a second PUT through a
+//! presigned URL, an overwrite in the bucket) is refused, and its photo is unpublished in
+//! the same step: the published files were decided about other pixels.
 
-use super::{ObjectCreated, follow_up_plan, project, sequencer_older, upload};
+use super::{ObjectCreated, follow_up_plan, project, row as photo_row, sequencer_older, upload};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use tessera_core::Millis;
@@ -62,10 +66,12 @@ impl TaskHandler for Ingest {
         let row = match existing {
             Some(row) => {
                 if row.sha256 != sha256 {
+                    ctx.commit(vec![photo_row::unpublish(photo_id)]).await?;
+                    tracing::warn!(photo = %photo_id, key, "upload changed after ingest; photo unpublished");
                     return Err(refuse(
                         &key,
                         format!(
-                            "photo {photo_id} was ingested with other content (sha256 {}); upload a changed photo as a new photo",
+                            "photo {photo_id} was ingested with other content (sha256 {}); it is unpublished until its original upload is restored; upload a changed photo as a new photo",
                             &row.sha256[..12]
                         ),
                     ));
@@ -80,7 +86,7 @@ impl TaskHandler for Ingest {
                     tokio::task::spawn_blocking(move || upload::decode(&check_name, &bytes))
                         .await
                         .map_err(|e| TaskError::transient(format!("decoder thread: {e}")))?
-                        .map_err(|e| refuse(&key, e))?;
+                        .map_err(|e| refuse(&key, e.0))?;
                 let pipeline = if project.match_threshold.is_some() && project.opted_out == 0 {
                     Pipeline::ThumbnailDims
                 } else {
@@ -93,9 +99,12 @@ impl TaskHandler for Ingest {
                     file_name: name,
                     sha256: sha256.clone(),
                     bytes: size,
-                    format: decoded.format.into(),
+                    format: decoded.format.as_str().into(),
                     width: decoded.rgb.width(),
                     height: decoded.rgb.height(),
+                    orientation: decoded.orientation.exif(),
+                    rules: tessera_core::photo::RULES,
+                    subjects_rev: 0,
                     sequencer: event.sequencer.clone(),
                     pipeline,
                     faces: None,
@@ -110,6 +119,7 @@ impl TaskHandler for Ingest {
                     published_at: None,
                     created_at: Millis::now(),
                 };
+                super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await;
                 ctx.commit(vec![Write::Put {
                     item: records::photo_item(&row),
                     condition: Condition::Absent,
@@ -131,7 +141,7 @@ impl TaskHandler for Ingest {
         tracing::info!(photo = %photo_id, project = %project_id, pipeline = ?row.pipeline, follow_up = %follow.job_id, "ingested");
         Ok(TaskOutput::result(serde_json::json!({
             "photo": photo_id, "pipeline": row.pipeline, "follow_up": follow.job_id,
-            "width": row.width, "height": row.height,
+            "width": row.width, "height": row.height, "orientation": row.orientation,
         })))
     }
 }

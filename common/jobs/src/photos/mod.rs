@@ -3,14 +3,18 @@
 //!
 //! ```text
 //! object created ──► photo_ingest ─┬─► photo_face_process: face_process ─► cleanup
-//!                                  └─► photo_thumbnail_dims: thumbnail_dims
-//! subjects or blur regions change ──► photo_reprocess: reprocess ─► cleanup
+//!                                  └─► photo_thumbnail_dims: thumbnail_dims ─► cleanup
+//! subjects or settings change ──► photo_reblur: sweep ─► photo_reprocess (each photo
+//!                                  not at the new subject revision): reprocess ─► cleanup
+//! blur regions change ──► photo_reprocess: reprocess ─► cleanup
 //! ```
 //!
 //! Ingest chooses the follow-up job once and records it on the photo row; the two
 //! follow-ups never both act on one upload (`thumbnail_dims` only acts on a row whose
-//! variant version is 0, and `face_process` bumps it first). The row's invariants
-//! (versioned keys, staged before upload, published last) are in
+//! variant version is 0, and `face_process` bumps it first). A subject change and its
+//! sweep are one transaction ([`project`]), and every publication is conditioned on the
+//! project's subject revision being the one the decision used ([`process`]). The row's
+//! invariants (versioned keys, staged before upload, published last) are in
 //! [`tessera_core::photo`].
 
 pub mod cleanup;
@@ -18,9 +22,9 @@ pub mod fault;
 pub mod ingest;
 pub mod process;
 pub mod project;
+pub mod reblur;
 pub mod render;
 pub mod row;
-pub mod thumbnail;
 pub mod upload;
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +43,8 @@ pub mod kinds {
     pub const THUMBNAIL_DIMS_JOB: &str = "photo_thumbnail_dims";
     /// Re-blur from stored faces after subjects or regions changed.
     pub const REPROCESS_JOB: &str = "photo_reprocess";
+    /// Re-decide every photo of a project after its subjects or settings changed.
+    pub const REBLUR_JOB: &str = "photo_reblur";
 
     /// Task kinds.
     pub const INGEST: &str = "photo.ingest";
@@ -50,6 +56,8 @@ pub mod kinds {
     pub const REPROCESS: &str = "photo.reprocess";
     /// Deletes replaced and orphaned objects of a photo.
     pub const CLEANUP: &str = "photo.cleanup";
+    /// See [`REBLUR_JOB`].
+    pub const REBLUR: &str = "photo.reblur";
 }
 
 /// The face models a process uses, loaded on first use and then shared: a worker that
@@ -298,7 +306,10 @@ pub fn follow_up_plan(
             kinds::THUMBNAIL_DIMS_JOB,
             format!("thumbnail_dims {photo}"),
             spec.clone(),
-            vec![TaskPlan::new("thumbnail_dims", kinds::THUMBNAIL_DIMS, spec)],
+            vec![
+                TaskPlan::new("thumbnail_dims", kinds::THUMBNAIL_DIMS, spec.clone()),
+                TaskPlan::new("cleanup", kinds::CLEANUP, spec).after(["thumbnail_dims"]),
+            ],
         ),
     }
 }
@@ -328,30 +339,6 @@ pub fn reprocess_plan(
     )
 }
 
-/// Re-blur every photo of a project after its subjects or privacy settings changed
-/// (one job per photo, new for each change of `subjects_rev`).
-pub async fn reprocess_all(
-    engine: &tessera_engine::Engine,
-    project: ProjectId,
-) -> Result<Vec<tessera_core::JobId>, tessera_engine::EngineError> {
-    let store = engine.ports().store.as_ref();
-    let p = project::load(store, project)
-        .await
-        .map_err(|e| tessera_engine::EngineError::Refused(e.to_string()))?;
-    let mut jobs = Vec::new();
-    for photo in project::photos(store, project).await? {
-        let plan = reprocess_plan(
-            p.tenant.clone(),
-            p.id,
-            photo.id,
-            p.subjects_rev,
-            photo.edits_rev,
-        );
-        jobs.push(engine.submit(plan).await?.job_id);
-    }
-    Ok(jobs)
-}
-
 /// The photo a task's payload names.
 pub(crate) fn payload_photo(task: &tessera_core::task::Task) -> Result<PhotoId, TaskError> {
     task.payload
@@ -361,10 +348,26 @@ pub(crate) fn payload_photo(task: &tessera_core::task::Task) -> Result<PhotoId, 
         .ok_or_else(|| TaskError::poison(format!("task {} payload names no photo", task.id)))
 }
 
+/// The project a task's payload names.
+pub(crate) fn payload_project(task: &tessera_core::task::Task) -> Result<ProjectId, TaskError> {
+    task.payload
+        .get("project")
+        .and_then(|p| p.as_str())
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| TaskError::poison(format!("task {} payload names no project", task.id)))
+}
+
 /// Register the photo task kinds.
 pub fn register(r: &mut Registry, faces: Arc<FaceService>) {
     r.register(kinds::INGEST, ingest::Ingest);
-    r.register(kinds::THUMBNAIL_DIMS, thumbnail::ThumbnailDims);
+    r.register(
+        kinds::THUMBNAIL_DIMS,
+        process::Process {
+            faces: faces.clone(),
+            mode: process::Mode::ThumbnailDims,
+        },
+    );
+    r.register(kinds::REBLUR, reblur::Sweep);
     r.register(
         kinds::FACE_PROCESS,
         process::Process {

@@ -1,42 +1,56 @@
-//! `face_process` and `reprocess`: decide every face, blur, write the files of a new
-//! version, publish last.
+//! `face_process`, `reprocess` and `thumbnail_dims`: decide every face, blur, write the
+//! files of a new version, publish last.
 //!
 //! Order of writes (each row write is conditional on the variant version, and fenced):
 //! 1. faces, if the photo has none yet (detection happens once per photo; reprocess of
 //!    a photo that was never detected detects for the first time);
 //! 2. the new version: `variant_version + 1`, `published_at = null`, and every key of
-//!    the new version *staged* before any upload;
+//!    the new version *staged* before any upload (a row under older [`RULES`] is migrated
+//!    here, in the same write);
 //! 3. per rendition: upload the file and its thumbnail, then point the row at them (the
 //!    keys they replace go to `replaced_keys`);
 //! 4. with the task's success, in one transaction: `published_at = now`, nothing
-//!    staged. The cleanup task deletes replaced and orphaned objects afterwards.
+//!    staged, the `subjects_rev` the decision used — on the condition that it is still
+//!    the project's. A subject change that lands while a photo is being decided makes
+//!    that transaction fail, and the retry decides again with the new subjects.
 //!
 //! A crash anywhere leaves the row unpublished or pointing at complete files; a retry
 //! starts a newer version, so no object a row points at is ever overwritten.
+//!
+//! The upload is read back and checked against the hash ingest recorded before it is
+//! used: bytes swapped under an ingested key are never blurred with another photo's face
+//! boxes, the task fails permanently and the photo is unpublished.
 
-use super::render::{self, VariantPlan};
+use super::render::{self, FileMeta, VariantPlan};
 use super::{FaceService, fault, payload_photo, project, row, upload};
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use tessera_core::Millis;
 use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
-use tessera_core::photo::{Face, Photo, Rendition, keys};
-use tessera_core::ports::state_store::Write;
+use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
+use tessera_core::ports::state_store::{Condition, Write};
 use tessera_core::privacy::{self, FaceDecision, MatchPolicy, SubjectEmbeddings};
+use tessera_core::records;
 use tessera_core::task::Task;
 use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
+use tessera_imaging::Orientation;
 
 /// Which job this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// First processing after ingest.
     FaceProcess,
-    /// Subjects or regions changed: re-decide and re-blur from stored faces.
+    /// Subjects, regions or rules changed: re-decide and re-blur from stored faces.
     Reprocess,
+    /// First processing of a photo in a project where nobody opted out and a threshold
+    /// is set: no detection, one public file. Acts only on a row at variant version 0,
+    /// and detects after all if the project has changed since ingest chose it.
+    ThumbnailDims,
 }
 
-/// The handler of both modes.
+/// The handler of every mode.
 pub struct Process {
     /// The face models (loaded once per process).
     pub faces: Arc<FaceService>,
@@ -48,7 +62,7 @@ fn blocking_err(e: tokio::task::JoinError) -> TaskError {
     TaskError::transient(format!("worker thread: {e}"))
 }
 
-/// Faces of `img` as stored on the row (decisions filled in later).
+/// Faces of the upright `img` as stored on the row (decisions filled in later).
 fn detect(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
@@ -69,6 +83,24 @@ fn detect(
         .collect()
 }
 
+/// What a row under older [`RULES`] becomes: regions mapped from stored to displayed
+/// pixels, faces dropped (detected again) when the photo is not stored upright.
+struct Migration {
+    regions: Vec<FracRect>,
+    redetect: bool,
+}
+
+fn migration(photo: &Photo, orientation: Orientation) -> Option<Migration> {
+    (photo.rules < RULES).then(|| Migration {
+        regions: photo
+            .blur_regions
+            .iter()
+            .map(|r| orientation.map_rect(*r))
+            .collect(),
+        redetect: !orientation.is_upright(),
+    })
+}
+
 #[async_trait]
 impl TaskHandler for Process {
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
@@ -76,9 +108,18 @@ impl TaskHandler for Process {
         let ports = ctx.ports();
         let store = ports.store.as_ref();
         let photo = row::load(store, id).await?;
+        if self.mode == Mode::ThumbnailDims && photo.variant_version != 0 {
+            tracing::info!(photo = %id, version = photo.variant_version, "thumbnail_dims: face processing owns this photo; nothing to do");
+            return Ok(TaskOutput::result(serde_json::json!({
+                "photo": id, "skipped": "the photo has processed variants",
+            })));
+        }
         let proj = project::load(store, photo.project)
             .await
             .map_err(TaskError::from_classified)?;
+        // The subjects are read after the project: a change in between bumps the rev read
+        // here or lands after it, and either way the publishing condition catches it.
+        let decided_rev = proj.subjects_rev;
         let subjects: Vec<SubjectEmbeddings> = project::subjects(store, photo.project)
             .await?
             .into_iter()
@@ -90,18 +131,47 @@ impl TaskHandler for Process {
         let policy = MatchPolicy::from_threshold(proj.match_threshold);
 
         let bytes = ports.objects.get(&photo.upload_key).await?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        if sha256 != photo.sha256 {
+            return Err(TaskError::permanent(format!(
+                "upload `{}` of photo {id} changed after ingest (sha256 {} is now {}); the photo stays unpublished",
+                photo.upload_key,
+                &photo.sha256[..12],
+                &sha256[..12]
+            )));
+        }
         let name = photo.file_name.clone();
-        let img = Arc::new(
-            tokio::task::spawn_blocking(move || upload::decode(&name, &bytes))
-                .await
-                .map_err(blocking_err)?
-                .map_err(TaskError::permanent)?
-                .rgb,
-        );
+        let decoded = tokio::task::spawn_blocking(move || upload::decode(&name, &bytes))
+            .await
+            .map_err(blocking_err)?
+            .map_err(TaskError::from_classified)?;
+        let meta = FileMeta {
+            icc: decoded.icc.clone(),
+            exif: decoded
+                .exif
+                .as_deref()
+                .and_then(|raw| tessera_imaging::metadata::kept_exif(raw, proj.keep_metadata)),
+        };
+        let migrate = migration(&photo, decoded.orientation);
+        let img = Arc::new(decoded.rgb);
+        let mut regions = photo.blur_regions.clone();
+        let mut known = photo.faces.clone();
+        if let Some(m) = &migrate {
+            regions = m.regions.clone();
+            if m.redetect {
+                known = None;
+            }
+            tracing::info!(photo = %id, orientation = decoded.orientation.exif(), redetect = m.redetect, "migrating the row to the current privacy rules");
+        }
+        let nobody_to_hide = proj.opted_out == 0 && proj.match_threshold.is_some();
 
         // 1. Faces: detected once per photo, kept for every later re-blur.
-        let mut faces = match &photo.faces {
-            Some(f) => f.clone(),
+        let mut detected_by = None;
+        let mut faces = match known {
+            Some(f) => f,
+            // Nothing to hide and nobody opted out: no detection (a later enrolment
+            // re-decides the photo and detects then).
+            None if self.mode == Mode::ThumbnailDims && nobody_to_hide => Vec::new(),
             None => {
                 let started = ctx.phase_started(Phase::FaceDetection).await?;
                 let models = self.faces.models()?;
@@ -111,25 +181,30 @@ impl TaskHandler for Process {
                     .await
                     .map_err(blocking_err)?
                     .map_err(TaskError::from_classified)?;
-                ctx.commit(vec![row::set(
-                    id,
-                    photo.variant_version,
-                    vec![
-                        ("faces", row::json(&found)),
-                        ("detector", row::json(&detector)),
-                    ],
-                )])
-                .await?;
+                // A migrating row keeps its old geometry until the version bump, which
+                // writes faces and regions in the new frame together.
+                if migrate.is_none() {
+                    ctx.commit(vec![row::set(
+                        id,
+                        photo.variant_version,
+                        vec![
+                            ("faces", row::json(&found)),
+                            ("detector", row::json(&detector)),
+                        ],
+                    )])
+                    .await?;
+                }
                 ctx.metric("faces", found.len() as f64, None).await?;
                 ctx.phase_completed(Phase::FaceDetection, started).await?;
                 tracing::info!(photo = %id, faces = found.len(), detector, "faces detected");
+                detected_by = Some(detector);
                 found
             }
         };
         for f in &mut faces {
             f.decision = privacy::decide(&f.embedding, &subjects, policy);
         }
-        let plans = render::plan(&faces, &photo.blur_regions, proj.blur_expand);
+        let plans = render::plan(&faces, &regions, proj.blur_expand);
         ctx.checkpoint().await?;
 
         // 2. A new version, unpublished, with every key staged before any upload.
@@ -147,42 +222,45 @@ impl TaskHandler for Process {
             ("variant_version", row::json(&version)),
             ("published_at", serde_json::Value::Null),
             ("staged_keys", row::json(&staged)),
-            ("faces", row::json(&faces)),
         ];
-        let started = ctx.phase_started(Phase::Blur).await?;
-        let mut upload_thumb = photo.upload_thumb_key.clone();
-        if plans.is_empty() && upload_thumb.is_none() {
-            let key = keys::upload_thumb(photo.project, id);
-            let pixels = img.clone();
-            let thumb =
-                tokio::task::spawn_blocking(move || render::jpeg(&render::thumbnail(&pixels)))
-                    .await
-                    .map_err(blocking_err)?
-                    .map_err(TaskError::permanent)?;
-            ports.objects.put(&key, thumb.into()).await?;
-            bump.push(("upload_thumb_key", row::json(&key)));
-            upload_thumb = Some(key);
+        // Faces are stored once detected (a thumbnail_dims photo has none yet).
+        if known_or_detected(&photo, detected_by, migrate.as_ref()) {
+            bump.push(("faces", row::json(&faces)));
+        } else if migrate.is_some() {
+            bump.push(("faces", serde_json::Value::Null));
         }
-        ctx.commit(vec![row::set(id, photo.variant_version, bump)])
-            .await?;
+        if let Some(d) = detected_by {
+            bump.push(("detector", row::json(&d)));
+        }
+        let bump_write = if migrate.is_none() {
+            row::set(id, photo.variant_version, bump)
+        } else {
+            bump.extend([
+                ("blur_regions", row::json(&regions)),
+                ("width", row::json(&img.width())),
+                ("height", row::json(&img.height())),
+                ("orientation", row::json(&decoded.orientation.exif())),
+                ("rules", row::json(&RULES)),
+            ]);
+            // Regions edited meanwhile were drawn on the old frame: decide again.
+            Write::Set {
+                key: records::photo_key(id),
+                fields: bump.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                condition: Condition::All(vec![
+                    Condition::field_eq("variant_version", photo.variant_version),
+                    Condition::field_eq("edits_rev", photo.edits_rev),
+                ]),
+            }
+        };
+        let started = ctx.phase_started(Phase::Blur).await?;
+        ctx.commit(vec![bump_write]).await?;
 
         // 3. Files, each pointed at as soon as it is stored.
-        if plans.is_empty() {
-            replace(
-                &photo,
-                &mut renditions,
-                &mut replaced,
-                Rendition {
-                    variant: None,
-                    key: photo.upload_key.clone(),
-                    thumb_key: upload_thumb.clone().expect("made above"),
-                },
-            );
-        }
         for VariantPlan { variant, blur } in &plans {
             let pixels = img.clone();
             let blur = blur.clone();
-            let out = tokio::task::spawn_blocking(move || render::render(&pixels, &blur))
+            let meta = meta.clone();
+            let out = tokio::task::spawn_blocking(move || render::render(&pixels, &blur, &meta))
                 .await
                 .map_err(blocking_err)?
                 .map_err(TaskError::permanent)?;
@@ -212,11 +290,7 @@ impl TaskHandler for Process {
             ctx.checkpoint().await?;
         }
         // Renditions for subjects no longer in the photo go.
-        let wanted: Vec<_> = if plans.is_empty() {
-            vec![None]
-        } else {
-            plans.iter().map(|p| p.variant).collect()
-        };
+        let wanted: Vec<_> = plans.iter().map(|p| p.variant).collect();
         renditions.retain(|r| {
             let keep = wanted.contains(&r.variant);
             if !keep {
@@ -225,23 +299,32 @@ impl TaskHandler for Process {
             keep
         });
         ctx.phase_completed(Phase::Blur, started).await?;
+        fault::pause_point(fault::BEFORE_PUBLISH).await;
 
-        // 4. Publish: with the task's success, after every file is stored.
+        // 4. Publish: with the task's success, after every file is stored, while the
+        //    project's subjects are still the ones decided against.
         let published_at = Millis::now();
-        tracing::info!(photo = %id, version, files = renditions.len(), faces = faces.len(), "publishing");
+        tracing::info!(photo = %id, version, subjects_rev = decided_rev, files = renditions.len(), faces = faces.len(), "publishing");
         let summary = summary(&photo, version, &faces, &renditions, self.mode);
         Ok(TaskOutput {
             result: summary,
-            writes: vec![row::set(
-                id,
-                version,
-                vec![
-                    ("renditions", row::json(&renditions)),
-                    ("replaced_keys", row::json(&replaced)),
-                    ("staged_keys", row::json(&Vec::<String>::new())),
-                    ("published_at", row::json(&published_at)),
-                ],
-            )],
+            writes: vec![
+                row::set(
+                    id,
+                    version,
+                    vec![
+                        ("renditions", row::json(&renditions)),
+                        ("replaced_keys", row::json(&replaced)),
+                        ("staged_keys", row::json(&Vec::<String>::new())),
+                        ("subjects_rev", row::json(&decided_rev)),
+                        ("published_at", row::json(&published_at)),
+                    ],
+                ),
+                Write::Check {
+                    key: records::project_key(photo.project),
+                    condition: Condition::field_eq("subjects_rev", decided_rev),
+                },
+            ],
         })
     }
 
@@ -251,6 +334,16 @@ impl TaskHandler for Process {
             .into_iter()
             .collect()
     }
+}
+
+/// Whether the row should hold `faces` after this run: it had faces and keeps them, or
+/// detection ran now.
+fn known_or_detected(
+    photo: &Photo,
+    detected_by: Option<&str>,
+    migrate: Option<&Migration>,
+) -> bool {
+    detected_by.is_some() || (photo.faces.is_some() && !migrate.is_some_and(|m| m.redetect))
 }
 
 /// Queue a rendition's objects for deletion (never the upload or its thumbnail).

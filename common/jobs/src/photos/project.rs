@@ -1,13 +1,20 @@
 //! Projects, their opted-out subjects, and the changes that make photos re-blur:
-//! enrolment of a subject and edits of a photo's blur regions.
+//! enrolment or removal of a subject, privacy settings, edits of a photo's blur regions.
+//!
+//! A subject or settings change is one transaction with the project's new
+//! `subjects_rev` *and* the sweep job that re-decides every photo at it
+//! ([`super::reblur`]): once the change is stored, its work is stored too, whatever
+//! happens to the process that made it.
 
 use super::upload;
 use std::sync::Arc;
+use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
-use tessera_core::photo::{Photo, Subject};
+use tessera_core::photo::{KeepMetadata, Photo, Subject};
 use tessera_core::ports::state_store::{Condition, Index, Query, StateStore, StoreError, Write};
 use tessera_core::projects::ProjectError;
-use tessera_core::{Classify, ErrorClass, Millis, PhotoId, ProjectId, SubjectId, records};
+use tessera_core::{Classify, ErrorClass, JobId, Millis, PhotoId, ProjectId, SubjectId, records};
+use tessera_engine::Engine;
 use tessera_faces::FaceModels;
 
 /// Why a project-level request failed.
@@ -83,7 +90,7 @@ pub fn reference_embedding(
     name: &str,
     bytes: &[u8],
 ) -> Result<Vec<f32>, PhotoError> {
-    let decoded = upload::decode(name, bytes).map_err(PhotoError::Invalid)?;
+    let decoded = upload::decode(name, bytes).map_err(|e| PhotoError::Invalid(e.0))?;
     let faces = models.detect(&decoded.rgb)?;
     let largest = faces
         .iter()
@@ -106,16 +113,77 @@ pub fn reference_embedding(
     Ok(models.embed(&decoded.rgb, &largest.landmarks)?)
 }
 
-/// Enrol an opted-out subject from reference photos (`(name, bytes)`), in one
-/// transaction with the project's subject counters.
+/// A committed subject or settings change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubjectChange {
+    /// The project's subject revision after the change.
+    pub subjects_rev: u64,
+    /// The sweep that re-decides every photo at it.
+    pub reblur_job: JobId,
+}
+
+/// Commit `writes` (the caller's, first) with the project's fields from `fields` (given
+/// the project as read), its `subjects_rev` bumped, and the sweep job at the new
+/// revision, in one transaction. A concurrent change of the project is retried from a
+/// fresh read; a conflict on one of the caller's writes is returned as is.
+async fn change_subjects(
+    engine: &Engine,
+    project: ProjectId,
+    writes: Vec<Write>,
+    fields: impl Fn(&Project) -> Vec<(String, serde_json::Value)>,
+) -> Result<SubjectChange, PhotoError> {
+    let store = engine.ports().store.as_ref();
+    loop {
+        let item = store
+            .get(&records::project_key(project))
+            .await?
+            .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
+        let p: Project = records::decode(&item)?;
+        let rev = p.subjects_rev + 1;
+        let mut set = fields(&p);
+        set.push(("subjects_rev".into(), rev.into()));
+        let sweep = engine
+            .prepare(super::reblur::plan(p.tenant.clone(), project, rev))
+            .map_err(|e| PhotoError::Invalid(e.to_string()))?;
+        let mut all = writes.clone();
+        let project_write = all.len();
+        all.push(Write::Set {
+            key: records::project_key(project),
+            fields: set,
+            condition: Condition::Rev(item.rev),
+        });
+        all.extend(sweep.writes.iter().cloned());
+        match store.transact(all).await {
+            Ok(()) => {
+                tracing::info!(project = %project, subjects_rev = rev, reblur_job = %sweep.job_id, "subject change committed with its sweep");
+                // Offered now; if this process dies first, the reaper offers it.
+                if let Err(e) = engine.offer_prepared(&sweep).await {
+                    tracing::warn!(project = %project, error = %e, "sweep not offered; the reaper will");
+                }
+                return Ok(SubjectChange {
+                    subjects_rev: rev,
+                    reblur_job: sweep.job_id,
+                });
+            }
+            Err(StoreError::Conflict { index, .. }) if index >= project_write => {
+                tracing::info!(project = %project, "the project changed meanwhile; trying again");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Enrol an opted-out subject from reference photos (`(name, bytes)`): the subject, the
+/// project's counters and the sweep that re-blurs every photo, in one transaction.
 pub async fn enrol(
-    store: &dyn StateStore,
+    engine: &Engine,
     models: Arc<FaceModels>,
     project: ProjectId,
     label: &str,
     references: Vec<(String, Vec<u8>)>,
-) -> Result<Subject, PhotoError> {
-    load(store, project).await?;
+) -> Result<(Subject, SubjectChange), PhotoError> {
+    load(engine.ports().store.as_ref(), project).await?;
     if label.trim().is_empty() {
         return Err(PhotoError::Invalid(
             "a subject needs a label (a name people recognise)".into(),
@@ -143,19 +211,17 @@ pub async fn enrol(
         references: names,
         created_at: Millis::now(),
     };
-    store
-        .transact(vec![
-            Write::Put {
-                item: records::subject_item(&s),
-                condition: Condition::Absent,
-            },
-            Write::Add {
-                key: records::project_key(project),
-                deltas: vec![("opted_out".into(), 1), ("subjects_rev".into(), 1)],
-            },
-        ])
-        .await?;
-    Ok(s)
+    let change = change_subjects(
+        engine,
+        project,
+        vec![Write::Put {
+            item: records::subject_item(&s),
+            condition: Condition::Absent,
+        }],
+        |p| vec![("opted_out".into(), (p.opted_out + 1).into())],
+    )
+    .await?;
+    Ok((s, change))
 }
 
 /// Replace a photo's manual blur regions (fractions of the stored image), checking
@@ -192,63 +258,100 @@ pub async fn set_regions(
     Ok(rev)
 }
 
-/// Remove an opted-out subject (they no longer object, or were enrolled by mistake), in
-/// one transaction with the project's subject counters.
+/// Remove an opted-out subject (they no longer object, or were enrolled by mistake):
+/// the deletion, the project's counters and the sweep, in one transaction.
 pub async fn remove_subject(
-    store: &dyn StateStore,
+    engine: &Engine,
     project: ProjectId,
     subject: SubjectId,
-) -> Result<(), PhotoError> {
-    match store
-        .transact(vec![
-            Write::Delete {
-                key: records::subject_key(project, subject),
-                condition: Condition::Exists,
-            },
-            Write::Add {
-                key: records::project_key(project),
-                deltas: vec![("opted_out".into(), -1), ("subjects_rev".into(), 1)],
-            },
-        ])
-        .await
+) -> Result<SubjectChange, PhotoError> {
+    match change_subjects(
+        engine,
+        project,
+        vec![Write::Delete {
+            key: records::subject_key(project, subject),
+            condition: Condition::Exists,
+        }],
+        |p| vec![("opted_out".into(), p.opted_out.saturating_sub(1).into())],
+    )
+    .await
     {
-        Err(StoreError::Conflict { index: 0, .. }) => Err(PhotoError::NotFound(format!(
-            "subject {subject} is not enrolled in project {project}"
-        ))),
-        other => Ok(other?),
+        Err(PhotoError::Store(StoreError::Conflict { index: 0, .. })) => Err(PhotoError::NotFound(
+            format!("subject {subject} is not enrolled in project {project}"),
+        )),
+        other => other,
     }
 }
 
-/// Change a project's privacy settings; every photo must then be re-blurred (the
-/// subject revision is bumped so the re-blur jobs are new).
+/// Re-decide every photo of a project with nothing else changed: how rows made under
+/// older [`tessera_core::photo::RULES`] are migrated.
+pub async fn reblur_all(engine: &Engine, project: ProjectId) -> Result<SubjectChange, PhotoError> {
+    change_subjects(engine, project, Vec::new(), |_| Vec::new()).await
+}
+
+/// A project's privacy settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// Cosine threshold; `None` fails closed.
+    pub threshold: Option<f32>,
+    /// Face box growth, 0.30..0.40.
+    pub expand: f32,
+    /// EXIF fields published files keep.
+    pub keep_metadata: KeepMetadata,
+}
+
+/// Change a project's privacy settings: with the sweep that re-decides every photo, in
+/// one transaction.
 pub async fn set_settings(
+    engine: &Engine,
+    project: ProjectId,
+    settings: Settings,
+) -> Result<SubjectChange, PhotoError> {
+    validate_settings(settings.threshold, settings.expand)?;
+    change_subjects(engine, project, Vec::new(), |_| {
+        vec![
+            (
+                "match_threshold".into(),
+                serde_json::to_value(settings.threshold).expect("serializable"),
+            ),
+            ("blur_expand".into(), settings.expand.into()),
+            (
+                "keep_metadata".into(),
+                serde_json::to_value(settings.keep_metadata).expect("serializable"),
+            ),
+        ]
+    })
+    .await
+}
+
+/// How far a project's photos are from its current subjects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PrivacyStatus {
+    /// The project's subject revision.
+    pub subjects_rev: u64,
+    /// Photos in the project.
+    pub photos: u64,
+    /// Photos whose files were decided at an older revision or under older rules: they
+    /// are being re-decided (and are unpublished while that runs).
+    pub not_current: u64,
+    /// Photos published now.
+    pub published: u64,
+}
+
+/// Count the project's photos against its subject revision.
+pub async fn privacy_status(
     store: &dyn StateStore,
     project: ProjectId,
-    threshold: Option<f32>,
-    expand: f32,
-) -> Result<(), PhotoError> {
-    validate_settings(threshold, expand)?;
-    let item = store
-        .get(&records::project_key(project))
-        .await?
-        .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
-    let rev = item.body["subjects_rev"].as_u64().unwrap_or(0) + 1;
-    store
-        .transact(vec![Write::Set {
-            key: records::project_key(project),
-            fields: vec![
-                (
-                    "match_threshold".into(),
-                    serde_json::to_value(threshold).expect("serializable"),
-                ),
-                (
-                    "blur_expand".into(),
-                    serde_json::to_value(expand).expect("serializable"),
-                ),
-                ("subjects_rev".into(), rev.into()),
-            ],
-            condition: Condition::Rev(item.rev),
-        }])
-        .await?;
-    Ok(())
+) -> Result<PrivacyStatus, PhotoError> {
+    let p = load(store, project).await?;
+    let all = photos(store, project).await?;
+    Ok(PrivacyStatus {
+        subjects_rev: p.subjects_rev,
+        photos: all.len() as u64,
+        not_current: all
+            .iter()
+            .filter(|ph| ph.needs_reprocess(p.subjects_rev))
+            .count() as u64,
+        published: all.iter().filter(|ph| ph.published_at.is_some()).count() as u64,
+    })
 }

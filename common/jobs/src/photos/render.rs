@@ -1,9 +1,10 @@
 //! Turning one photo's pixels, faces and blur regions into its files: the public file
 //! with every face that must be hidden blurred, one file per opted-out subject found
-//! with only that subject shown, and a thumbnail cut from each blurred file.
+//! with only that subject shown, and a thumbnail cut from each blurred file. Every file
+//! is written by Tessera (upright, with the colour profile and only the metadata the
+//! project keeps), even when nothing is blurred: the upload itself is never served.
 
 use image::RgbImage;
-use image::codecs::jpeg::JpegEncoder;
 use tessera_core::SubjectId;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::Face;
@@ -11,8 +12,7 @@ use tessera_faces::blur::{self, BlurPlan};
 
 /// Longest side of a thumbnail.
 pub const THUMB_SIDE: u32 = 320;
-/// JPEG quality of written files.
-pub const JPEG_QUALITY: u8 = 90;
+pub use tessera_imaging::encode::JPEG_QUALITY;
 
 /// What one file must hide.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,9 +23,9 @@ pub struct VariantPlan {
     pub blur: BlurPlan,
 }
 
-/// The files a photo needs: none (publish the upload as is) when nothing must be
-/// blurred, else the public file plus one per subject shown somewhere — N + 1, never
-/// 2^N, because no viewer needs two subjects unblurred at once.
+/// The files a photo needs: the public file (with nothing blurred when nothing must be)
+/// plus one per subject shown somewhere — N + 1, never 2^N, because no viewer needs two
+/// subjects unblurred at once.
 pub fn plan(faces: &[Face], regions: &[FracRect], expand: f32) -> Vec<VariantPlan> {
     let mut subjects: Vec<SubjectId> = Vec::new();
     for f in faces {
@@ -47,11 +47,7 @@ pub fn plan(faces: &[Face], regions: &[FracRect], expand: f32) -> Vec<VariantPla
             expand,
         },
     };
-    let public = for_variant(None);
-    if public.blur.is_empty() && subjects.is_empty() {
-        return Vec::new();
-    }
-    std::iter::once(public)
+    std::iter::once(for_variant(None))
         .chain(subjects.into_iter().map(|s| for_variant(Some(s))))
         .collect()
 }
@@ -64,13 +60,24 @@ pub struct Rendered {
     pub thumb: Vec<u8>,
 }
 
-/// Blur a copy of `img` per `plan` and encode it with its thumbnail.
-pub fn render(img: &RgbImage, plan: &BlurPlan) -> Result<Rendered, String> {
+/// What a written file carries besides pixels.
+#[derive(Debug, Clone, Default)]
+pub struct FileMeta {
+    /// The upload's colour profile.
+    pub icc: Option<Vec<u8>>,
+    /// The EXIF fields the project keeps (a TIFF block), if any.
+    pub exif: Option<Vec<u8>>,
+}
+
+/// Blur a copy of `img` per `plan` and encode it with its thumbnail (the thumbnail
+/// keeps the colour profile and no EXIF).
+pub fn render(img: &RgbImage, plan: &BlurPlan, meta: &FileMeta) -> Result<Rendered, String> {
     let mut out = img.clone();
     blur::apply(&mut out, plan);
+    let icc = meta.icc.as_deref();
     Ok(Rendered {
-        file: jpeg(&out)?,
-        thumb: jpeg(&thumbnail(&out))?,
+        file: tessera_imaging::encode::jpeg(&out, icc, meta.exif.as_deref())?,
+        thumb: tessera_imaging::encode::jpeg(&thumbnail(&out), icc, None)?,
     })
 }
 
@@ -90,13 +97,9 @@ pub fn thumbnail(img: &RgbImage) -> RgbImage {
     )
 }
 
-/// JPEG bytes of `img`.
+/// JPEG bytes of `img`, with no metadata.
 pub fn jpeg(img: &RgbImage) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY)
-        .encode_image(img)
-        .map_err(|e| format!("encoding JPEG: {e}"))?;
-    Ok(out)
+    Ok(tessera_imaging::encode::jpeg(img, None, None)?)
 }
 
 #[cfg(test)]
@@ -157,9 +160,12 @@ mod tests {
     }
 
     #[test]
-    fn nothing_to_blur_makes_no_files_but_a_region_or_fail_closed_does() {
+    fn nothing_to_blur_still_makes_a_public_file_and_a_region_or_fail_closed_blurs() {
         let shown = vec![face(0.1, FaceDecision::NotOptedOut { best: None })];
-        assert!(plan(&shown, &[], 0.35).is_empty());
+        let p = plan(&shown, &[], 0.35);
+        assert_eq!((p.len(), p[0].variant), (1, None));
+        assert!(p[0].blur.is_empty());
+        assert_eq!(plan(&[], &[], 0.35).len(), 1);
         let region = FracRect {
             x: 0.0,
             y: 0.0,

@@ -38,7 +38,7 @@ pub struct PhotoFacts {
 
 /// Why a file was not accepted.
 pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
-    crate::image_check::check(name, bytes, MAX_PIXELS)
+    tessera_imaging::check::check(name, bytes, MAX_PIXELS)
 }
 
 fn rational(f: &exif::Field, i: usize) -> Option<f64> {
