@@ -30,6 +30,9 @@ pub enum BenchCommand {
     /// Face processing per photo on one core: decode, detect, embed, match, blur,
     /// encode variants and thumbnails.
     Photos(super::blur::PhotosBench),
+    /// Recall, over-blur and leaks of the privacy pipeline on phone-shaped photos
+    /// (rotated, tagged and untagged, tilted heads, small faces, HEIC).
+    Privacy(super::bench_privacy::Args),
     /// Size and start-to-ready time of each Lambda handler binary.
     Handlers(super::bench_handlers::Args),
 }
@@ -61,6 +64,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Reconstruct(b) => reconstruct(json, b).await,
         BenchCommand::Photos(b) => super::blur::bench(json, b).await,
         BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
+        BenchCommand::Privacy(a) => super::bench_privacy::run(json, a).await,
     }
 }
 

@@ -390,17 +390,9 @@ fn process_once(
         .map_err(anyhow::Error::msg)?
         .rgb;
     let t1 = Instant::now();
-    let (w, h) = img.dimensions();
-    let mut faces = Vec::new();
-    for d in models.detect(&img)? {
-        let embedding = models.embed(&img, &d.landmarks)?;
-        faces.push(tessera_core::photo::Face {
-            bbox: tessera_core::geometry::FracRect::from_pixels(d.bbox, w, h),
-            landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
-            score: d.score,
-            decision: tessera_core::privacy::decide(&embedding, subjects, policy),
-            embedding,
-        });
+    let mut faces = tessera_jobs::photos::process::faces_in(models, &img)?;
+    for f in &mut faces {
+        f.decision = f.decide(subjects, policy);
     }
     let t2 = Instant::now();
     let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);

@@ -3,6 +3,7 @@
 pub mod aws;
 pub mod bench;
 pub mod bench_handlers;
+mod bench_privacy;
 pub mod blur;
 mod chaos;
 pub mod demo;

@@ -44,8 +44,26 @@ pub struct Face {
     pub score: f32,
     /// Unit-length embedding.
     pub embedding: Vec<f32>,
+    /// Embeddings of the same face seen by other detector passes (another quarter turn,
+    /// another tile): other landmarks, so other alignments. Matching takes the best view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub views: Vec<Vec<f32>>,
     /// What matching decided, against the subjects at the time of the last render.
     pub decision: FaceDecision,
+}
+
+impl Face {
+    /// Decide this face against `subjects` over every view of it.
+    pub fn decide(
+        &self,
+        subjects: &[crate::privacy::SubjectEmbeddings],
+        policy: crate::privacy::MatchPolicy,
+    ) -> FaceDecision {
+        let views: Vec<&[f32]> = std::iter::once(self.embedding.as_slice())
+            .chain(self.views.iter().map(Vec::as_slice))
+            .collect();
+        crate::privacy::decide_views(&views, subjects, policy)
+    }
 }
 
 /// One published file and its thumbnail: the public one (`variant: None`) or the one

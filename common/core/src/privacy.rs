@@ -82,21 +82,36 @@ impl FaceDecision {
     }
 }
 
-/// Decide one face.
+/// Decide one face from its embedding.
 pub fn decide(
     embedding: &[f32],
+    subjects: &[SubjectEmbeddings],
+    policy: MatchPolicy,
+) -> FaceDecision {
+    decide_views(&[embedding], subjects, policy)
+}
+
+/// Decide one face seen several ways (the same face found at another quarter turn or in
+/// another tile gives other landmarks, so another embedding): each subject is scored by
+/// its best similarity over every view, so a view that recognises an opted-out person is
+/// enough to blur them. With no view at all the face stays blurred (fail closed).
+pub fn decide_views(
+    views: &[&[f32]],
     subjects: &[SubjectEmbeddings],
     policy: MatchPolicy,
 ) -> FaceDecision {
     let MatchPolicy::Threshold(threshold) = policy else {
         return FaceDecision::FailClosed;
     };
+    if views.is_empty() {
+        return FaceDecision::FailClosed;
+    }
     let mut scored: Vec<(SubjectId, f32)> = subjects
         .iter()
         .filter_map(|s| {
             s.embeddings
                 .iter()
-                .map(|e| cosine(embedding, e))
+                .flat_map(|e| views.iter().map(move |v| cosine(v, e)))
                 .max_by(f32::total_cmp)
                 .map(|best| (s.subject, best))
         })

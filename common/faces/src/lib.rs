@@ -3,10 +3,11 @@
 //! ArcFace 5-point template), decide who they are against a project's opted-out
 //! subjects, and blur so that it cannot be undone.
 //!
-//! Geometry that leaves this crate is in *fractions* of the stored image's width and
-//! height ([`FracRect`]), so boxes stay valid for any file derived from the same pixels
-//! and reprocessing never needs to detect again. Pixels are read as stored: nothing
-//! here applies an EXIF orientation.
+//! Geometry that leaves this crate is in *fractions* of the image's width and height
+//! ([`FracRect`]), so boxes stay valid for any file derived from the same pixels and
+//! reprocessing never needs to detect again. Images come in upright (the caller applied
+//! the EXIF orientation); faces that are still turned or small are found by searching
+//! at quarter turns and in full-resolution tiles ([`search`]).
 #![deny(missing_docs)]
 
 pub mod align;
@@ -16,6 +17,7 @@ pub mod embed;
 pub mod error;
 pub mod models;
 pub mod runtime;
+pub mod search;
 
 pub use detect::{Detection, DetectorKind};
 pub use error::FaceError;

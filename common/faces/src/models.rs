@@ -118,8 +118,22 @@ impl FaceModels {
         self.detector_kind
     }
 
-    /// Faces in `img`, in its pixels, best first.
+    /// Faces in `img`, in its pixels, best first: searched at the four quarter turns
+    /// and, for a photo larger than the detector's input, in full-resolution tiles
+    /// ([`crate::search`]).
     pub fn detect(&self, img: &RgbImage) -> Result<Vec<Detection>, FaceError> {
+        Ok(self.search(img)?.faces)
+    }
+
+    /// [`Self::detect`] with what the search did.
+    pub fn search(&self, img: &RgbImage) -> Result<crate::search::Found, FaceError> {
+        let mut s = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        crate::search::search(img, |part| detect::run(&mut s, self.detector_kind, part))
+    }
+
+    /// One detector pass over `img` as it is (scaled to the detector's input size): what
+    /// a single upright search finds, for comparisons.
+    pub fn detect_once(&self, img: &RgbImage) -> Result<Vec<Detection>, FaceError> {
         let mut s = self.detector.lock().unwrap_or_else(|p| p.into_inner());
         detect::run(&mut s, self.detector_kind, img)
     }

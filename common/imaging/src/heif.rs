@@ -1,11 +1,13 @@
 //! HEIF/HEIC (the iPhone default), through libheif (built into the binary from the
 //! source the `libheif-sys` crate ships, HEVC by Debian's libde265).
 //!
-//! libheif applies the container's own transforms (`irot`, `imir`, `clap`) while
-//! decoding, which is what viewers show; the EXIF orientation an iPhone also writes
-//! repeats that transform and must not be applied a second time. The decoded image is
-//! therefore upright, and the orientation reported is the one libheif applied (so boxes
-//! from rows written before orientation was handled map the same way as for JPEG).
+//! In HEIF the container's own transforms (`irot`, `imir`, `clap`) say how the image is
+//! shown, and the EXIF orientation is informational (HEIF/MIAF: readers ignore it). libheif
+//! applies those transforms while decoding; the EXIF orientation an iPhone also writes
+//! repeats the `irot` and must not be applied a second time, and one written by a tool
+//! that set no `irot` is ignored as every conforming viewer ignores it. The orientation
+//! reported is an estimate of what libheif applied (a quarter turn when the axes swapped;
+//! the EXIF value when it agrees), kept for the record only.
 //!
 //! A build without the `heif` feature refuses HEIF by name: never published unprocessed.
 
@@ -62,12 +64,10 @@ pub(crate) fn decode(name: &str, bytes: &[u8], stored: (u64, u64)) -> Result<Dec
     }
     let rgb = image::RgbImage::from_raw(pw as u32, ph as u32, rgb)
         .ok_or_else(|| Refused(format!("`{name}`: decoded HEIF has a bad size")))?;
-    // What libheif turned: a stored (ispe) size whose axes differ from the decoded one
-    // is a quarter turn; the EXIF tag says which when it agrees.
     let exif_o = exif.as_deref().and_then(crate::decode::exif_orientation);
     let swapped = (stored.0, stored.1) != (pw as u64, ph as u64) && stored.0 != stored.1;
     let orientation = match exif_o {
-        Some(o) if o.swaps_axes() == swapped => o,
+        Some(o) if swapped && o.swaps_axes() => o,
         _ if swapped => Orientation::from_exif(6),
         _ => Orientation::UPRIGHT,
     };

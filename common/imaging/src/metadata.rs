@@ -61,3 +61,18 @@ pub fn kept_exif(raw: &[u8], keep: KeepMetadata) -> Option<Vec<u8>> {
     w.write(&mut out, little_endian).ok()?;
     Some(out.into_inner())
 }
+
+/// A TIFF block holding only an orientation tag: how test photos are made to look like
+/// what a phone writes.
+pub fn orientation_exif(o: crate::Orientation) -> Vec<u8> {
+    let field = exif::Field {
+        tag: exif::Tag::Orientation,
+        ifd_num: exif::In::PRIMARY,
+        value: exif::Value::Short(vec![o.exif() as u16]),
+    };
+    let mut w = exif::experimental::Writer::new();
+    w.push_field(&field);
+    let mut out = std::io::Cursor::new(Vec::new());
+    w.write(&mut out, false).expect("a one-field TIFF block");
+    out.into_inner()
+}

@@ -25,6 +25,7 @@ pub mod project;
 pub mod reblur;
 pub mod render;
 pub mod row;
+pub mod scenes;
 pub mod upload;
 
 use serde::{Deserialize, Serialize};

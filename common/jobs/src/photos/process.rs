@@ -31,7 +31,7 @@ use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::{Condition, Write};
-use tessera_core::privacy::{self, FaceDecision, MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy::{FaceDecision, MatchPolicy, SubjectEmbeddings};
 use tessera_core::records;
 use tessera_core::task::Task;
 use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
@@ -62,21 +62,29 @@ fn blocking_err(e: tokio::task::JoinError) -> TaskError {
     TaskError::transient(format!("worker thread: {e}"))
 }
 
-/// Faces of the upright `img` as stored on the row (decisions filled in later).
-fn detect(
+/// Faces of the upright `img` as stored on the row (decisions filled in later): the
+/// search at every quarter turn and tile, each face embedded from its best detection and
+/// from its other views.
+pub fn faces_in(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
 ) -> Result<Vec<Face>, tessera_faces::FaceError> {
     let (w, h) = img.dimensions();
-    models
-        .detect(img)?
+    let found = models.search(img)?;
+    found
+        .faces
         .into_iter()
-        .map(|d| {
+        .zip(found.views)
+        .map(|(d, views)| {
             Ok(Face {
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
                 embedding: models.embed(img, &d.landmarks)?,
+                views: views
+                    .iter()
+                    .map(|l| models.embed(img, l))
+                    .collect::<Result<_, _>>()?,
                 decision: FaceDecision::FailClosed,
             })
         })
@@ -177,7 +185,7 @@ impl TaskHandler for Process {
                 let models = self.faces.models()?;
                 let detector = models.detector_kind().as_str();
                 let pixels = img.clone();
-                let found = tokio::task::spawn_blocking(move || detect(&models, &pixels))
+                let found = tokio::task::spawn_blocking(move || faces_in(&models, &pixels))
                     .await
                     .map_err(blocking_err)?
                     .map_err(TaskError::from_classified)?;
@@ -202,7 +210,7 @@ impl TaskHandler for Process {
             }
         };
         for f in &mut faces {
-            f.decision = privacy::decide(&f.embedding, &subjects, policy);
+            f.decision = f.decide(&subjects, policy);
         }
         let plans = render::plan(&faces, &regions, proj.blur_expand);
         ctx.checkpoint().await?;

@@ -118,6 +118,7 @@ mod tests {
             landmarks: [[0.0; 2]; 5],
             score: 0.9,
             embedding: vec![],
+            views: vec![],
             decision,
         }
     }

@@ -1,0 +1,399 @@
+//! Where the detector looks: a face that is turned or small must still be found.
+//!
+//! The detectors are trained on roughly upright faces and see an image scaled so its long
+//! side is at most [`MAX_SIDE`]. Two kinds of face escape a single pass:
+//! - **turned**: a photo shot sideways with no orientation tag, or a head tilted past
+//!   ~45°. The whole (scaled) image is also searched at the other three quarter turns;
+//!   a face tilted by any angle is within 45° of upright in one of the four.
+//! - **small**: scaling a 24-megapixel group photo down to 1920 px makes a 20 px face
+//!   6 px, below what either detector finds. A photo larger than [`MAX_SIDE`] is also
+//!   searched at full resolution in overlapping tiles; a face up to [`TILE_OVERLAP`] px
+//!   lies wholly in some tile, and a larger one is large enough in the scaled pass.
+//!   Tiles are searched upright, and at a quarter turn only when the scaled pass at that
+//!   turn found faces the upright passes did not (the photo, or part of it, is turned).
+//!
+//! Everything found is mapped back to the image's pixels and merged: of boxes that
+//! overlap (IoU above [`NMS_IOU`], or one mostly inside another) the best-scored is kept,
+//! the others' landmarks kept as other *views* of it. A face tilted past [`ROLL_REDO`]
+//! or smaller than [`SMALL_REDO`] px gets one more view: a crop turned level and
+//! enlarged, searched again, whose landmarks align the face far better for recognition.
+
+use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
+use image::RgbImage;
+use image::imageops::{self, FilterType};
+
+/// Side of a full-resolution tile (a multiple of 32).
+pub const TILE: u32 = 1280;
+/// Overlap of neighbouring tiles: the largest face a tile boundary may not cut.
+pub const TILE_OVERLAP: u32 = 256;
+/// A box this much inside a better one (intersection over its own area) is the same face
+/// seen cut by a tile edge or at another turn.
+pub const CONTAINED: f32 = 0.6;
+/// Score a detection at a quarter turn needs: the detectors see upside-down and sideways
+/// textures as faces more often than upright ones (measured on the shared negatives and
+/// composite: spurious boxes at 0.6–0.7), while a real turned face scores above 0.85.
+pub const TURNED_MIN_SCORE: f32 = 0.75;
+/// Other views kept per face.
+pub const MAX_VIEWS: usize = 3;
+
+/// A clockwise quarter turn of the image before detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// As is.
+    Upright,
+    /// 90° clockwise.
+    Cw90,
+    /// 180°.
+    Cw180,
+    /// 270° clockwise.
+    Cw270,
+}
+
+impl Turn {
+    /// All four, upright first.
+    pub const ALL: [Turn; 4] = [Turn::Upright, Turn::Cw90, Turn::Cw180, Turn::Cw270];
+
+    fn apply(self, img: &RgbImage) -> RgbImage {
+        match self {
+            Turn::Upright => img.clone(),
+            Turn::Cw90 => imageops::rotate90(img),
+            Turn::Cw180 => imageops::rotate180(img),
+            Turn::Cw270 => imageops::rotate270(img),
+        }
+    }
+
+    /// A point of the turned image back in the image of size `w × h` (before turning).
+    fn back(self, [u, v]: [f32; 2], w: f32, h: f32) -> [f32; 2] {
+        match self {
+            Turn::Upright => [u, v],
+            Turn::Cw90 => [v, h - u],
+            Turn::Cw180 => [w - u, h - v],
+            Turn::Cw270 => [w - v, u],
+        }
+    }
+
+    fn map_back(self, d: &Detection, w: f32, h: f32) -> Detection {
+        let a = self.back([d.bbox[0], d.bbox[1]], w, h);
+        let b = self.back([d.bbox[2], d.bbox[3]], w, h);
+        Detection {
+            bbox: [
+                a[0].min(b[0]),
+                a[1].min(b[1]),
+                a[0].max(b[0]),
+                a[1].max(b[1]),
+            ],
+            landmarks: d.landmarks.map(|l| self.back(l, w, h)),
+            score: d.score,
+        }
+    }
+}
+
+/// What one search found, and how much work it took (for benchmarks and tests).
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    /// Merged detections in the image's pixels, best first.
+    pub faces: Vec<Detection>,
+    /// For each face, the landmarks of up to [`MAX_VIEWS`] other detections of it (from
+    /// other turns or tiles), best first: more chances to recognise who it is.
+    pub views: Vec<Vec<[[f32; 2]; 5]>>,
+    /// Detector runs.
+    pub passes: usize,
+    /// Faces each turn's scaled pass found, upright first.
+    pub per_turn: [usize; 4],
+}
+
+/// Search `img` with `pass` (one detector run on an image no larger than [`MAX_SIDE`],
+/// returning boxes in that image's pixels).
+pub fn search<E>(
+    img: &RgbImage,
+    mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
+) -> Result<Found, E> {
+    let (w, h) = img.dimensions();
+    let (wf, hf) = (w as f32, h as f32);
+    let long = w.max(h);
+    let scale = if long > MAX_SIDE {
+        MAX_SIDE as f32 / long as f32
+    } else {
+        1.0
+    };
+    let scaled = if scale < 1.0 {
+        imageops::resize(
+            img,
+            ((wf * scale).round() as u32).max(1),
+            ((hf * scale).round() as u32).max(1),
+            FilterType::Triangle,
+        )
+    } else {
+        img.clone()
+    };
+    let (sw, sh) = (scaled.width() as f32, scaled.height() as f32);
+    let mut found = Found::default();
+    let mut all = Vec::new();
+    let mut per_turn: Vec<Vec<Detection>> = Vec::new();
+    for (i, turn) in Turn::ALL.into_iter().enumerate() {
+        let mut dets = pass(&turn.apply(&scaled))?;
+        found.passes += 1;
+        if turn != Turn::Upright {
+            dets.retain(|d| d.score >= TURNED_MIN_SCORE);
+        }
+        found.per_turn[i] = dets.len();
+        let back: Vec<Detection> = dets
+            .iter()
+            .map(|d| {
+                let mut m = turn.map_back(d, sw, sh);
+                m.bbox = m.bbox.map(|v| v / scale);
+                m.landmarks = m.landmarks.map(|[x, y]| [x / scale, y / scale]);
+                m
+            })
+            .collect();
+        per_turn.push(back);
+    }
+    // Turns whose scaled pass saw faces the upright one did not: the photo is turned.
+    let upright = per_turn[0].clone();
+    let turned_evidence: Vec<bool> = per_turn
+        .iter()
+        .enumerate()
+        .map(|(i, dets)| {
+            i == 0
+                || dets
+                    .iter()
+                    .any(|d| upright.iter().all(|u| !same_face(&u.bbox, &d.bbox)))
+        })
+        .collect();
+    for dets in per_turn {
+        all.extend(dets);
+    }
+    if scale < 1.0 {
+        for (i, turn) in Turn::ALL.into_iter().enumerate() {
+            if !turned_evidence[i] {
+                continue;
+            }
+            for (x0, y0, tw, th) in tiles(w, h) {
+                let tile = imageops::crop_imm(img, x0, y0, tw, th).to_image();
+                let dets = pass(&turn.apply(&tile))?;
+                found.passes += 1;
+                for d in dets
+                    .into_iter()
+                    .filter(|d| turn == Turn::Upright || d.score >= TURNED_MIN_SCORE)
+                {
+                    let mut m = turn.map_back(&d, tw as f32, th as f32);
+                    m.bbox = [
+                        m.bbox[0] + x0 as f32,
+                        m.bbox[1] + y0 as f32,
+                        m.bbox[2] + x0 as f32,
+                        m.bbox[3] + y0 as f32,
+                    ];
+                    m.landmarks = m.landmarks.map(|[x, y]| [x + x0 as f32, y + y0 as f32]);
+                    all.push(m);
+                }
+            }
+        }
+    }
+    for d in &mut all {
+        d.bbox = [
+            d.bbox[0].clamp(0.0, wf),
+            d.bbox[1].clamp(0.0, hf),
+            d.bbox[2].clamp(0.0, wf),
+            d.bbox[3].clamp(0.0, hf),
+        ];
+    }
+    all.retain(|d| d.bbox[2] - d.bbox[0] >= 1.0 && d.bbox[3] - d.bbox[1] >= 1.0);
+    let (faces, mut views) = merge(all);
+    for (d, v) in faces.iter().zip(views.iter_mut()) {
+        if let Some(l) = upright_view(img, d, &mut pass)? {
+            found.passes += 1;
+            v.insert(0, l);
+        }
+    }
+    found.faces = faces;
+    found.views = views;
+    Ok(found)
+}
+
+/// Head roll (degrees) above which a face is looked at again, turned upright.
+pub const ROLL_REDO: f32 = 15.0;
+/// Face height (pixels) below which a face is looked at again, enlarged.
+pub const SMALL_REDO: f32 = 48.0;
+/// Face height the second look scales to (SFace's input is 112 px).
+const REDO_FACE_PX: f32 = 112.0;
+
+/// A second look at a tilted or small face: a crop around it, turned so the eyes are
+/// level and scaled so the face is ~112 px tall, searched again. Landmarks found there
+/// (mapped back to `img`) align much better than those of a face seen at 40° or 20 px,
+/// so the embedding from them recognises who it is. `None` when the face needs no
+/// second look or the detector does not find it again.
+fn upright_view<E>(
+    img: &RgbImage,
+    d: &Detection,
+    pass: &mut impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
+) -> Result<Option<[[f32; 2]; 5]>, E> {
+    let [le, re] = [d.landmarks[0], d.landmarks[1]];
+    let roll = (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees();
+    let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+    if roll.abs() < ROLL_REDO && fh >= SMALL_REDO || fh < 4.0 {
+        return Ok(None);
+    }
+    let zoom = REDO_FACE_PX / fh;
+    let side = (REDO_FACE_PX * 3.0) as u32;
+    let centre = ((d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0);
+    let (sin, cos) = roll.to_radians().sin_cos();
+    // Crop pixel (u, v) → image point: undo the zoom, turn by the roll, add the centre.
+    let to_img = |u: f32, v: f32| {
+        let (x, y) = (
+            (u - side as f32 / 2.0) / zoom,
+            (v - side as f32 / 2.0) / zoom,
+        );
+        [centre.0 + x * cos - y * sin, centre.1 + x * sin + y * cos]
+    };
+    let crop = RgbImage::from_fn(side, side, |u, v| {
+        let [x, y] = to_img(u as f32 + 0.5, v as f32 + 0.5);
+        sample(img, x - 0.5, y - 0.5)
+    });
+    let again = pass(&crop)?;
+    let mid = side as f32 / 2.0;
+    let best = again.into_iter().min_by(|a, b| {
+        let dist = |d: &Detection| {
+            ((d.bbox[0] + d.bbox[2]) / 2.0 - mid).abs()
+                + ((d.bbox[1] + d.bbox[3]) / 2.0 - mid).abs()
+        };
+        dist(a).total_cmp(&dist(b))
+    });
+    Ok(best
+        .filter(|b| b.bbox[0] < mid && b.bbox[2] > mid && b.bbox[1] < mid && b.bbox[3] > mid)
+        .map(|b| b.landmarks.map(|[u, v]| to_img(u, v))))
+}
+
+/// Bilinear sample of `img` at `(x, y)`, grey outside.
+fn sample(img: &RgbImage, x: f32, y: f32) -> image::Rgb<u8> {
+    let (w, h) = (img.width() as f32, img.height() as f32);
+    if x < 0.0 || y < 0.0 || x > w - 1.0 || y > h - 1.0 {
+        return image::Rgb([127, 127, 127]);
+    }
+    let (x0, y0) = (x.floor() as u32, y.floor() as u32);
+    let (x1, y1) = (
+        (x0 + 1).min(img.width() - 1),
+        (y0 + 1).min(img.height() - 1),
+    );
+    let (fx, fy) = (x - x0 as f32, y - y0 as f32);
+    let p = |x, y| img.get_pixel(x, y).0.map(f32::from);
+    let (a, b, c, e) = (p(x0, y0), p(x1, y0), p(x0, y1), p(x1, y1));
+    image::Rgb(std::array::from_fn(|i| {
+        let top = a[i] * (1.0 - fx) + b[i] * fx;
+        let bottom = c[i] * (1.0 - fx) + e[i] * fx;
+        (top * (1.0 - fy) + bottom * fy).round() as u8
+    }))
+}
+
+/// Overlapping tiles `(x, y, w, h)` covering a `w × h` image.
+pub fn tiles(w: u32, h: u32) -> Vec<(u32, u32, u32, u32)> {
+    let starts = |len: u32| -> Vec<u32> {
+        if len <= TILE {
+            return vec![0];
+        }
+        // As few tiles as keep every overlap at least TILE_OVERLAP, spread evenly.
+        let n = (len - TILE_OVERLAP).div_ceil(TILE - TILE_OVERLAP);
+        (0..n)
+            .map(|i| ((len - TILE) as u64 * i as u64 / (n - 1) as u64) as u32)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for y in starts(h) {
+        for x in starts(w) {
+            out.push((x, y, TILE.min(w), TILE.min(h)));
+        }
+    }
+    out
+}
+
+fn same_face(a: &[f32; 4], b: &[f32; 4]) -> bool {
+    let area = |r: &[f32; 4]| (r[2] - r[0]).max(0.0) * (r[3] - r[1]).max(0.0);
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    let union = area(a) + area(b) - inter;
+    union > 0.0 && (inter / union > NMS_IOU || inter / area(a).min(area(b)).max(1e-6) > CONTAINED)
+}
+
+/// Best first; every box that is the same face as a kept one becomes a view of it.
+fn merge(mut dets: Vec<Detection>) -> (Vec<Detection>, Vec<Vec<[[f32; 2]; 5]>>) {
+    dets.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut kept: Vec<Detection> = Vec::new();
+    let mut views: Vec<Vec<[[f32; 2]; 5]>> = Vec::new();
+    for d in dets {
+        match kept.iter().position(|k| same_face(&k.bbox, &d.bbox)) {
+            Some(i) if views[i].len() < MAX_VIEWS => views[i].push(d.landmarks),
+            Some(_) => {}
+            None => {
+                kept.push(d);
+                views.push(Vec::new());
+            }
+        }
+    }
+    (kept, views)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_map_points_back() {
+        let (w, h) = (40.0, 30.0);
+        let mut img = RgbImage::new(40, 30);
+        img.put_pixel(2, 27, image::Rgb([255, 0, 0]));
+        for t in Turn::ALL {
+            let turned = t.apply(&img);
+            // The marked pixel comes back where it was.
+            let (u, v) = turned
+                .enumerate_pixels()
+                .find(|p| p.2.0[0] == 255)
+                .map(|p| (p.0 as f32 + 0.5, p.1 as f32 + 0.5))
+                .unwrap();
+            let [x, y] = t.back([u, v], w, h);
+            assert!(
+                (x - 2.5).abs() < 1e-4 && (y - 27.5).abs() < 1e-4,
+                "{t:?}: {x},{y}"
+            );
+            // The turned image's top-left corner is one corner of the original.
+            let [x, y] = t.back([0.0, 0.0], w, h);
+            let corner = match t {
+                Turn::Upright => [0.0, 0.0],
+                Turn::Cw90 => [0.0, h],
+                Turn::Cw180 => [w, h],
+                Turn::Cw270 => [w, 0.0],
+            };
+            assert_eq!([x, y], corner, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn tiles_cover_the_image_with_overlap() {
+        let t = tiles(6000, 4000);
+        assert_eq!(t.len(), 6 * 4);
+        for y in (0..4000).step_by(97) {
+            for x in (0..6000).step_by(89) {
+                assert!(
+                    t.iter()
+                        .any(|(tx, ty, tw, th)| x >= *tx && x < tx + tw && y >= *ty && y < ty + th)
+                );
+            }
+        }
+        assert_eq!(tiles(1000, 800), vec![(0, 0, 1000, 800)]);
+    }
+
+    #[test]
+    fn a_face_cut_by_a_tile_edge_is_one_face() {
+        let d = |b: [f32; 4], score| Detection {
+            bbox: b,
+            landmarks: [[0.0; 2]; 5],
+            score,
+        };
+        let (kept, views) = merge(vec![
+            d([100., 100., 140., 150.], 0.9),
+            d([100., 100., 125., 150.], 0.7),
+            d([300., 300., 320., 325.], 0.8),
+        ]);
+        assert_eq!(kept.len(), 2);
+        assert_eq!((views[0].len(), views[1].len()), (1, 0));
+    }
+}
