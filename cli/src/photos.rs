@@ -3,7 +3,9 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "tif", "tiff", "webp", "bmp", "gif"];
+const IMAGE_EXTENSIONS: &[&str] = &[
+    "jpg", "jpeg", "png", "tif", "tiff", "webp", "bmp", "gif", "heic", "heif",
+];
 
 /// Image files directly in `dir`, sorted by name.
 pub fn list_images(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {

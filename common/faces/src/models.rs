@@ -26,13 +26,16 @@ impl ModelFiles {
         ModelFiles { dir: dir.into() }
     }
 
-    /// The folder named by `TESSERA_MODELS`.
+    /// The folder named by `TESSERA_MODELS`, or where `scripts/setup` installs the
+    /// models (`~/.cache/tessera/models`) when the variable is not set.
     pub fn from_env() -> Result<Self, FaceError> {
         std::env::var_os(MODELS_ENV)
+            .map(PathBuf::from)
+            .or_else(|| installed("models"))
             .map(Self::in_dir)
             .ok_or_else(|| FaceError::Model {
                 path: format!("${MODELS_ENV}"),
-                reason: "the variable is not set".into(),
+                reason: "the variable is not set and there is no home folder to look in".into(),
             })
     }
 
@@ -48,6 +51,16 @@ impl ModelFiles {
     pub fn embedder(&self) -> PathBuf {
         self.dir.join("sface_2021dec_fp32.onnx")
     }
+}
+
+/// `sub` under the folder `scripts/setup` installs into: `$TESSERA_CACHE`, else
+/// `~/.cache/tessera` (the environment variables stay overrides, so a new shell needs
+/// nothing sourced).
+pub(crate) fn installed(sub: &str) -> Option<PathBuf> {
+    std::env::var_os("TESSERA_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tessera")))
+        .map(|d| d.join(sub))
 }
 
 /// A detector and the embedder, each an ONNX Runtime session created once.

@@ -22,16 +22,25 @@ pub struct OnnxRuntime {
     pub path: PathBuf,
 }
 
+/// The ONNX Runtime version `scripts/setup-onnx` installs.
+pub const INSTALLED_VERSION: &str = "1.32.0";
+
 static LOADED: OnceLock<Result<OnnxRuntime, String>> = OnceLock::new();
 
 impl OnnxRuntime {
-    /// The library named by `ORT_DYLIB_PATH`, loaded once per process.
+    /// The library named by `ORT_DYLIB_PATH`, or where `scripts/setup` installs it
+    /// (`~/.cache/tessera/onnxruntime/1.32.0/`) when the variable is not set; loaded
+    /// once per process.
     pub fn from_env() -> Result<OnnxRuntime, FaceError> {
         let path = std::env::var_os(DYLIB_ENV)
             .map(PathBuf::from)
+            .or_else(|| {
+                crate::models::installed(&format!("onnxruntime/{INSTALLED_VERSION}"))
+                    .map(|d| d.join(format!("libonnxruntime.so.{INSTALLED_VERSION}")))
+            })
             .ok_or_else(|| FaceError::Runtime {
                 path: format!("${DYLIB_ENV}"),
-                reason: "the variable is not set".into(),
+                reason: "the variable is not set and there is no home folder to look in".into(),
             })?;
         Self::load(&path)
     }

@@ -38,6 +38,14 @@ pub struct PhotoFacts {
 
 /// Why a file was not accepted.
 pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
+    if matches!(
+        imagesize::image_type(bytes),
+        Ok(imagesize::ImageType::Heif(_))
+    ) {
+        return Err(format!(
+            "`{name}` is HEIC/HEIF, which COLMAP cannot read; convert it to JPEG first"
+        ));
+    }
     tessera_imaging::check::check(name, bytes, MAX_PIXELS)
 }
 
