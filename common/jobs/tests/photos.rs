@@ -248,3 +248,126 @@ async fn a_final_failure_unpublishes_in_the_same_transaction() {
         "nothing new was started"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_swapped_under_an_ingested_key_unpublish_the_photo_and_are_never_served() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (photo, event) = r.upload(&p, "grace_hopper.jpg").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let row = r.photo(photo).await;
+    assert!(row.published_at.is_some());
+    let public = row.public().unwrap().key.clone();
+    assert_ne!(public, row.upload_key);
+    let served = r.engine.ports().objects.get(&public).await.unwrap();
+
+    // A second PUT through the same key: other bytes (another face), a newer event.
+    let other = std::fs::read(support::shared().join("testdata/faces/astronaut.png")).unwrap();
+    r.engine
+        .ports()
+        .objects
+        .put(&row.upload_key, other.clone().into())
+        .await
+        .unwrap();
+    let newer = ObjectCreated {
+        sequencer: "00000000000000FF".into(),
+        size: other.len() as u64,
+        ..event.clone()
+    };
+    r.ingest(&p, &newer).await;
+    r.settle().await;
+    let after = r.photo(photo).await;
+    assert!(after.published_at.is_none(), "unpublished on the changed upload");
+    assert_eq!(after.sha256, row.sha256, "the row still describes the ingested bytes");
+    // The published object never changed, and a re-blur refuses the swapped bytes.
+    assert_eq!(r.engine.ports().objects.get(&public).await.unwrap(), served);
+    let job = r
+        .engine
+        .submit(photos::reprocess_plan(p.tenant.clone(), p.id, photo, 0, 7))
+        .await
+        .unwrap()
+        .job_id;
+    r.settle().await;
+    assert_eq!(
+        r.engine.job(job).await.unwrap().status(),
+        tessera_core::job::JobStatus::Failed
+    );
+    let last = r.photo(photo).await;
+    assert!(last.published_at.is_none());
+    assert_eq!(last.variant_version, after.variant_version, "nothing made from other bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_from_before_orientation_are_migrated_and_republished() {
+    use tessera_imaging::{Orientation, encode, metadata, orient};
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    // A portrait as a phone stores it: pixels turned (stored 896 × 1280), orientation 6.
+    let upright = image::open(support::shared().join("testdata/faces/composite_pd_1280x896.jpg"))
+        .unwrap()
+        .to_rgb8();
+    let stored = orient::apply(
+        image::DynamicImage::ImageRgb8(upright.clone()),
+        Orientation::from_exif(8),
+    )
+    .to_rgb8();
+    let tiff = metadata::orientation_exif(Orientation::from_exif(6));
+    let bytes = encode::jpeg(&stored, None, Some(&tiff)).unwrap();
+    let (photo, event) = r.upload_bytes(&p, "IMG_0002.jpg", bytes).await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let current = r.photo(photo).await;
+    assert_eq!((current.width, current.height, current.orientation), (1280, 896, 6));
+
+    // Rewrite it as the old code wrote it: stored-pixel geometry, no faces found (they
+    // were sideways), a manual region drawn on the stored pixels, the upload served.
+    let region_stored = FracRect { x: 0.1, y: 0.2, w: 0.3, h: 0.1 };
+    let mut legacy = serde_json::to_value(&current).unwrap();
+    let o = legacy.as_object_mut().unwrap();
+    for k in ["orientation", "rules", "subjects_rev"] {
+        o.remove(k);
+    }
+    o.insert("width".into(), 896.into());
+    o.insert("height".into(), 1280.into());
+    o.insert("faces".into(), serde_json::json!([]));
+    o.insert("blur_regions".into(), serde_json::to_value([region_stored]).unwrap());
+    o.insert(
+        "renditions".into(),
+        serde_json::json!([{ "variant": null, "key": current.upload_key, "thumb_key": current.renditions[0].thumb_key }]),
+    );
+    let mut item = r
+        .store()
+        .get(&tessera_core::records::photo_key(photo))
+        .await
+        .unwrap()
+        .unwrap();
+    item.body = legacy;
+    r.store()
+        .put(item, tessera_core::ports::state_store::Condition::None)
+        .await
+        .unwrap();
+    let status = project::privacy_status(r.store(), p.id).await.unwrap();
+    assert_eq!(status.not_current, 1, "a legacy row is not current");
+
+    project::reblur_all(&r.engine, p.id).await.unwrap();
+    r.settle().await;
+    let migrated = r.photo(photo).await;
+    assert_eq!(migrated.rules, tessera_core::photo::RULES);
+    assert_eq!((migrated.width, migrated.height), (1280, 896));
+    assert!(migrated.published_at.is_some());
+    assert_ne!(migrated.public().unwrap().key, migrated.upload_key);
+    let want = Orientation::from_exif(6).map_rect(region_stored);
+    let got = migrated.blur_regions[0];
+    assert!((got.x - want.x).abs() < 1e-5 && (got.w - want.w).abs() < 1e-5, "{got:?} vs {want:?}");
+    let faces = migrated.faces.as_ref().unwrap();
+    assert_eq!(faces.len(), 8, "detected again on the upright pixels");
+    let astronauts: Vec<_> = faces.iter().filter(|f| f.decision.shown_to().is_some()).collect();
+    assert_eq!(astronauts.len(), 4);
+    let public = r.image(&migrated.public().unwrap().key).await;
+    for f in astronauts {
+        assert!(detail(&public, &f.bbox) < detail(&upright, &f.bbox) / 3.0);
+    }
+    assert_eq!(project::privacy_status(r.store(), p.id).await.unwrap().not_current, 0);
+}

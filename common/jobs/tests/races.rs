@@ -1,0 +1,99 @@
+//! Races between an upload and an opt-out, made deterministic with pause points: the
+//! task is held at the racy moment while the test enrols someone, then let go. Either
+//! way the photo must end decided at the new subjects, the new subject blurred — never
+//! published raw. (One test: pause points are per process.)
+
+mod support;
+
+use std::time::Duration;
+use support::{detail, rig};
+use tessera_core::job::JobStatus;
+use tessera_core::photo::Pipeline;
+use tessera_engine::Worker;
+use tessera_jobs::photos::{self, fault, project};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
+    let r = rig().await;
+    let stop = CancellationToken::new();
+    let worker = Worker::new(r.engine.clone(), 3, Some(Duration::from_millis(200)));
+    let s = stop.clone();
+    let running = tokio::spawn(async move { worker.run(s).await });
+    let wait = |what: &'static str, n: std::sync::Arc<tokio::sync::Notify>| async move {
+        tokio::time::timeout(Duration::from_secs(60), n.notified())
+            .await
+            .unwrap_or_else(|_| panic!("no task reached {what}"));
+    };
+
+    // 1. Ingest read the project (nobody opted out: thumbnail_dims) and is held before
+    //    writing its row; the enrolment and its whole sweep happen meanwhile.
+    let p = r.project(Some(0.363)).await;
+    let (reached, release) = fault::hold(fault::INGEST_BEFORE_ROW);
+    let (photo, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;
+    r.ingest(&p, &event).await;
+    wait("ingest", reached).await;
+    let (_, change) = r.enrol(&p, "astronaut", "astronaut.png").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while r.engine.job(change.reblur_job).await.unwrap().status() != JobStatus::Succeeded {
+        assert!(tokio::time::Instant::now() < deadline, "the sweep did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    release.notify_one();
+
+    // 2. thumbnail_dims decided "nothing to hide" and is held before publishing; someone
+    //    opts out meanwhile.
+    let q = project::create(
+        r.store(),
+        tessera_core::TenantId::local(),
+        "second",
+        Some(0.363),
+        0.35,
+    )
+    .await
+    .unwrap();
+    let (reached, release) = fault::hold(fault::BEFORE_PUBLISH);
+    let (photo2, event2) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event2).await;
+    wait("publish", reached).await;
+    let (_, change2) = r.enrol(&q, "hopper", "grace_hopper.jpg").await;
+    release.notify_one();
+
+    stop.cancel();
+    running.await.unwrap();
+    r.settle().await;
+
+    for (photo, rev, blurred_faces) in [(photo, change.subjects_rev, 4), (photo2, change2.subjects_rev, 3)] {
+        let row = r.photo(photo).await;
+        assert_eq!(row.pipeline, Pipeline::ThumbnailDims, "ingest chose before the opt-out");
+        assert!(row.published_at.is_some(), "{row:?}");
+        assert_eq!(row.subjects_rev, rev, "published at the new subjects");
+        let faces = row.faces.as_ref().expect("detected after all");
+        let hidden: Vec<_> = faces.iter().filter(|f| f.decision.blurred_in(None)).collect();
+        assert_eq!(hidden.len(), blurred_faces, "{faces:?}");
+        // In pixels: each hidden face lost its detail in the public file.
+        let upload = r.image(&row.upload_key).await;
+        let public = r.image(&row.public().unwrap().key).await;
+        for f in hidden {
+            let (before, after) = (detail(&upload, &f.bbox), detail(&public, &f.bbox));
+            assert!(after < before / 3.0, "face {:?}: detail {after} vs {before}", f.bbox);
+        }
+    }
+    // The held thumbnail_dims could not publish: its first attempt's publication was
+    // refused by the subject revision it no longer matched.
+    let tds = r.jobs_of_kind(photos::kinds::THUMBNAIL_DIMS_JOB).await;
+    let held = tds
+        .iter()
+        .find(|j| j.spec["photo"] == photo2.to_string())
+        .unwrap();
+    let attempts: u32 = r
+        .engine
+        .job_tasks(held.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == photos::kinds::THUMBNAIL_DIMS)
+        .map(|t| t.attempts)
+        .sum();
+    assert!(attempts >= 2, "the held publication was retried, not committed");
+}
