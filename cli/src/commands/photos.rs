@@ -511,6 +511,7 @@ fn photo_view(p: &Photo) -> serde_json::Value {
     serde_json::json!({
         "id": p.id, "file_name": p.file_name, "width": p.width, "height": p.height,
         "pipeline": p.pipeline, "variant_version": p.variant_version,
+        "orientation": p.orientation, "subjects_rev": p.subjects_rev, "rules": p.rules,
         "published_at": p.published_at,
         "faces": p.faces.as_ref().map(|f| f.iter().map(|f| serde_json::json!({
             "bbox": f.bbox, "score": f.score, "decision": f.decision,

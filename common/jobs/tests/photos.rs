@@ -278,8 +278,14 @@ async fn bytes_swapped_under_an_ingested_key_unpublish_the_photo_and_are_never_s
     r.ingest(&p, &newer).await;
     r.settle().await;
     let after = r.photo(photo).await;
-    assert!(after.published_at.is_none(), "unpublished on the changed upload");
-    assert_eq!(after.sha256, row.sha256, "the row still describes the ingested bytes");
+    assert!(
+        after.published_at.is_none(),
+        "unpublished on the changed upload"
+    );
+    assert_eq!(
+        after.sha256, row.sha256,
+        "the row still describes the ingested bytes"
+    );
     // The published object never changed, and a re-blur refuses the swapped bytes.
     assert_eq!(r.engine.ports().objects.get(&public).await.unwrap(), served);
     let job = r
@@ -295,7 +301,10 @@ async fn bytes_swapped_under_an_ingested_key_unpublish_the_photo_and_are_never_s
     );
     let last = r.photo(photo).await;
     assert!(last.published_at.is_none());
-    assert_eq!(last.variant_version, after.variant_version, "nothing made from other bytes");
+    assert_eq!(
+        last.variant_version, after.variant_version,
+        "nothing made from other bytes"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,11 +328,19 @@ async fn rows_from_before_orientation_are_migrated_and_republished() {
     r.ingest(&p, &event).await;
     r.settle().await;
     let current = r.photo(photo).await;
-    assert_eq!((current.width, current.height, current.orientation), (1280, 896, 6));
+    assert_eq!(
+        (current.width, current.height, current.orientation),
+        (1280, 896, 6)
+    );
 
     // Rewrite it as the old code wrote it: stored-pixel geometry, no faces found (they
     // were sideways), a manual region drawn on the stored pixels, the upload served.
-    let region_stored = FracRect { x: 0.1, y: 0.2, w: 0.3, h: 0.1 };
+    let region_stored = FracRect {
+        x: 0.1,
+        y: 0.2,
+        w: 0.3,
+        h: 0.1,
+    };
     let mut legacy = serde_json::to_value(&current).unwrap();
     let o = legacy.as_object_mut().unwrap();
     for k in ["orientation", "rules", "subjects_rev"] {
@@ -332,7 +349,10 @@ async fn rows_from_before_orientation_are_migrated_and_republished() {
     o.insert("width".into(), 896.into());
     o.insert("height".into(), 1280.into());
     o.insert("faces".into(), serde_json::json!([]));
-    o.insert("blur_regions".into(), serde_json::to_value([region_stored]).unwrap());
+    o.insert(
+        "blur_regions".into(),
+        serde_json::to_value([region_stored]).unwrap(),
+    );
     o.insert(
         "renditions".into(),
         serde_json::json!([{ "variant": null, "key": current.upload_key, "thumb_key": current.renditions[0].thumb_key }]),
@@ -360,14 +380,26 @@ async fn rows_from_before_orientation_are_migrated_and_republished() {
     assert_ne!(migrated.public().unwrap().key, migrated.upload_key);
     let want = Orientation::from_exif(6).map_rect(region_stored);
     let got = migrated.blur_regions[0];
-    assert!((got.x - want.x).abs() < 1e-5 && (got.w - want.w).abs() < 1e-5, "{got:?} vs {want:?}");
+    assert!(
+        (got.x - want.x).abs() < 1e-5 && (got.w - want.w).abs() < 1e-5,
+        "{got:?} vs {want:?}"
+    );
     let faces = migrated.faces.as_ref().unwrap();
     assert_eq!(faces.len(), 8, "detected again on the upright pixels");
-    let astronauts: Vec<_> = faces.iter().filter(|f| f.decision.shown_to().is_some()).collect();
+    let astronauts: Vec<_> = faces
+        .iter()
+        .filter(|f| f.decision.shown_to().is_some())
+        .collect();
     assert_eq!(astronauts.len(), 4);
     let public = r.image(&migrated.public().unwrap().key).await;
     for f in astronauts {
         assert!(detail(&public, &f.bbox) < detail(&upright, &f.bbox) / 3.0);
     }
-    assert_eq!(project::privacy_status(r.store(), p.id).await.unwrap().not_current, 0);
+    assert_eq!(
+        project::privacy_status(r.store(), p.id)
+            .await
+            .unwrap()
+            .not_current,
+        0
+    );
 }

@@ -36,7 +36,10 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     let (_, change) = r.enrol(&p, "astronaut", "astronaut.png").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while r.engine.job(change.reblur_job).await.unwrap().status() != JobStatus::Succeeded {
-        assert!(tokio::time::Instant::now() < deadline, "the sweep did not finish");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sweep did not finish"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     release.notify_one();
@@ -63,20 +66,34 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     running.await.unwrap();
     r.settle().await;
 
-    for (photo, rev, blurred_faces) in [(photo, change.subjects_rev, 4), (photo2, change2.subjects_rev, 3)] {
+    for (photo, rev, blurred_faces) in [
+        (photo, change.subjects_rev, 4),
+        (photo2, change2.subjects_rev, 3),
+    ] {
         let row = r.photo(photo).await;
-        assert_eq!(row.pipeline, Pipeline::ThumbnailDims, "ingest chose before the opt-out");
+        assert_eq!(
+            row.pipeline,
+            Pipeline::ThumbnailDims,
+            "ingest chose before the opt-out"
+        );
         assert!(row.published_at.is_some(), "{row:?}");
         assert_eq!(row.subjects_rev, rev, "published at the new subjects");
         let faces = row.faces.as_ref().expect("detected after all");
-        let hidden: Vec<_> = faces.iter().filter(|f| f.decision.blurred_in(None)).collect();
+        let hidden: Vec<_> = faces
+            .iter()
+            .filter(|f| f.decision.blurred_in(None))
+            .collect();
         assert_eq!(hidden.len(), blurred_faces, "{faces:?}");
         // In pixels: each hidden face lost its detail in the public file.
         let upload = r.image(&row.upload_key).await;
         let public = r.image(&row.public().unwrap().key).await;
         for f in hidden {
             let (before, after) = (detail(&upload, &f.bbox), detail(&public, &f.bbox));
-            assert!(after < before / 3.0, "face {:?}: detail {after} vs {before}", f.bbox);
+            assert!(
+                after < before / 3.0,
+                "face {:?}: detail {after} vs {before}",
+                f.bbox
+            );
         }
     }
     // The held thumbnail_dims could not publish: its first attempt's publication was
@@ -95,5 +112,8 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
         .filter(|t| t.kind == photos::kinds::THUMBNAIL_DIMS)
         .map(|t| t.attempts)
         .sum();
-    assert!(attempts >= 2, "the held publication was retried, not committed");
+    assert!(
+        attempts >= 2,
+        "the held publication was retried, not committed"
+    );
 }

@@ -1,0 +1,188 @@
+//! Opting out is durable: enrol someone on a project of many photos while the process
+//! that enrols and the workers that re-blur are SIGKILLed at random moments; after a
+//! restart every photo ends decided at the new subjects, the new subject blurred.
+//!
+//! CI runs a scaled-down version (120 photos, a few kills); `TESSERA_FULL_KILL=1` runs
+//! 600 photos and 12 worker kills.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_tests::{json, repo_root, stderr, tessera, tessera_bin};
+
+fn spawn(state: &Path, args: &[&str]) -> Child {
+    Command::new(tessera_bin())
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .env_remove("TESSERA_STATE")
+        .env_remove("TESSERA_FAULT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tessera")
+}
+
+fn worker(state: &Path) -> Child {
+    spawn(
+        state,
+        &[
+            "worker",
+            "--concurrency",
+            "2",
+            "--lease-ms",
+            "1500",
+            "--reap-every-ms",
+            "300",
+        ],
+    )
+}
+
+fn show(state: &Path) -> Value {
+    let o = tessera(state, &["--json", "projects", "show", "kill"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    json(&o)
+}
+
+/// Detail (mean absolute horizontal difference, green) inside a box of fractions.
+fn detail(img: &image::RgbImage, b: &Value) -> f64 {
+    let (w, h) = (img.width() as f64, img.height() as f64);
+    let f = |k: &str| b[k].as_f64().unwrap();
+    let (x1, y1) = ((f("x") * w) as u32, (f("y") * h) as u32);
+    let (x2, y2) = (
+        ((f("x") + f("w")) * w) as u32,
+        ((f("y") + f("h")) * h) as u32,
+    );
+    let (mut sum, mut n) = (0f64, 0f64);
+    for y in y1..y2.min(img.height()) {
+        for x in x1..x2.saturating_sub(1).min(img.width() - 1) {
+            sum += (img.get_pixel(x + 1, y)[1] as f64 - img.get_pixel(x, y)[1] as f64).abs();
+            n += 1.0;
+        }
+    }
+    sum / n.max(1.0)
+}
+
+#[test]
+fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
+    let full = std::env::var_os("TESSERA_FULL_KILL").is_some();
+    let (photos, kills) = if full { (600, 12) } else { (120, 4) };
+    let mut rng = fastrand::Rng::with_seed(
+        std::env::var("TESSERA_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(7),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let hopper = repo_root().join("../shared/testdata/faces/grace_hopper.jpg");
+    let input = dir.path().join("photos");
+    std::fs::create_dir_all(&input).unwrap();
+    for i in 0..photos {
+        std::fs::copy(&hopper, input.join(format!("p{i:04}.jpg"))).unwrap();
+    }
+    let o = tessera(
+        &state,
+        &["projects", "create", "kill", "--threshold", "0.363"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tessera(
+        &state,
+        &[
+            "photos",
+            "add",
+            "--project",
+            "kill",
+            input.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(show(&state)["published"], photos);
+
+    // The enrolling process dies at a random moment: before its commit (then it is run
+    // again, as a person would) or after (then its sweep is already stored).
+    let started = Instant::now();
+    loop {
+        let mut enrol = spawn(
+            &state,
+            &[
+                "subjects",
+                "add",
+                "--project",
+                "kill",
+                "--label",
+                "hopper",
+                hopper.to_str().unwrap(),
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(rng.u64(200..2500)));
+        let _ = enrol.kill();
+        let _ = enrol.wait();
+        if show(&state)["subjects"].as_array().unwrap().len() == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "enrolment never committed"
+        );
+    }
+    let rev = show(&state)["subjects_rev"].as_u64().unwrap();
+
+    // Workers SIGKILLed at random while the sweep and the re-blurs run.
+    let mut workers = vec![worker(&state), worker(&state)];
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.u64(300..1500)));
+        let i = rng.usize(..workers.len());
+        let _ = workers[i].kill();
+        let _ = workers[i].wait();
+        workers[i] = worker(&state);
+    }
+    let deadline = Instant::now() + Duration::from_secs(if full { 1800 } else { 400 });
+    loop {
+        let s = show(&state);
+        if s["photos_not_current"] == 0 && s["published"] == photos {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not settled: {s}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for mut w in workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+
+    let list = json(&tessera(
+        &state,
+        &["--json", "photos", "list", "--project", "kill"],
+    ));
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), photos);
+    for p in list {
+        assert_eq!(p["subjects_rev"], rev, "{p}");
+        assert!(!p["published_at"].is_null(), "{p}");
+        let faces = p["faces"]
+            .as_array()
+            .unwrap_or_else(|| panic!("not detected: {p}"));
+        assert_eq!(faces.len(), 1, "{p}");
+        assert_eq!(faces[0]["decision"]["decision"], "subject", "{p}");
+    }
+    // In pixels, on a few: the public file hides her face.
+    let upload = image::open(&hopper).unwrap().to_rgb8();
+    for p in list.iter().step_by(photos / 5) {
+        let public = p["renditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["variant"].is_null())
+            .unwrap();
+        let file = state.join("objects").join(public["key"].as_str().unwrap());
+        let img = image::open(&file).unwrap().to_rgb8();
+        let b = &p["faces"][0]["bbox"];
+        assert!(
+            detail(&img, b) < detail(&upload, b) / 3.0,
+            "{}",
+            file.display()
+        );
+    }
+}
