@@ -271,6 +271,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         camera_model: "SIMPLE_RADIAL".into(),
         max_features: b.max_features,
         max_image_size: b.max_image_size,
+        ignore_exif_orientation: false,
         resume: false,
         workers: 1,
         memory_limit: Vec::new(),

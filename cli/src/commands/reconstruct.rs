@@ -95,6 +95,10 @@ pub struct Args {
     /// Longest image side used for features, in pixels.
     #[arg(long, default_value_t = 1000)]
     pub max_image_size: u32,
+    /// Feed COLMAP the pixels as stored, ignoring EXIF orientation (by default a phone
+    /// portrait is turned upright first, as every viewer shows it).
+    #[arg(long)]
+    pub ignore_exif_orientation: bool,
     /// Continue a previous run of the same reconstruction (damaged checkpoints re-run).
     #[arg(long)]
     pub resume: bool,
@@ -204,6 +208,7 @@ pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<Reconstructio
             },
         },
         exports,
+        respect_exif_orientation: !args.ignore_exif_orientation,
         priority: 0,
     };
     spec.validate()?;

@@ -210,6 +210,12 @@ pub struct ReconstructionSpec {
     pub georef: Georef,
     /// Exports to write.
     pub exports: Vec<ExportFormat>,
+    /// Turn each photo as its EXIF orientation says before COLMAP reads it (sfmapi's
+    /// dataset `respect_exif_orientation`): phone portraits then share one camera with
+    /// the landscape shots instead of looking like a second, sideways camera. Absent
+    /// from older specs (false), so their fingerprints do not change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub respect_exif_orientation: bool,
     /// Scheduling priority, -100..=100; not part of the fingerprint.
     #[serde(default)]
     pub priority: i32,

@@ -145,6 +145,7 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
         mapper: MapperKind::Incremental,
         ba: BaMode::Standard,
         georef: Georef::None,
+        respect_exif_orientation: false,
         exports: vec![ExportFormat::PointsBin],
         priority: 0,
     };

@@ -34,6 +34,10 @@ pub struct Dataset {
     pub source: Value,
     /// COLMAP camera model.
     pub camera_model: String,
+    /// Whether reconstructions turn photos as their EXIF orientation says (datasets
+    /// stored before this existed did not: false).
+    #[serde(default)]
+    pub respect_exif_orientation: bool,
     /// Created.
     pub created_at: String,
 }
@@ -94,7 +98,7 @@ fn dataset_view(d: &Dataset) -> Value {
     json!({
         "dataset_id": d.dataset_id, "tenant_id": d.tenant, "project_id": d.project_id, "name": d.name,
         "source": d.source, "camera_model": d.camera_model, "intrinsics_mode": "single_camera",
-        "is_spherical": false, "respect_exif_orientation": false, "created_at": d.created_at,
+        "is_spherical": false, "respect_exif_orientation": d.respect_exif_orientation, "created_at": d.created_at,
         "_links": links(&href, &[("images", format!("/v1/datasets/{}/images", d.dataset_id))]),
     })
 }
@@ -120,6 +124,10 @@ pub struct CreateDataset {
     /// Camera model (default `SIMPLE_RADIAL`).
     #[serde(default)]
     pub camera_model: Option<String>,
+    /// Turn photos as their EXIF orientation says before reconstruction (default true:
+    /// what every viewer shows, and what phones need).
+    #[serde(default)]
+    pub respect_exif_orientation: Option<bool>,
 }
 
 /// A dataset of the caller's tenant, or 404.
@@ -196,6 +204,7 @@ pub async fn create(
         name: body.name,
         source,
         camera_model,
+        respect_exif_orientation: body.respect_exif_orientation.unwrap_or(true),
         created_at: Millis::now().to_rfc3339(),
     };
     let mut item = Item::new(
@@ -271,6 +280,9 @@ pub struct PatchDataset {
     /// New camera model (for stages run after the change).
     #[serde(default)]
     pub camera_model: Option<String>,
+    /// Whether later reconstructions apply EXIF orientation.
+    #[serde(default)]
+    pub respect_exif_orientation: Option<bool>,
 }
 
 /// `PATCH /v1/projects/{pid}/datasets/{did}`: name and camera model; the source is
@@ -306,6 +318,9 @@ pub async fn patch(
         }
         d.camera_model = m;
     }
+    if let Some(r) = b.respect_exif_orientation {
+        d.respect_exif_orientation = r;
+    }
     s.engine
         .ports()
         .store
@@ -314,6 +329,10 @@ pub async fn patch(
             fields: vec![
                 ("name".into(), json!(d.name)),
                 ("camera_model".into(), json!(d.camera_model)),
+                (
+                    "respect_exif_orientation".into(),
+                    json!(d.respect_exif_orientation),
+                ),
             ],
             condition: Condition::Exists,
         }])

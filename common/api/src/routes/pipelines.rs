@@ -118,6 +118,7 @@ async fn spec_for(
         ba: BaMode::Standard,
         georef: Georef::None,
         exports: vec![ExportFormat::PointsBin],
+        respect_exif_orientation: d.respect_exif_orientation,
         priority: 0,
     };
     let megapixels = images

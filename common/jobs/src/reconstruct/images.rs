@@ -49,6 +49,47 @@ pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
     tessera_imaging::check::check(name, bytes, MAX_PIXELS)
 }
 
+/// A photo turned as its EXIF orientation says, for COLMAP (which reads pixels as
+/// stored): re-encoded upright keeping the EXIF fields reconstruction uses (camera and
+/// focal length for intrinsics, GPS for georeferencing, capture time).
+pub struct Upright {
+    /// The JPEG.
+    pub jpeg: Vec<u8>,
+    /// Width as displayed.
+    pub width: u64,
+    /// Height as displayed.
+    pub height: u64,
+}
+
+/// `Some` when `bytes` declare an orientation other than upright.
+pub fn upright(name: &str, bytes: &[u8]) -> Result<Option<Upright>, tessera_imaging::Refused> {
+    let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(bytes)) else {
+        return Ok(None);
+    };
+    let turned = e
+        .get_field(exif::Tag::Orientation, exif::In::PRIMARY)
+        .and_then(|f| f.value.get_uint(0))
+        .is_some_and(|v| !tessera_imaging::Orientation::from_exif(v).is_upright());
+    if !turned {
+        return Ok(None);
+    }
+    let d = tessera_imaging::decode::decode_with(name, bytes, MAX_PIXELS)?;
+    let keep = tessera_core::photo::KeepMetadata {
+        capture_time: true,
+        camera: true,
+        location: true,
+    };
+    let exif = d
+        .exif
+        .as_deref()
+        .and_then(|raw| tessera_imaging::metadata::kept_exif(raw, keep));
+    Ok(Some(Upright {
+        jpeg: tessera_imaging::encode::jpeg(&d.rgb, d.icc.as_deref(), exif.as_deref())?,
+        width: d.rgb.width() as u64,
+        height: d.rgb.height() as u64,
+    }))
+}
+
 fn rational(f: &exif::Field, i: usize) -> Option<f64> {
     match &f.value {
         exif::Value::Rational(v) => v.get(i).map(|r| r.to_f64()).filter(|x| x.is_finite()),
@@ -117,6 +158,43 @@ mod tests {
         std::env::var_os("CARGO_MANIFEST_DIR")
             .map(Into::into)
             .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+    }
+
+    #[test]
+    fn a_turned_photo_is_fed_upright_with_its_focal_length_and_gps() {
+        let sample =
+            std::fs::read(manifest_dir().join("../../sample/images/IMG_9380.jpg")).unwrap();
+        assert!(
+            upright("IMG_9380.jpg", &sample).unwrap().is_none(),
+            "upright already"
+        );
+        // The same photo as a phone would store a portrait: orientation 6 added.
+        let d = tessera_imaging::decode("IMG_9380.jpg", &sample).unwrap();
+        let raw = d.exif.clone().unwrap();
+        let tiff = raw.strip_prefix(b"Exif\0\0").unwrap_or(&raw);
+        let (mut fields, le) = exif::parse_exif(tiff).unwrap();
+        fields.retain(|f| f.ifd_num == exif::In::PRIMARY && f.tag != exif::Tag::Orientation);
+        fields.push(exif::Field {
+            tag: exif::Tag::Orientation,
+            ifd_num: exif::In::PRIMARY,
+            value: exif::Value::Short(vec![6]),
+        });
+        let mut w = exif::experimental::Writer::new();
+        for f in &fields {
+            w.push_field(f);
+        }
+        let mut out = std::io::Cursor::new(Vec::new());
+        w.write(&mut out, le).unwrap();
+        let phone = tessera_imaging::encode::jpeg(&d.rgb, None, Some(&out.into_inner())).unwrap();
+        let u = upright("IMG_9380.jpg", &phone).unwrap().expect("turned");
+        assert_eq!((u.width, u.height), (600, 800));
+        assert_eq!(
+            check("u.jpg", &u.jpeg),
+            Ok((600, 800)),
+            "no tag left to turn it again"
+        );
+        assert_eq!(exif_facts(&u.jpeg), exif_facts(&sample));
+        assert!(exif_facts(&sample).1.is_some(), "the sample has GPS");
     }
 
     #[test]

@@ -276,11 +276,34 @@ impl Run<'_> {
             match images::check(&name, &bytes) {
                 Ok((width, height)) => {
                     let (focal_mm, gps) = images::exif_facts(&bytes);
+                    let upright = if self.spec.respect_exif_orientation {
+                        let n = name.clone();
+                        let b = bytes.clone();
+                        tokio::task::spawn_blocking(move || images::upright(&n, &b))
+                            .await
+                            .map_err(|e| TaskError::transient(format!("worker thread: {e}")))?
+                            .map_err(TaskError::from_classified)?
+                    } else {
+                        None
+                    };
+                    // A turned photo is stored upright beside the stage's checkpoint, so
+                    // later stages (and retries) fetch the turned bytes.
+                    let (bytes, key, width, height) = match upright {
+                        Some(u) => {
+                            let k = format!(
+                                "{}/upright/{name}",
+                                checkpoint::prefix(self.job, Stage::Ingest.name())
+                            );
+                            objects.put(&k, u.jpeg.clone().into()).await?;
+                            (bytes::Bytes::from(u.jpeg), k, u.width, u.height)
+                        }
+                        None => (bytes, key.clone(), width, height),
+                    };
                     std::fs::write(dir.join(&name), &bytes)
                         .map_err(io(format!("writing {name}")))?;
                     accepted.push(PhotoFacts {
                         name,
-                        key: key.clone(),
+                        key,
                         sha256: hex::encode(Sha256::digest(&bytes)),
                         width,
                         height,
