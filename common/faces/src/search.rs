@@ -36,6 +36,9 @@ pub const TURNED_MIN_SCORE: f32 = 0.75;
 /// Other views kept per face.
 pub const MAX_VIEWS: usize = 3;
 
+/// Five landmarks (eye, eye, nose, mouth corner, mouth corner) in image pixels.
+pub type Landmarks = [[f32; 2]; 5];
+
 /// A clockwise quarter turn of the image before detection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {
@@ -95,7 +98,7 @@ pub struct Found {
     pub faces: Vec<Detection>,
     /// For each face, the landmarks of up to [`MAX_VIEWS`] other detections of it (from
     /// other turns or tiles), best first: more chances to recognise who it is.
-    pub views: Vec<Vec<[[f32; 2]; 5]>>,
+    pub views: Vec<Vec<Landmarks>>,
     /// Detector runs.
     pub passes: usize,
     /// Faces each turn's scaled pass found, upright first.
@@ -226,7 +229,7 @@ fn upright_view<E>(
     img: &RgbImage,
     d: &Detection,
     pass: &mut impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
-) -> Result<Option<[[f32; 2]; 5]>, E> {
+) -> Result<Option<Landmarks>, E> {
     let [le, re] = [d.landmarks[0], d.landmarks[1]];
     let roll = (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees();
     let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
@@ -315,10 +318,10 @@ fn same_face(a: &[f32; 4], b: &[f32; 4]) -> bool {
 }
 
 /// Best first; every box that is the same face as a kept one becomes a view of it.
-fn merge(mut dets: Vec<Detection>) -> (Vec<Detection>, Vec<Vec<[[f32; 2]; 5]>>) {
+fn merge(mut dets: Vec<Detection>) -> (Vec<Detection>, Vec<Vec<Landmarks>>) {
     dets.sort_by(|a, b| b.score.total_cmp(&a.score));
     let mut kept: Vec<Detection> = Vec::new();
-    let mut views: Vec<Vec<[[f32; 2]; 5]>> = Vec::new();
+    let mut views: Vec<Vec<Landmarks>> = Vec::new();
     for d in dets {
         match kept.iter().position(|k| same_face(&k.bbox, &d.bbox)) {
             Some(i) if views[i].len() < MAX_VIEWS => views[i].push(d.landmarks),
