@@ -67,6 +67,7 @@ fn heif_enc(jpeg: &[u8]) -> Vec<u8> {
     std::fs::read(&dst).unwrap()
 }
 
+#[cfg(feature = "heif")]
 #[test]
 fn heic_is_decoded_as_its_container_says_and_exif_orientation_is_not_applied_again() {
     // heif-enc copies the EXIF block (orientation included) but writes no `irot`: per
@@ -86,6 +87,7 @@ fn heic_is_decoded_as_its_container_says_and_exif_orientation_is_not_applied_aga
     }
 }
 
+#[cfg(feature = "heif")]
 #[test]
 fn a_damaged_heic_is_refused_by_name() {
     let jpeg = encode::jpeg(&scene(), None, None).unwrap();
@@ -185,4 +187,12 @@ fn the_colour_profile_is_kept() {
         decode("p.jpg", &out).unwrap().icc.as_deref(),
         Some(&icc[..])
     );
+}
+
+#[cfg(not(feature = "heif"))]
+#[test]
+fn without_libheif_heic_is_refused_by_name_never_passed_through() {
+    let heic = heif_enc(&encode::jpeg(&scene(), None, None).unwrap());
+    let e = decode("IMG_0003.HEIC", &heic).unwrap_err().0;
+    assert!(e.contains("IMG_0003.HEIC") && e.contains("HEIF"), "{e}");
 }
