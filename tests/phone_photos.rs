@@ -4,9 +4,12 @@
 //! HEIC. Every opted-out face is blurred in pixels of the upright public file, the
 //! bystander is not, and the file carries no orientation tag.
 
+mod pixels;
+
 use image::RgbImage;
+use pixels::{diff_in, load};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use tessera_core::geometry::FracRect;
 use tessera_imaging::{Orientation, encode, metadata, orient};
@@ -14,27 +17,6 @@ use tessera_tests::{repo_root, stderr, tessera_bin};
 
 fn faces_dir() -> PathBuf {
     repo_root().join("../shared/testdata/faces")
-}
-
-fn load(p: &Path) -> RgbImage {
-    image::open(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .to_rgb8()
-}
-
-/// Mean absolute difference of two images inside a box (fractions).
-fn diff_in(a: &RgbImage, b: &RgbImage, r: &FracRect) -> f64 {
-    let [x1, y1, x2, y2] = r.to_pixels(a.width(), a.height());
-    let (mut sum, mut n) = (0f64, 0f64);
-    for y in (y1 as u32 + 2)..(y2 as u32).saturating_sub(2) {
-        for x in (x1 as u32 + 2)..(x2 as u32).saturating_sub(2) {
-            for c in 0..3 {
-                sum += (a.get_pixel(x, y)[c] as f64 - b.get_pixel(x, y)[c] as f64).abs();
-            }
-            n += 3.0;
-        }
-    }
-    sum / n.max(1.0)
 }
 
 /// `upright` stored as a phone stores it for orientation `o`, with the tag written.

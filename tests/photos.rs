@@ -1,7 +1,10 @@
 //! The photo privacy pipeline through the real `tessera` binary, the real ONNX Runtime
 //! (ORT_DYLIB_PATH) and the real models in ../shared/models, on ../shared/testdata/faces.
 
+mod pixels;
+
 use image::RgbImage;
+use pixels::{diff_in, load};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -84,27 +87,6 @@ fn photo<'a>(m: &'a Value, file: &str) -> &'a Value {
         .iter()
         .find(|p| p["file"] == file)
         .unwrap_or_else(|| panic!("{file} not in manifest"))
-}
-
-fn load(p: &Path) -> RgbImage {
-    image::open(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .to_rgb8()
-}
-
-/// Mean absolute difference of two images inside a box (fractions).
-fn diff_in(a: &RgbImage, b: &RgbImage, r: &FracRect) -> f64 {
-    let [x1, y1, x2, y2] = r.to_pixels(a.width(), a.height());
-    let (mut sum, mut n) = (0f64, 0f64);
-    for y in (y1 as u32 + 2)..(y2 as u32).saturating_sub(2) {
-        for x in (x1 as u32 + 2)..(x2 as u32).saturating_sub(2) {
-            for c in 0..3 {
-                sum += (a.get_pixel(x, y)[c] as f64 - b.get_pixel(x, y)[c] as f64).abs();
-            }
-            n += 3.0;
-        }
-    }
-    sum / n.max(1.0)
 }
 
 fn bbox(face: &Value) -> FracRect {

@@ -218,22 +218,7 @@ impl Engine {
         let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
         let mut rest: &[Task] = &tasks;
         if !existing {
-            let job = Job {
-                id: job_id,
-                tenant: plan.tenant.clone(),
-                project: plan.project,
-                kind: plan.kind.clone(),
-                label: plan.label.clone(),
-                spec: plan.spec.clone(),
-                fingerprint: fp.clone(),
-                priority: plan.priority,
-                tasks_total: tasks.len() as i64,
-                sealed: false,
-                counters: JobCounters::default(),
-                cancel: None,
-                created_at: now,
-                rev: 0,
-            };
+            let job = new_job(&plan, job_id, &fp, tasks.len(), now, false);
             let first = rest.len().min(MAX_TRANSACTION_ITEMS - 2);
             let mut writes = vec![
                 Write::Put {
@@ -365,22 +350,7 @@ impl Engine {
         let job_id = JobId::new();
         let now = Millis::now();
         let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
-        let job = Job {
-            id: job_id,
-            tenant: plan.tenant.clone(),
-            project: plan.project,
-            kind: plan.kind.clone(),
-            label: plan.label.clone(),
-            spec: plan.spec.clone(),
-            fingerprint: fp.clone(),
-            priority: plan.priority,
-            tasks_total: tasks.len() as i64,
-            sealed: true,
-            counters: JobCounters::default(),
-            cancel: None,
-            created_at: now,
-            rev: 0,
-        };
+        let job = new_job(&plan, job_id, &fp, tasks.len(), now, true);
         let mut writes = vec![
             Write::Put {
                 item: Item::new(
@@ -412,6 +382,26 @@ impl Engine {
         }
         tracing::info!(job_id = %p.job_id, tasks = p.tasks.len(), "prepared job offered");
         Ok(())
+    }
+}
+
+/// The job record of `plan`, before any task ran.
+fn new_job(plan: &JobPlan, id: JobId, fp: &str, tasks: usize, now: Millis, sealed: bool) -> Job {
+    Job {
+        id,
+        tenant: plan.tenant.clone(),
+        project: plan.project,
+        kind: plan.kind.clone(),
+        label: plan.label.clone(),
+        spec: plan.spec.clone(),
+        fingerprint: fp.to_string(),
+        priority: plan.priority,
+        tasks_total: tasks as i64,
+        sealed,
+        counters: JobCounters::default(),
+        cancel: None,
+        created_at: now,
+        rev: 0,
     }
 }
 

@@ -267,7 +267,7 @@ fn upright_view<E>(
 }
 
 /// Bilinear sample of `img` at `(x, y)`, grey outside.
-fn sample(img: &RgbImage, x: f32, y: f32) -> image::Rgb<u8> {
+pub fn sample(img: &RgbImage, x: f32, y: f32) -> image::Rgb<u8> {
     let (w, h) = (img.width() as f32, img.height() as f32);
     if x < 0.0 || y < 0.0 || x > w - 1.0 || y > h - 1.0 {
         return image::Rgb([127, 127, 127]);

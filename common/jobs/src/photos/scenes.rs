@@ -6,7 +6,7 @@
 //! with no tag at all (a viewer then shows it turned, and so must Tessera). Each scene
 //! knows where every face is *as displayed*, and whose it is.
 
-use image::{Rgb, RgbImage};
+use image::RgbImage;
 use tessera_core::geometry::FracRect;
 use tessera_imaging::Orientation;
 
@@ -208,30 +208,15 @@ fn paste_rotated(dst: &mut RgbImage, src: &RgbImage, at: (f32, f32), deg: f32) {
             if sx < 0.0 || sy < 0.0 || sx > sw - 1.0 || sy > sh - 1.0 {
                 continue;
             }
-            dst.put_pixel(x, y, bilinear(src, sx, sy));
+            dst.put_pixel(x, y, tessera_faces::search::sample(src, sx, sy));
         }
     }
-}
-
-fn bilinear(img: &RgbImage, x: f32, y: f32) -> Rgb<u8> {
-    let (x0, y0) = (x.floor() as u32, y.floor() as u32);
-    let (x1, y1) = (
-        (x0 + 1).min(img.width() - 1),
-        (y0 + 1).min(img.height() - 1),
-    );
-    let (fx, fy) = (x - x0 as f32, y - y0 as f32);
-    let p = |x, y| img.get_pixel(x, y).0.map(f32::from);
-    let (a, b, c, d) = (p(x0, y0), p(x1, y0), p(x0, y1), p(x1, y1));
-    Rgb(std::array::from_fn(|i| {
-        let top = a[i] * (1.0 - fx) + b[i] * fx;
-        let bottom = c[i] * (1.0 - fx) + d[i] * fx;
-        (top * (1.0 - fy) + bottom * fy).round() as u8
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use image::Rgb;
 
     fn portrait() -> Portrait {
         let mut pixels = RgbImage::from_pixel(100, 100, Rgb([0, 0, 0]));
