@@ -330,3 +330,49 @@ async fn duplicates_poison_and_dead_letters_lose_nothing_and_publish_nothing_hal
     assert!(r2.published_at.is_none(), "never published");
     assert!(r2.renditions.is_empty(), "no variant points anywhere");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_put_under_an_ingested_key_unpublishes_the_photo_and_changes_nothing_public() {
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let p = project_with_subject(&d).await;
+    let (photo, upload_key) = put_upload(&d, &p, "grace_hopper.jpg").await;
+    d.pump_until(Duration::from_secs(120), || async {
+        row(&d, photo)
+            .await
+            .is_some_and(|r| r.published_at.is_some())
+    })
+    .await;
+    let before = row(&d, photo).await.unwrap();
+    let public = before.public().unwrap().key.clone();
+    assert_ne!(
+        public, upload_key,
+        "the upload key is never what is published"
+    );
+    let objects = &d.adapters.objects;
+    let served = objects.get(&public).await.unwrap();
+
+    // What a leaked presigned URL used twice (moto checks no signature) would do.
+    let other = std::fs::read(shared().join("testdata/faces/astronaut.png")).unwrap();
+    objects
+        .client()
+        .put_object()
+        .bucket(objects.bucket())
+        .key(&upload_key)
+        .body(other.into())
+        .send()
+        .await
+        .unwrap();
+    d.pump_until(Duration::from_secs(120), || async {
+        row(&d, photo)
+            .await
+            .is_some_and(|r| r.published_at.is_none())
+    })
+    .await;
+    let after = row(&d, photo).await.unwrap();
+    assert_eq!(after.sha256, before.sha256);
+    assert_eq!(
+        after.variant_version, before.variant_version,
+        "nothing made of the new bytes"
+    );
+    assert_eq!(objects.get(&public).await.unwrap(), served);
+}
