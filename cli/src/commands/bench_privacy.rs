@@ -333,6 +333,7 @@ fn faces_of(
                 score: d.score,
                 embedding: models.embed(img, &d.landmarks)?,
                 views: Vec::new(),
+                hard_to_recognise: false,
                 decision: tessera_core::privacy::FaceDecision::FailClosed,
             });
         }
@@ -382,7 +383,13 @@ fn judge(
                 if std::env::var_os("TESSERA_BENCH_DEBUG").is_some() {
                     eprintln!(
                         "leak: truth {r:?} product {:?}",
-                        product.map(|f| (&f.bbox, &f.decision, f.views.len()))
+                        product.map(|f| (
+                            &f.bbox,
+                            &f.decision,
+                            f.views.len(),
+                            f.hard_to_recognise,
+                            f.landmarks
+                        ))
                     );
                 }
             }

@@ -48,6 +48,10 @@ pub struct Face {
     /// another tile): other landmarks, so other alignments. Matching takes the best view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub views: Vec<Vec<f32>>,
+    /// Tilted or small as found: matched with a lower threshold
+    /// ([`crate::privacy::HARD_FACE_MARGIN`]), leaning toward blurring.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hard_to_recognise: bool,
     /// What matching decided, against the subjects at the time of the last render.
     pub decision: FaceDecision,
 }
@@ -62,6 +66,11 @@ impl Face {
         let views: Vec<&[f32]> = std::iter::once(self.embedding.as_slice())
             .chain(self.views.iter().map(Vec::as_slice))
             .collect();
+        let policy = if self.hard_to_recognise {
+            policy.lowered(crate::privacy::HARD_FACE_MARGIN)
+        } else {
+            policy
+        };
         crate::privacy::decide_views(&views, subjects, policy)
     }
 }

@@ -14,9 +14,10 @@
 //!
 //! Everything found is mapped back to the image's pixels and merged: of boxes that
 //! overlap (IoU above [`NMS_IOU`], or one mostly inside another) the best-scored is kept,
-//! the others' landmarks kept as other *views* of it. A face tilted past [`ROLL_REDO`]
-//! or smaller than [`SMALL_REDO`] px gets one more view: a crop turned level and
-//! enlarged, searched again, whose landmarks align the face far better for recognition.
+//! the others' landmarks kept as other *views* of it. Every face also gets second looks:
+//! a crop enlarged to the embedder's size, turned level by its landmarks and 30° either
+//! way ([`SECOND_LOOKS`]), searched again; their landmarks align a tilted or small face
+//! far better for recognition.
 
 use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
 use image::RgbImage;
@@ -203,9 +204,16 @@ pub fn search<E>(
     all.retain(|d| d.bbox[2] - d.bbox[0] >= 1.0 && d.bbox[3] - d.bbox[1] >= 1.0);
     let (faces, mut views) = merge(all);
     for (d, v) in faces.iter().zip(views.iter_mut()) {
-        if let Some(l) = upright_view(img, d, &mut pass)? {
+        let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+        if fh < 4.0 {
+            continue;
+        }
+        let roll = roll_deg(d);
+        for turn in SECOND_LOOKS {
             found.passes += 1;
-            v.insert(0, l);
+            if let Some(l) = second_look(img, d, roll + turn, &mut pass)? {
+                v.insert(0, l);
+            }
         }
     }
     found.faces = faces;
@@ -213,29 +221,29 @@ pub fn search<E>(
     Ok(found)
 }
 
-/// Head roll (degrees) above which a face is looked at again, turned upright.
+/// Head roll (degrees) past which a face counts as hard to recognise.
 pub const ROLL_REDO: f32 = 15.0;
-/// Face height (pixels) below which a face is looked at again, enlarged.
+/// Face height (pixels) under which a face counts as hard to recognise.
 pub const SMALL_REDO: f32 = 48.0;
+/// The turns (degrees, added to the roll the landmarks show) of the second looks at each
+/// face. The detectors' landmarks on a head tilted 20–40° often still look level
+/// (measured: 4° for a 35° tilt), so the face is also looked at turned 30° each way.
+pub const SECOND_LOOKS: [f32; 3] = [0.0, -30.0, 30.0];
 /// Face height the second look scales to (SFace's input is 112 px).
 const REDO_FACE_PX: f32 = 112.0;
 
-/// A second look at a tilted or small face: a crop around it, turned so the eyes are
-/// level and scaled so the face is ~112 px tall, searched again. Landmarks found there
-/// (mapped back to `img`) align much better than those of a face seen at 40° or 20 px,
-/// so the embedding from them recognises who it is. `None` when the face needs no
-/// second look or the detector does not find it again.
-fn upright_view<E>(
+/// A second look at a face: a crop around it, turned by `roll` degrees and scaled so the
+/// face is ~112 px tall (SFace's input), searched again. When the turn levels the eyes,
+/// the landmarks found there (mapped back to `img`) align far better than those of a
+/// face seen tilted or tiny, so the embedding from them recognises who it is. A crop is
+/// ~1/20 of a full pass. `None` when the detector does not find the face again.
+fn second_look<E>(
     img: &RgbImage,
     d: &Detection,
+    roll: f32,
     pass: &mut impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
 ) -> Result<Option<Landmarks>, E> {
-    let [le, re] = [d.landmarks[0], d.landmarks[1]];
-    let roll = (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees();
     let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
-    if roll.abs() < ROLL_REDO && fh >= SMALL_REDO || fh < 4.0 {
-        return Ok(None);
-    }
     let zoom = REDO_FACE_PX / fh;
     let side = (REDO_FACE_PX * 3.0) as u32;
     let centre = ((d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0);
@@ -264,6 +272,19 @@ fn upright_view<E>(
     Ok(best
         .filter(|b| b.bbox[0] < mid && b.bbox[2] > mid && b.bbox[1] < mid && b.bbox[3] > mid)
         .map(|b| b.landmarks.map(|[u, v]| to_img(u, v))))
+}
+
+/// Head roll in degrees, from the eyes.
+fn roll_deg(d: &Detection) -> f32 {
+    let [le, re] = [d.landmarks[0], d.landmarks[1]];
+    (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees()
+}
+
+/// Whether a face is tilted past [`ROLL_REDO`] or smaller than [`SMALL_REDO`] px: its
+/// alignment, and so its recognition, is less reliable.
+pub fn hard_to_recognise(d: &Detection) -> bool {
+    let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+    roll_deg(d).abs() >= ROLL_REDO || fh < SMALL_REDO
 }
 
 /// Bilinear sample of `img` at `(x, y)`, grey outside.

@@ -80,6 +80,7 @@ pub fn faces_in(
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
+                hard_to_recognise: tessera_faces::search::hard_to_recognise(&d),
                 embedding: models.embed(img, &d.landmarks)?,
                 views: views
                     .iter()

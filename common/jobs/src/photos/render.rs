@@ -119,6 +119,7 @@ mod tests {
             score: 0.9,
             embedding: vec![],
             views: vec![],
+            hard_to_recognise: false,
             decision,
         }
     }
