@@ -236,18 +236,35 @@ async fn a_photo_uploaded_to_a_presigned_url_is_published_with_download_urls() {
     assert_eq!(status, 201, "{presigned}");
     let url = presigned["upload"]["url"].as_str().unwrap();
     assert!(url.contains("X-Amz-Signature"), "{url}");
+    // The URL can create its object once, never replace it: `If-None-Match: *` is signed.
+    let signed = url
+        .split(['?', '&'])
+        .find_map(|q| q.strip_prefix("X-Amz-SignedHeaders="))
+        .unwrap_or_default();
+    assert!(signed.contains("if-none-match"), "{url}");
+    assert_eq!(presigned["upload"]["headers"]["if-none-match"], "*");
     let photo = presigned["photo_id"].as_str().unwrap().to_string();
 
     // The client uploads straight to S3; the API never sees the bytes.
     let bytes = std::fs::read(support::shared().join("testdata/faces/grace_hopper.jpg")).unwrap();
-    let put = reqwest::Client::new()
-        .put(url)
-        .header("content-type", "image/jpeg")
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
+    let upload = |body: Vec<u8>| {
+        reqwest::Client::new()
+            .put(url)
+            .header("content-type", "image/jpeg")
+            .header("if-none-match", "*")
+            .body(body)
+            .send()
+    };
+    let put = upload(bytes.clone()).await.unwrap();
     assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+    // The same URL again: S3 (and moto) refuse to replace the object.
+    let again = upload(b"anything else".to_vec()).await.unwrap();
+    assert_eq!(
+        again.status().as_u16(),
+        412,
+        "{}",
+        again.text().await.unwrap()
+    );
 
     let get = || {
         event(
