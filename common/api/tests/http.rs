@@ -1558,6 +1558,24 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
             .all(|f| f["decision"]["decision"] == "fail_closed"),
         "{v4}"
     );
+    // The privacy resource: settings, and every photo decided at the current subjects.
+    let privacy: Value = c
+        .get(format!("{x}/privacy"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(privacy["match_threshold"], Value::Null);
+    assert_eq!(
+        (
+            privacy["photos"].clone(),
+            privacy["photos_not_current"].clone()
+        ),
+        (json!(1), json!(0))
+    );
+    assert!(privacy["subjects_rev"].as_u64().unwrap() >= 3, "{privacy}");
     problem(
         c.put(format!("{x}/privacy"))
             .json(&json!({"match_threshold": 3.0}))

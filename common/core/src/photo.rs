@@ -172,6 +172,13 @@ impl Photo {
         self.rules < RULES || self.subjects_rev < project_subjects_rev
     }
 
+    /// Whether its files may be served now: published, and decided at the project's
+    /// current subjects. After an opt-out, files decided before it are withheld until the
+    /// photo is decided again (fail closed), even while `published_at` is still set.
+    pub fn servable(&self, project_subjects_rev: u64) -> bool {
+        self.published_at.is_some() && !self.needs_reprocess(project_subjects_rev)
+    }
+
     /// The public rendition, if any.
     pub fn public(&self) -> Option<&Rendition> {
         self.renditions.iter().find(|r| r.variant.is_none())
@@ -320,6 +327,34 @@ mod tests {
         ] {
             assert!(keys::parse_upload(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn files_decided_before_a_subject_change_are_not_servable() {
+        let mut p: Photo = serde_json::from_value(serde_json::json!({
+            "id": PhotoId::new(), "project": ProjectId::new(), "upload_key": "u",
+            "file_name": "a.jpg", "sha256": "0", "bytes": 1, "format": "jpeg", "width": 1,
+            "height": 1, "sequencer": "0", "pipeline": "face_process", "faces": null,
+            "detector": null, "blur_regions": [], "edits_rev": 0, "variant_version": 1,
+            "renditions": [], "upload_thumb_key": null, "staged_keys": [], "replaced_keys": [],
+            "published_at": 5, "created_at": 1,
+        }))
+        .unwrap();
+        assert_eq!(
+            (p.rules, p.orientation),
+            (0, 1),
+            "a row from before: old rules"
+        );
+        assert!(!p.servable(0), "old rules are not served");
+        p.rules = RULES;
+        p.subjects_rev = 3;
+        assert!(p.servable(3));
+        assert!(
+            !p.servable(4),
+            "an opt-out since: withheld until decided again"
+        );
+        p.published_at = None;
+        assert!(!p.servable(3));
     }
 
     #[test]

@@ -394,10 +394,15 @@ async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, P
         .get(&records::photo_key(pid))
         .await?
         .ok_or_else(missing)?;
-    let photo: Photo = records::decode(&item)?;
-    super::projects::owned(s, caller, &photo.project.to_string())
+    let mut photo: Photo = records::decode(&item)?;
+    let project = super::projects::owned(s, caller, &photo.project.to_string())
         .await
         .map_err(|_| missing())?;
+    // Files decided before the project's last subject change are not served (nor linked)
+    // until the photo is decided again: the photo reads as unpublished meanwhile.
+    if !photo.servable(project.subjects_rev) {
+        photo.published_at = None;
+    }
     Ok(photo)
 }
 

@@ -117,15 +117,20 @@ impl TaskHandler for Process {
         let ports = ctx.ports();
         let store = ports.store.as_ref();
         let photo = row::load(store, id).await?;
-        if self.mode == Mode::ThumbnailDims && photo.variant_version != 0 {
-            tracing::info!(photo = %id, version = photo.variant_version, "thumbnail_dims: face processing owns this photo; nothing to do");
-            return Ok(TaskOutput::result(serde_json::json!({
-                "photo": id, "skipped": "the photo has processed variants",
-            })));
-        }
         let proj = project::load(store, photo.project)
             .await
             .map_err(TaskError::from_classified)?;
+        // A thumbnail_dims message re-sent after the photo was processed (and is current)
+        // acts on nothing; one whose own earlier attempt bumped the version goes on.
+        if self.mode == Mode::ThumbnailDims
+            && photo.variant_version != 0
+            && photo.servable(proj.subjects_rev)
+        {
+            tracing::info!(photo = %id, version = photo.variant_version, "thumbnail_dims: the photo is published and current; nothing to do");
+            return Ok(TaskOutput::result(serde_json::json!({
+                "photo": id, "skipped": "the photo is published and current",
+            })));
+        }
         // The subjects are read after the project: a change in between bumps the rev read
         // here or lands after it, and either way the publishing condition catches it.
         let decided_rev = proj.subjects_rev;
@@ -172,7 +177,8 @@ impl TaskHandler for Process {
             }
             tracing::info!(photo = %id, orientation = decoded.orientation.exif(), redetect = m.redetect, "migrating the row to the current privacy rules");
         }
-        let nobody_to_hide = proj.opted_out == 0 && proj.match_threshold.is_some();
+        // The subjects as read, not the counter: nobody to hide only if none exists.
+        let nobody_to_hide = subjects.is_empty() && proj.match_threshold.is_some();
 
         // 1. Faces: detected once per photo, kept for every later re-blur.
         let mut detected_by = None;

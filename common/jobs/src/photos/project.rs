@@ -165,7 +165,7 @@ async fn change_subjects(
                     reblur_job: sweep.job_id,
                 });
             }
-            Err(StoreError::Conflict { index, .. }) if index >= project_write => {
+            Err(StoreError::Conflict { index, .. }) if index == project_write => {
                 tracing::info!(project = %project, "the project changed meanwhile; trying again");
                 continue;
             }
@@ -332,7 +332,7 @@ pub struct PrivacyStatus {
     /// Photos in the project.
     pub photos: u64,
     /// Photos whose files were decided at an older revision or under older rules: they
-    /// are being re-decided (and are unpublished while that runs).
+    /// are being re-decided, and their files are not served meanwhile.
     pub not_current: u64,
     /// Photos published now.
     pub published: u64,

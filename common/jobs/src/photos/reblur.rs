@@ -66,8 +66,19 @@ impl TaskHandler for Sweep {
         loop {
             let page = store.query(&q).await?;
             for item in &page.items {
-                let photo: tessera_core::photo::Photo = records::decode(item)?;
                 seen += 1;
+                // One unreadable row must not stop every other photo's re-blur.
+                let photo: tessera_core::photo::Photo = match records::decode(item) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(project = %project_id, error = %e, "photo row unreadable; skipped by the sweep");
+                        ctx.emit(tessera_core::event::EventKind::Warning {
+                            message: format!("photo row skipped: {e}"),
+                        })
+                        .await?;
+                        continue;
+                    }
+                };
                 if !photo.needs_reprocess(target) {
                     continue;
                 }
