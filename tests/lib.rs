@@ -28,7 +28,8 @@ pub fn tessera_bin() -> PathBuf {
 /// directory still looks at this one.
 pub fn repo_root() -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        .map(PathBuf::from)
+        .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests");
     manifest
         .parent()
         .expect("tests/ is in the repo root")

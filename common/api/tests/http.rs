@@ -1798,7 +1798,11 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
     let outside = tempfile::tempdir().unwrap();
     let root = allowed.path().join("scene");
     std::fs::create_dir_all(root.join("day2")).unwrap();
-    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    let samples = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+    )
+    .join("../../sample/images");
     std::fs::copy(samples.join("IMG_9380.jpg"), root.join("IMG_9380.jpg")).unwrap();
     std::fs::copy(samples.join("IMG_9381.jpg"), root.join("day2/IMG_9381.jpg")).unwrap();
     std::fs::write(root.join("notes.txt"), "not an image").unwrap();

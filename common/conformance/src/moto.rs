@@ -26,8 +26,18 @@ pub struct MotoServer {
 
 /// The launcher script (`scripts/moto_serve.py`): moto's server with DynamoDB requests
 /// serialised, as DynamoDB serialises conditional writes per item.
+/// Found at run time from the running test's package folder upward, so a test binary
+/// reused from a shared target directory uses this checkout's script.
 fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/moto_serve.py")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .expect("a package folder or a working directory");
+    start
+        .ancestors()
+        .map(|d| d.join("scripts/moto_serve.py"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no scripts/moto_serve.py above {}", start.display()))
 }
 
 /// The Python that has moto: beside `moto_server` (`TESSERA_MOTO_SERVER`, else the

@@ -90,7 +90,11 @@ mod tests {
     #[test]
     fn sample_events_are_recognised() {
         let read = |name: &str| {
-            let path = format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!(
+                "{}/../../events/{name}",
+                std::env::var("CARGO_MANIFEST_DIR")
+                    .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests")
+            );
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
         };
         let sqs: serde_json::Value = serde_json::from_str(&read("s3-put-via-sqs.json")).unwrap();

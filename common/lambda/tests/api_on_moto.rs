@@ -14,8 +14,11 @@ use tower::ServiceExt;
 
 fn event(method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> lambda_http::Request {
     let sample = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../events/http-api-create-project.json"),
+        std::path::Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+        )
+        .join("../../events/http-api-create-project.json"),
     )
     .unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&sample).unwrap();
@@ -124,7 +127,11 @@ async fn an_s3_source_registers_the_images_under_its_prefix() {
         .send()
         .await
         .unwrap();
-    let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    let samples = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+    )
+    .join("../../sample/images");
     for (k, f) in [
         ("castle/a/IMG_9380.jpg", "IMG_9380.jpg"),
         ("castle/a/more/IMG_9381.jpg", "IMG_9381.jpg"),

@@ -192,7 +192,11 @@ async fn duplicates_poison_and_dead_letters_lose_nothing_and_publish_nothing_hal
     assert!(failed.batch_item_failures.is_empty());
     d.acknowledge(routes::UPLOADS, receipts, &[]).await;
     let real_shape = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/s3-put-via-sqs.json"),
+        std::path::Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+        )
+        .join("../../events/s3-put-via-sqs.json"),
     )
     .unwrap();
     let real: serde_json::Value = serde_json::from_str(&real_shape).unwrap();

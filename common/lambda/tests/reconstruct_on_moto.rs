@@ -113,7 +113,11 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
     d.functions.insert(routes::ORCHESTRATOR, orchestrator);
 
     // Six of the sample photos, in S3.
-    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sample/images");
+    let samples = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+    )
+    .join("../../sample/images");
     let mut files: Vec<_> = std::fs::read_dir(&samples)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -157,7 +157,7 @@ mod tests {
     fn manifest_dir() -> std::path::PathBuf {
         std::env::var_os("CARGO_MANIFEST_DIR")
             .map(Into::into)
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests")
     }
 
     #[test]

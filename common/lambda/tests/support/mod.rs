@@ -21,7 +21,11 @@ use tessera_lambda::{Function, Role, routes};
 pub const PREFIX: &str = "t-";
 
 pub fn shared() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs tests"),
+    )
+    .join("../../../shared")
 }
 
 pub fn models() -> Arc<FaceModels> {
