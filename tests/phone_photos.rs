@@ -21,13 +21,9 @@ fn faces_dir() -> PathBuf {
 
 /// `upright` stored as a phone stores it for orientation `o`, with the tag written.
 fn tagged(upright: &RgbImage, o: u8) -> Vec<u8> {
-    let inverse = Orientation::from_exif(match o {
-        6 => 8,
-        8 => 6,
-        v => v as u32,
-    });
-    let stored = orient::apply(image::DynamicImage::ImageRgb8(upright.clone()), inverse).to_rgb8();
-    let tiff = metadata::orientation_exif(Orientation::from_exif(o as u32));
+    let o = Orientation::from_exif(o as u32);
+    let stored = orient::stored_for(upright, o);
+    let tiff = metadata::orientation_exif(o);
     encode::jpeg(&stored, None, Some(&tiff)).unwrap()
 }
 

@@ -322,8 +322,8 @@ fn faces_of(
     subjects: &[SubjectEmbeddings],
     policy: MatchPolicy,
     single_pass: bool,
-) -> anyhow::Result<Vec<Face>> {
-    let mut faces = if single_pass {
+) -> anyhow::Result<(Vec<Face>, usize)> {
+    let (mut faces, passes) = if single_pass {
         let (w, h) = img.dimensions();
         let mut v = Vec::new();
         for d in models.detect_once(img)? {
@@ -337,14 +337,14 @@ fn faces_of(
                 decision: tessera_core::privacy::FaceDecision::FailClosed,
             });
         }
-        v
+        (v, 1)
     } else {
-        process::faces_in(models, img)?
+        process::faces_and_passes(models, img)?
     };
     for f in &mut faces {
         f.decision = f.decide(subjects, policy);
     }
-    Ok(faces)
+    Ok((faces, passes))
 }
 
 /// Judge one published public file against the truth.
@@ -469,12 +469,12 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
                 // The product: decode (orientation applied), search, decide, blur, encode.
                 let t0 = Instant::now();
                 let decoded = upload::decode("scene", &bytes)?;
-                let faces = faces_of(&product, &decoded.rgb, &subjects, policy, false)?;
+                let (faces, passes) = faces_of(&product, &decoded.rgb, &subjects, policy, false)?;
                 let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
                 let public = render::render(&decoded.rgb, &plans[0].blur, &Default::default())
                     .map_err(anyhow::Error::msg)?;
                 now.ms += t0.elapsed().as_secs_f64() * 1e3;
-                now.passes += product.search(&decoded.rgb)?.passes;
+                now.passes += passes;
                 let shown = upload::decode("public", &public.file)?.rgb;
                 judge(&judge_models, &shown, &scene.faces, &opted, &refs, &faces, a.threshold, &mut now)?;
 
@@ -482,7 +482,7 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
                 let stored = image::load_from_memory(&bytes)
                     .map(|i| i.to_rgb8())
                     .unwrap_or_else(|_| decoded.rgb.clone());
-                let old_faces = faces_of(&product, &stored, &subjects, policy, true)?;
+                let (old_faces, _) = faces_of(&product, &stored, &subjects, policy, true)?;
                 let old_plans = render::plan(&old_faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
                 let mut old_public = stored.clone();
                 tessera_faces::blur::apply(&mut old_public, &old_plans[0].blur);

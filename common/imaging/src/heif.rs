@@ -12,7 +12,7 @@
 //! A build without the `heif` feature refuses HEIF by name: never published unprocessed.
 
 use crate::Refused;
-use crate::decode::{Decoded, Format};
+use crate::decode::Decoded;
 
 #[cfg(feature = "heif")]
 pub(crate) fn decode(name: &str, bytes: &[u8], stored: (u64, u64)) -> Result<Decoded, Refused> {
@@ -73,7 +73,7 @@ pub(crate) fn decode(name: &str, bytes: &[u8], stored: (u64, u64)) -> Result<Dec
     };
     Ok(Decoded {
         rgb,
-        format: Format::Heif,
+        format: crate::decode::Format::Heif,
         orientation,
         stored: (stored.0 as u32, stored.1 as u32),
         icc,
@@ -83,7 +83,6 @@ pub(crate) fn decode(name: &str, bytes: &[u8], stored: (u64, u64)) -> Result<Dec
 
 #[cfg(not(feature = "heif"))]
 pub(crate) fn decode(name: &str, _bytes: &[u8], _stored: (u64, u64)) -> Result<Decoded, Refused> {
-    let _ = Format::Heif;
     Err(Refused(format!(
         "`{name}` is HEIF/HEIC, which this build does not decode; convert it to JPEG (on an iPhone: Settings > Camera > Formats > Most Compatible)"
     )))

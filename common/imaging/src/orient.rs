@@ -39,6 +39,16 @@ impl Orientation {
         self.0
     }
 
+    /// The orientation that undoes this one (quarter turns swap; flips, the half turn,
+    /// transpose and transverse undo themselves).
+    pub fn inverse(self) -> Orientation {
+        match self.0 {
+            6 => Orientation(8),
+            8 => Orientation(6),
+            v => Orientation(v),
+        }
+    }
+
     /// Whether the stored pixels must be changed to show the photo.
     pub fn is_upright(self) -> bool {
         self.0 == 1
@@ -94,6 +104,12 @@ pub fn apply(img: image::DynamicImage, o: Orientation) -> image::DynamicImage {
     let mut img = img;
     img.apply_orientation(o.pixel_turn());
     img
+}
+
+/// The pixels a camera stores for the upright `img` when it tags them with `o`: what
+/// test photos are made of.
+pub fn stored_for(img: &image::RgbImage, o: Orientation) -> image::RgbImage {
+    apply(image::DynamicImage::ImageRgb8(img.clone()), o.inverse()).to_rgb8()
 }
 
 #[cfg(test)]
@@ -159,6 +175,16 @@ mod tests {
             ] {
                 assert!((a - b).abs() < 1e-5, "orientation {v}: {got:?} != {want:?}");
             }
+        }
+    }
+
+    #[test]
+    fn stored_pixels_tagged_with_their_orientation_come_back_upright() {
+        let (img, _) = marked();
+        for v in 1..=8 {
+            let o = Orientation::from_exif(v);
+            let back = apply(DynamicImage::ImageRgb8(stored_for(&img, o)), o).to_rgb8();
+            assert_eq!(back, img, "orientation {v}");
         }
     }
 

@@ -3,7 +3,7 @@
 //! out upright, and what is written back carries no orientation, GPS or preview.
 
 use image::{Rgb, RgbImage};
-use tessera_imaging::{Format, Orientation, decode, encode, metadata, orient};
+use tessera_imaging::{Orientation, decode, encode, metadata, orient};
 
 /// A 120 × 80 upright scene: grey, with a red block near the top-left corner.
 fn scene() -> RgbImage {
@@ -14,16 +14,6 @@ fn scene() -> RgbImage {
         }
     }
     img
-}
-
-/// The inverse transform of `o` applied to `img`: what a phone stores for it.
-fn stored_for(img: &RgbImage, o: Orientation) -> RgbImage {
-    let inv = Orientation::from_exif(match o.exif() {
-        6 => 8,
-        8 => 6,
-        v => v as u32,
-    });
-    orient::apply(image::DynamicImage::ImageRgb8(img.clone()), inv).to_rgb8()
 }
 
 fn assert_upright(d: &tessera_imaging::Decoded, what: &str) {
@@ -41,7 +31,7 @@ fn all_eight_orientations_decode_upright() {
     for v in 1..=8 {
         let o = Orientation::from_exif(v);
         let tiff = metadata::orientation_exif(o);
-        let jpeg = encode::jpeg(&stored_for(&scene(), o), None, Some(&tiff)).unwrap();
+        let jpeg = encode::jpeg(&orient::stored_for(&scene(), o), None, Some(&tiff)).unwrap();
         let d = decode("phone.jpg", &jpeg).unwrap();
         assert_eq!(d.orientation, o);
         assert_upright(&d, &format!("orientation {v}"));
@@ -75,7 +65,7 @@ fn heic_is_decoded_as_its_container_says_and_exif_orientation_is_not_applied_aga
     // an `irot` that libheif applies; applying its EXIF tag again would turn it twice.)
     let plain = heif_enc(&encode::jpeg(&scene(), None, None).unwrap());
     let d = decode("IMG_0001.HEIC", &plain).unwrap();
-    assert_eq!(d.format, Format::Heif);
+    assert_eq!(d.format, tessera_imaging::Format::Heif);
     assert_upright(&d, "heic");
     for v in [3, 6, 8] {
         let o = Orientation::from_exif(v);

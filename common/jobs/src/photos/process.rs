@@ -69,9 +69,18 @@ pub fn faces_in(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
 ) -> Result<Vec<Face>, tessera_faces::FaceError> {
+    Ok(faces_and_passes(models, img)?.0)
+}
+
+/// [`faces_in`] and how many detector passes the search took (for the benchmark).
+pub fn faces_and_passes(
+    models: &tessera_faces::FaceModels,
+    img: &image::RgbImage,
+) -> Result<(Vec<Face>, usize), tessera_faces::FaceError> {
     let (w, h) = img.dimensions();
     let found = models.search(img)?;
-    found
+    let passes = found.passes;
+    let faces = found
         .faces
         .into_iter()
         .zip(found.views)
@@ -89,7 +98,8 @@ pub fn faces_in(
                 decision: FaceDecision::FailClosed,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((faces, passes))
 }
 
 /// What a row under older [`RULES`] becomes: regions mapped from stored to displayed

@@ -130,7 +130,11 @@ pub fn make(portraits: &[Portrait], background: &RgbImage, spec: &SceneSpec) -> 
         Stored::Upright => (canvas, None, Orientation::UPRIGHT),
         Stored::Tagged(o) => {
             let o = Orientation::from_exif(o as u32);
-            (turn(canvas, inverse(o)), Some(o), Orientation::UPRIGHT)
+            (
+                tessera_imaging::orient::stored_for(&canvas, o),
+                Some(o),
+                Orientation::UPRIGHT,
+            )
         }
         Stored::Untagged(o) => {
             let o = Orientation::from_exif(o as u32);
@@ -153,15 +157,6 @@ pub fn make(portraits: &[Portrait], background: &RgbImage, spec: &SceneSpec) -> 
 
 fn turn(img: RgbImage, o: Orientation) -> RgbImage {
     tessera_imaging::orient::apply(image::DynamicImage::ImageRgb8(img), o).to_rgb8()
-}
-
-/// The orientation that undoes `o`.
-pub fn inverse(o: Orientation) -> Orientation {
-    Orientation::from_exif(match o.exif() {
-        6 => 8,
-        8 => 6,
-        v => v as u32,
-    })
 }
 
 /// Bounding box of `b` (relative to the rotation centre) after turning by `deg`.
