@@ -25,6 +25,23 @@ pub enum AwsCommand {
         #[arg(long)]
         admin: bool,
     },
+    /// Allow a tenant to create `s3` datasets from a folder of another bucket (the api
+    /// function's role must also be able to read it: the template's DatasetSourceBucket).
+    /// The stack's own bucket can never be granted.
+    GrantSource {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The bucket.
+        #[arg(long)]
+        bucket: String,
+        /// A folder of the bucket (empty: all of it).
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Take the grant back instead.
+        #[arg(long)]
+        revoke: bool,
+    },
 }
 
 /// Run it.
@@ -32,6 +49,12 @@ pub async fn run(json: bool, cmd: AwsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AwsCommand::Init => init(json).await,
         AwsCommand::CreateKey { tenant, admin } => create_key(json, &tenant, admin).await,
+        AwsCommand::GrantSource {
+            tenant,
+            bucket,
+            prefix,
+            revoke,
+        } => grant_source(json, &tenant, &bucket, &prefix, revoke).await,
     }
 }
 
@@ -95,6 +118,37 @@ async fn create_key(json: bool, tenant: &str, admin: bool) -> anyhow::Result<Exi
         eprintln!(
             "key {} for tenant {} (admin: {}); shown once",
             key.key_id, key.tenant, key.admin
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn grant_source(
+    json: bool,
+    tenant: &str,
+    bucket: &str,
+    prefix: &str,
+    revoke: bool,
+) -> anyhow::Result<ExitCode> {
+    use tessera_core::catalog::source_grants;
+    let tenant: tessera_core::TenantId = tenant.parse()?;
+    let settings = AwsSettings::from_env()?;
+    let a = AwsAdapters::connect(&settings).await;
+    let what = if revoke {
+        let existed = source_grants::revoke(&a.store, &tenant, bucket, prefix).await?;
+        serde_json::json!({"tenant": tenant, "bucket": bucket, "prefix": prefix, "revoked": existed})
+    } else {
+        let g = source_grants::grant(&a.store, &settings.bucket, &tenant, bucket, prefix).await?;
+        serde_json::to_value(&g)?
+    };
+    if json {
+        println!("{what}");
+    } else if revoke {
+        println!("{tenant} may no longer import from s3://{bucket}/{prefix}");
+    } else {
+        println!(
+            "{tenant} may import from s3://{bucket}/{}",
+            what["prefix"].as_str().unwrap_or_default()
         );
     }
     Ok(ExitCode::SUCCESS)

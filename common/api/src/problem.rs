@@ -107,3 +107,14 @@ impl From<tessera_core::ports::StoreError> for Problem {
         Problem::from(EngineError::from(e))
     }
 }
+
+impl From<tessera_core::catalog::CatalogError> for Problem {
+    fn from(e: tessera_core::catalog::CatalogError) -> Self {
+        use tessera_core::catalog::CatalogError;
+        match e {
+            CatalogError::Forbidden(m) => Problem::forbidden(m),
+            CatalogError::Invalid(m) => Problem::validation(m),
+            CatalogError::Store(e) => e.into(),
+        }
+    }
+}

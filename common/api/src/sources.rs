@@ -6,8 +6,10 @@
 //! snapshots, thumbnails — is the same for every kind of source.
 //!
 //! A server offers a kind only when it was given an implementation: `tessera serve
-//! --local-root DIR` for folders (only under those roots), the `api` Lambda for S3 (any
-//! bucket its role may read). Otherwise the kind answers 501 with its capability.
+//! --local-root DIR` for folders (only under those roots, which the operator chose), the
+//! `api` Lambda for S3 (never the stack's own bucket, and only the bucket folders an
+//! operator granted to the calling tenant: `tessera_core::catalog::source_grants`).
+//! Otherwise the kind answers 501 with its capability.
 
 use crate::problem::Problem;
 use async_trait::async_trait;
@@ -15,6 +17,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use tessera_core::TenantId;
 
 /// Files larger than this are not images a reconstruction can use.
 pub const MAX_SOURCE_FILE: u64 = 200 * 1024 * 1024;
@@ -35,10 +38,12 @@ pub struct SourceFile {
 pub trait ImageSource: Send + Sync {
     /// `local` or `s3`.
     fn kind(&self) -> &'static str;
-    /// The image files (by extension) of the source described by `spec`, sorted.
-    async fn list(&self, spec: &Value) -> Result<Vec<SourceFile>, Problem>;
-    /// One file's bytes.
-    async fn read(&self, spec: &Value, rel_path: &str) -> Result<Bytes, Problem>;
+    /// The image files (by extension) of the source described by `spec`, sorted, if
+    /// `tenant` may read it.
+    async fn list(&self, tenant: &TenantId, spec: &Value) -> Result<Vec<SourceFile>, Problem>;
+    /// One file's bytes, if `tenant` may read it.
+    async fn read(&self, tenant: &TenantId, spec: &Value, rel_path: &str)
+    -> Result<Bytes, Problem>;
 }
 
 /// The sources a server offers.
@@ -170,7 +175,7 @@ impl ImageSource for LocalFolders {
         "local"
     }
 
-    async fn list(&self, spec: &Value) -> Result<Vec<SourceFile>, Problem> {
+    async fn list(&self, _tenant: &TenantId, spec: &Value) -> Result<Vec<SourceFile>, Problem> {
         let root = self.root(spec)?;
         let recursive = spec
             .get("recursive")
@@ -188,7 +193,12 @@ impl ImageSource for LocalFolders {
         Ok(files)
     }
 
-    async fn read(&self, spec: &Value, rel_path: &str) -> Result<Bytes, Problem> {
+    async fn read(
+        &self,
+        _tenant: &TenantId,
+        spec: &Value,
+        rel_path: &str,
+    ) -> Result<Bytes, Problem> {
         let root = self.root(spec)?;
         let path = root.join(rel_path);
         // No symlink in the way: the file must resolve below the root.
@@ -209,21 +219,10 @@ impl ImageSource for LocalFolders {
 
 /// The bucket and folder prefix (empty, or ending in `/`) of an `s3` source.
 pub fn s3_location(spec: &Value) -> Result<(String, String), Problem> {
+    use tessera_core::catalog::source_grants::{check_bucket_name, normalize_prefix};
     let bucket = field(spec, "bucket", "s3")?.to_string();
+    check_bucket_name(&bucket)?;
     // A prefix names a folder: `scenes/a` and `scenes/a/` are the same source.
-    let mut prefix = spec
-        .get("prefix")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .trim_start_matches('/')
-        .to_string();
-    if !prefix.is_empty() && !prefix.ends_with('/') {
-        prefix.push('/');
-    }
-    if bucket.len() > 63 || bucket.contains('/') {
-        return Err(Problem::validation(format!(
-            "source.bucket `{bucket}` is not a bucket name"
-        )));
-    }
+    let prefix = normalize_prefix(spec.get("prefix").and_then(|v| v.as_str()).unwrap_or(""))?;
     Ok((bucket, prefix))
 }

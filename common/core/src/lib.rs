@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod camera;
+pub mod catalog;
 pub mod clock;
 pub mod domain;
 pub mod error;

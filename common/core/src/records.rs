@@ -13,6 +13,7 @@
 //! | project name | `PROJECTNAME#<tenant>#<name>` | `NAME` | — | — |
 //! | subject | `PROJECT#<project>` | `SUBJECT#<id>` | — | — |
 //! | photo | `PHOTO#<id>` | `PHOTO` | `PROJECT#<project>#PHOTOS` / `<id>` | — |
+//! | source grant | `TENANT#<t>#SOURCEGRANTS` | `<bucket>/<prefix>` | — | — |
 
 use crate::domain::Project;
 use crate::ids::{JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId};

@@ -29,6 +29,8 @@ pub fn state(function: &Function, faces: Arc<FaceService>, backend: (String, boo
         faces: Some(faces),
         sources: tessera_api::sources::Sources(vec![Arc::new(crate::s3_source::S3Source::new(
             function.adapters.objects.client().clone(),
+            function.adapters.objects.bucket(),
+            function.engine.ports().store.clone(),
         ))]),
     }
 }

@@ -1,21 +1,52 @@
-//! `s3` dataset sources for the `api` function: images under a bucket prefix the
-//! function's role may read, registered when the dataset is created.
+//! `s3` dataset sources for the `api` function: images under a bucket prefix, registered
+//! when the dataset is created. The function's role may read the stack's own bucket, so
+//! what the role can read decides nothing: every list and read first asks the catalog
+//! whether the calling tenant was granted that bucket folder.
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
+use std::sync::Arc;
 use tessera_api::problem::Problem;
 use tessera_api::sources::{ImageSource, MAX_SOURCE_FILES, SourceFile, is_image_name, s3_location};
+use tessera_core::TenantId;
+use tessera_core::catalog::source_grants;
+use tessera_core::ports::StateStore;
 
-/// Reads any bucket through one S3 client.
+/// Reads granted bucket folders through one S3 client.
 pub struct S3Source {
     client: aws_sdk_s3::Client,
+    /// The stack's own bucket, never a source.
+    own_bucket: String,
+    store: Arc<dyn StateStore>,
 }
 
 impl S3Source {
-    /// A source on this client.
-    pub fn new(client: aws_sdk_s3::Client) -> Self {
-        S3Source { client }
+    /// A source on this client, refusing `own_bucket`, checking grants in `store`.
+    pub fn new(
+        client: aws_sdk_s3::Client,
+        own_bucket: impl Into<String>,
+        store: Arc<dyn StateStore>,
+    ) -> Self {
+        S3Source {
+            client,
+            own_bucket: own_bucket.into(),
+            store,
+        }
+    }
+
+    /// The source's bucket and prefix, if `tenant` may read them.
+    async fn location(&self, tenant: &TenantId, spec: &Value) -> Result<(String, String), Problem> {
+        let (bucket, prefix) = s3_location(spec)?;
+        source_grants::authorize(
+            self.store.as_ref(),
+            &self.own_bucket,
+            tenant,
+            &bucket,
+            &prefix,
+        )
+        .await?;
+        Ok((bucket, prefix))
     }
 }
 
@@ -31,8 +62,8 @@ impl ImageSource for S3Source {
         "s3"
     }
 
-    async fn list(&self, spec: &Value) -> Result<Vec<SourceFile>, Problem> {
-        let (bucket, prefix) = s3_location(spec)?;
+    async fn list(&self, tenant: &TenantId, spec: &Value) -> Result<Vec<SourceFile>, Problem> {
+        let (bucket, prefix) = self.location(tenant, spec).await?;
         let mut files = Vec::new();
         let mut token = None;
         loop {
@@ -69,8 +100,13 @@ impl ImageSource for S3Source {
         Ok(files)
     }
 
-    async fn read(&self, spec: &Value, rel_path: &str) -> Result<Bytes, Problem> {
-        let (bucket, prefix) = s3_location(spec)?;
+    async fn read(
+        &self,
+        tenant: &TenantId,
+        spec: &Value,
+        rel_path: &str,
+    ) -> Result<Bytes, Problem> {
+        let (bucket, prefix) = self.location(tenant, spec).await?;
         let key = format!("{prefix}{rel_path}");
         let out = self
             .client

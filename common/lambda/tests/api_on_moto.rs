@@ -161,17 +161,120 @@ async fn an_s3_source_registers_the_images_under_its_prefix() {
     assert_eq!(status, 201, "{p}");
     let pid = p["project_id"].as_str().unwrap();
     let path = format!("/v1/projects/{pid}/datasets");
+    let create = |key: &str, source: &str| {
+        event(
+            "POST",
+            &path,
+            Some(key),
+            Some(&format!(r#"{{"name":"x","source":{source}}}"#)),
+        )
+    };
+    let store = &d.adapters.store;
+    let own_bucket = d.adapters.objects.bucket().to_string();
+    // Nothing is granted yet: not even a bucket the role can read.
+    let (status, problem) = call(
+        &app,
+        create(
+            &key,
+            r#"{"kind":"s3","bucket":"customer-scenes","prefix":"castle/a"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, 403, "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("grant-source"),
+        "{problem}"
+    );
+    use tessera_core::catalog::source_grants;
+    source_grants::grant(
+        store,
+        &own_bucket,
+        &TenantId::local(),
+        "customer-scenes",
+        "castle",
+    )
+    .await
+    .unwrap();
+    assert!(
+        source_grants::grant(store, &own_bucket, &TenantId::local(), &own_bucket, "")
+            .await
+            .is_err(),
+        "the stack's bucket can never be granted"
+    );
+    // The stack's own bucket holds every tenant's raw uploads: never a source, for anyone.
+    for prefix in ["uploads/", "", "blobs/"] {
+        let (status, problem) = call(
+            &app,
+            create(
+                &key,
+                &format!(r#"{{"kind":"s3","bucket":"{own_bucket}","prefix":"{prefix}"}}"#),
+            ),
+        )
+        .await;
+        assert_eq!(status, 403, "{prefix}: {problem}");
+    }
+    let other: TenantId = "tenant-b".parse().unwrap();
+    let (_, other_key) = tessera_api::auth::create_key(store, other.clone(), false)
+        .await
+        .unwrap();
+    let (_, op) = call(
+        &app,
+        event(
+            "POST",
+            "/v1/projects",
+            Some(&other_key),
+            Some(r#"{"name":"b"}"#),
+        ),
+    )
+    .await;
+    let other_path = format!(
+        "/v1/projects/{}/datasets",
+        op["project_id"].as_str().unwrap()
+    );
     let (status, problem) = call(
         &app,
         event(
             "POST",
-            &path,
-            Some(&key),
-            Some(r#"{"name":"x","source":{"kind":"s3","bucket":"no-such-bucket"}}"#),
+            &other_path,
+            Some(&other_key),
+            Some(r#"{"name":"x","source":{"kind":"s3","bucket":"customer-scenes","prefix":"castle/a"}}"#),
         ),
     )
     .await;
-    assert_eq!(status, 422, "{problem}");
+    assert_eq!(status, 403, "granted to local, not to tenant-b: {problem}");
+    for (source, status_wanted) in [
+        // Outside the grant, beside it, or climbing out of it.
+        (
+            r#"{"kind":"s3","bucket":"customer-scenes","prefix":"other/"}"#,
+            403,
+        ),
+        (
+            r#"{"kind":"s3","bucket":"customer-scenes","prefix":"castleX/"}"#,
+            403,
+        ),
+        (r#"{"kind":"s3","bucket":"customer-scenes"}"#, 403),
+        (
+            r#"{"kind":"s3","bucket":"customer-scenes","prefix":"castle/../uploads/"}"#,
+            422,
+        ),
+        (
+            r#"{"kind":"s3","bucket":"arn:aws:s3:::customer-scenes"}"#,
+            422,
+        ),
+        (r#"{"kind":"s3","bucket":"no-such-bucket"}"#, 403),
+    ] {
+        let (status, problem) = call(&app, create(&key, source)).await;
+        assert_eq!(status, status_wanted, "{source}: {problem}");
+    }
+    source_grants::grant(store, &own_bucket, &TenantId::local(), "no-such-bucket", "")
+        .await
+        .unwrap();
+    let (status, problem) = call(
+        &app,
+        create(&key, r#"{"kind":"s3","bucket":"no-such-bucket"}"#),
+    )
+    .await;
+    assert_eq!(status, 422, "granted but missing: {problem}");
     assert!(
         problem["detail"]
             .as_str()
@@ -320,20 +423,56 @@ async fn a_photo_from_a_key_already_in_the_bucket_is_ingested_and_managed_keys_a
     use tessera_core::ports::ObjectStore;
     d.adapters
         .objects
-        .put("incoming/astronaut.png", bytes.into())
+        .put("incoming/local/astronaut.png", bytes.clone().into())
         .await
         .unwrap();
     let path = format!("/v1/x-tessera/projects/{pid}/photos");
-    for (body, needle) in [
-        (r#"{"s3_key":"blobs/local/0000"}"#, "folder Tessera manages"),
-        (r#"{"s3_key":"incoming/missing.png"}"#, "no object"),
+    // Another tenant's object, and keys Tessera writes, whatever their folder's name.
+    d.adapters
+        .objects
+        .put("incoming/tenant-b/theirs.png", bytes.clone().into())
+        .await
+        .unwrap();
+    d.adapters
+        .objects
+        .put("thumbnails/d/s/256.jpg", bytes.into())
+        .await
+        .unwrap();
+    for (body, needle, status_wanted) in [
+        (r#"{"s3_key":"blobs/local/0000"}"#, "incoming folder", 403),
         (
-            r#"{"s3_key":"incoming/astronaut.png","blob_sha":"00"}"#,
+            r#"{"s3_key":"thumbnails/d/s/256.jpg"}"#,
+            "incoming folder",
+            403,
+        ),
+        (
+            r#"{"s3_key":"incoming/tenant-b/theirs.png"}"#,
+            "incoming folder",
+            403,
+        ),
+        (
+            r#"{"s3_key":"incoming/local/../tenant-b/theirs.png"}"#,
+            "segment",
+            422,
+        ),
+        (
+            r#"{"s3_key":"Incoming/local/astronaut.png"}"#,
+            "incoming folder",
+            403,
+        ),
+        (
+            r#"{"s3_key":"incoming/local/missing.png"}"#,
+            "no object",
+            422,
+        ),
+        (
+            r#"{"s3_key":"incoming/local/astronaut.png","blob_sha":"00"}"#,
             "exactly one",
+            422,
         ),
     ] {
         let (status, problem) = call(&app, event("POST", &path, Some(&key), Some(body))).await;
-        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(status, status_wanted, "{body}: {problem}");
         assert!(
             problem["detail"].as_str().unwrap().contains(needle),
             "{problem}"
@@ -345,7 +484,7 @@ async fn a_photo_from_a_key_already_in_the_bucket_is_ingested_and_managed_keys_a
             "POST",
             &path,
             Some(&key),
-            Some(r#"{"s3_key":"incoming/astronaut.png"}"#),
+            Some(r#"{"s3_key":"incoming/local/astronaut.png"}"#),
         ),
     )
     .await;

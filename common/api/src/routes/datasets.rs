@@ -171,7 +171,7 @@ pub async fn create(
                 return Err(p);
             };
             // Listed before the dataset exists, so a bad source creates nothing.
-            let files = src.list(&source).await?;
+            let files = src.list(&caller.tenant, &source).await?;
             if files.is_empty() {
                 return Err(Problem::validation(format!(
                     "the `{k}` source holds no images (.jpg, .jpeg, .png, .tif, .tiff, .webp)"
@@ -498,7 +498,7 @@ async fn import_source(
         }
         // Names are unique plain file names: a nested path's folders join with `_`.
         let name = f.rel_path.replace('/', "_");
-        let outcome = match src.read(&d.source, &f.rel_path).await {
+        let outcome = match src.read(&caller.tenant, &d.source, &f.rel_path).await {
             Ok(bytes) => {
                 let sha = hex::encode(Sha256::digest(&bytes));
                 register(

@@ -253,26 +253,9 @@ pub async fn add_photo(
             (bytes, name)
         }
         (None, Some(k)) => {
-            // Only keys outside what Tessera itself writes: never another tenant's blob,
-            // upload or derived file.
-            if [
-                "blobs/",
-                "upload-chunks/",
-                "uploads/",
-                "photos/",
-                "recon/",
-                "datasets/",
-                "images/",
-                "demo/",
-                "archive/",
-            ]
-            .iter()
-            .any(|p| k.starts_with(p))
-            {
-                return Err(Problem::validation(format!(
-                    "s3_key `{k}` is in a folder Tessera manages; upload the photo instead"
-                )));
-            }
+            // Only the caller's own incoming folder: never another tenant's object, nor
+            // anything Tessera writes.
+            tessera_core::catalog::incoming::check_incoming_key(&caller.tenant, k)?;
             let bytes = objects.get(k).await.map_err(|e| match e {
                 tessera_core::ports::ObjectStoreError::NotFound(_)
                 | tessera_core::ports::ObjectStoreError::InvalidKey { .. } => {
