@@ -977,6 +977,48 @@ async fn datasets_and_images_with_range_etag_and_validation() {
         StatusCode::CONFLICT,
     )
     .await;
+    // The same name with other bytes: 409, and the existing image still serves its own.
+    problem(
+        c.post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": photos[0].0, "blob_sha": shas[1]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    let served = c
+        .get(format!(
+            "{}/v1/images/{}/bytes",
+            s.base,
+            img["image_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(
+        served[..] == photos[0].1[..],
+        "a 409 changed the existing image's bytes"
+    );
+    for long_or_bad in [
+        "a".repeat(256) + ".jpg",
+        "..".into(),
+        "a\\b.jpg".into(),
+        "a\u{1}.jpg".into(),
+    ] {
+        problem(
+            c.post(format!("{}/v1/datasets/{did}/images", s.base))
+                .json(&json!({"name": long_or_bad, "blob_sha": shas[1]}))
+                .send()
+                .await
+                .unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+    }
     problem(
         c.post(format!("{}/v1/datasets/{did}/images", s.base))
             .json(&json!({"name": "x.jpg", "blob_sha": "ab".repeat(32)}))
@@ -1805,6 +1847,8 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
     .join("../../sample/images");
     std::fs::copy(samples.join("IMG_9380.jpg"), root.join("IMG_9380.jpg")).unwrap();
     std::fs::copy(samples.join("IMG_9381.jpg"), root.join("day2/IMG_9381.jpg")).unwrap();
+    // Folds to the same image name as day2/IMG_9381.jpg, with other bytes.
+    std::fs::copy(samples.join("IMG_9382.jpg"), root.join("day2_IMG_9381.jpg")).unwrap();
     std::fs::write(root.join("notes.txt"), "not an image").unwrap();
     std::fs::write(root.join("fake.jpg"), "not a jpeg either").unwrap();
     std::fs::copy(
@@ -1890,6 +1934,10 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
     assert_eq!(d["x-import"]["registered"], 2, "{d}");
     let skipped = d["x-import"]["skipped"].to_string();
     assert!(skipped.contains("fake.jpg"), "{skipped}");
+    assert!(
+        skipped.contains("day2_IMG_9381.jpg") && skipped.contains("already"),
+        "a name collision is reported, not written over: {skipped}"
+    );
     let did = d["dataset_id"].as_str().unwrap();
     let images: Value = c
         .get(format!("{}/v1/datasets/{did}/images", s.base))
@@ -1927,6 +1975,28 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
             ),
         ],
         "symbolic links (to a file or a folder outside the root) are not followed"
+    );
+    let folded = images["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "day2_IMG_9381.jpg")
+        .unwrap();
+    let served = c
+        .get(format!(
+            "{}/v1/images/{}/bytes",
+            s.base,
+            folded["image_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(
+        served[..] == std::fs::read(samples.join("IMG_9381.jpg")).unwrap()[..],
+        "the image still serves the bytes of the file it was registered from"
     );
     // The bytes are the file's.
     let id = images["items"][0]["image_id"].as_str().unwrap();

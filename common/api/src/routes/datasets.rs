@@ -388,13 +388,18 @@ async fn create_one(
     .await
 }
 
+/// Longest image name: a file name on every file system, and far inside a store key.
+const MAX_IMAGE_NAME: usize = 255;
+
 fn check_name(name: &str) -> Result<(), Problem> {
     if name.is_empty()
+        || name.len() > MAX_IMAGE_NAME
         || name.contains('/')
         || tessera_core::ports::object_store::validate_key(name).is_err()
     {
         return Err(Problem::validation(format!(
-            "image name `{name}` must be a plain file name"
+            "image name `{}` must be a plain file name of at most {MAX_IMAGE_NAME} bytes (no `/`, `\\`, control characters, `.` or `..`)",
+            name.chars().take(100).collect::<String>()
         )));
     }
     Ok(())
@@ -434,13 +439,9 @@ async fn register(
         rel_path,
         created_at: Millis::now().to_rfc3339(),
     };
-    objects
-        .put(
-            &format!("{}/{}", images_prefix(&d.dataset_id), img.name),
-            bytes,
-        )
-        .await
-        .map_err(Problem::internal)?;
+    // The name is reserved before any byte is written: a name that exists answers 409
+    // with the existing image's bytes untouched (writing first would let a re-post, or
+    // two source files folding to one name, replace what an existing image serves).
     let mut item = Item::new(
         image_key(&img.image_id),
         serde_json::to_value(&img).expect("serializable"),
@@ -449,9 +450,8 @@ async fn register(
         images_partition(&d.dataset_id),
         img.name.clone(),
     ));
-    s.engine
-        .ports()
-        .store
+    let store = s.engine.ports().store.clone();
+    store
         .transact(vec![
             Write::Put {
                 item: Item::new(
@@ -469,13 +469,39 @@ async fn register(
         .map_err(|e| {
             if e.is_conflict() {
                 Problem::conflict(format!(
-                    "dataset {} has an image named `{}` already",
+                    "dataset {} has an image named `{}` already; delete it first or use another name",
                     d.dataset_id, img.name
                 ))
             } else {
                 e.into()
             }
         })?;
+    if let Err(e) = objects
+        .put(
+            &format!("{}/{}", images_prefix(&d.dataset_id), img.name),
+            bytes,
+        )
+        .await
+    {
+        // Give the name back, so the client can simply retry.
+        let undo = store
+            .transact(vec![
+                Write::Delete {
+                    key: image_name_key(&d.dataset_id, &img.name),
+                    condition: Condition::None,
+                },
+                Write::Delete {
+                    key: image_key(&img.image_id),
+                    condition: Condition::None,
+                },
+            ])
+            .await;
+        tracing::warn!(dataset = %d.dataset_id, image = %img.image_id, error = %e, undone = undo.is_ok(), "image bytes not stored");
+        return Err(Problem::unavailable(format!(
+            "the bytes of `{}` could not be stored ({e}); retry",
+            img.name
+        )));
+    }
     Ok(img)
 }
 
@@ -672,7 +698,14 @@ async fn image_object(s: &ApiState, img: &Image) -> Result<::bytes::Bytes, Probl
         .objects
         .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
         .await
-        .map_err(Problem::internal)
+        .map_err(|e| match e {
+            // Reserved, bytes not written yet (or being taken back).
+            tessera_core::ports::ObjectStoreError::NotFound(_) => Problem::unavailable(format!(
+                "the bytes of image {} are not stored yet; retry",
+                img.image_id
+            )),
+            other => Problem::internal(other),
+        })
 }
 
 pub(crate) async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
