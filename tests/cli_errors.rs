@@ -47,6 +47,19 @@ fn job_ids_are_checked_and_unknown_jobs_named() {
 }
 
 #[test]
+fn serving_everyone_as_the_local_admin_needs_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        fails_with(
+            dir.path(),
+            &["serve", "--addr", addr, "--auth", "none"],
+            1,
+            "--insecure",
+        );
+    }
+}
+
+#[test]
 fn usage_errors_exit_2_with_clap_help() {
     let dir = tempfile::tempdir().unwrap();
     let s = dir.path();

@@ -29,9 +29,23 @@ pub struct Args {
     /// `local` source answers 501.
     #[arg(long = "local-root")]
     pub local_roots: Vec<std::path::PathBuf>,
+    /// Let web pages at this origin (`https://host[:port]`, or `*`) call the API
+    /// (repeatable); without it only the server's own pages may.
+    #[arg(long = "cors-origin")]
+    pub cors_origins: Vec<String>,
+    /// Allow `--auth none` on an address other machines can reach: anyone who can
+    /// connect is then the local tenant with admin rights.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    if args.auth == AuthMode::None && !args.addr.ip().is_loopback() && !args.insecure {
+        anyhow::bail!(
+            "--auth none on {} would make anyone who can reach this machine the local tenant, with admin rights; use --auth api_key, or --addr 127.0.0.1:PORT, or add --insecure if you mean it",
+            args.addr
+        );
+    }
     // One set of face models for the photo tasks and for enrolment, loaded on first use.
     let faces = std::sync::Arc::new(tessera_jobs::photos::FaceService::from_env());
     let (_dir, engine) = embedded::engine_with(state, None, faces.clone()).await?;
@@ -72,6 +86,9 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
             .context("--local-root must name existing folders")?;
         sources.0.push(std::sync::Arc::new(folders));
     }
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}; pick another --addr", args.addr))?;
     let app = tessera_api::router(ApiState {
         engine: engine.clone(),
         auth: args.auth,
@@ -79,10 +96,11 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
         backend,
         faces: Some(faces),
         sources,
+        browser: tessera_api::browser::BrowserPolicy::for_listener(
+            listener.local_addr()?,
+            args.cors_origins.clone(),
+        ),
     });
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .with_context(|| format!("cannot listen on {}; pick another --addr", args.addr))?;
     eprintln!(
         "serving the Tessera API on http://{}",
         listener.local_addr()?

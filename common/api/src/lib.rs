@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod browser;
 pub mod bytes;
 pub mod metrics;
 pub mod problem;
@@ -35,6 +36,8 @@ pub struct ApiState {
     pub faces: Option<std::sync::Arc<tessera_jobs::photos::FaceService>>,
     /// Dataset sources besides uploads that this server offers (`local`, `s3`).
     pub sources: sources::Sources,
+    /// Which web pages and host names may call this server.
+    pub browser: browser::BrowserPolicy,
 }
 
 /// The router.

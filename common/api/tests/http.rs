@@ -72,6 +72,8 @@ async fn serve_sources(
         tessera_jobs::registry(),
     );
     engine.ensure_queue().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // As `tessera serve` does: the names of the bound address, and one allowed page.
     let app = tessera_api::router(ApiState {
         engine: engine.clone(),
         auth,
@@ -79,8 +81,11 @@ async fn serve_sources(
         backend: ("colmap".into(), "3.8".into()),
         faces,
         sources,
+        browser: tessera_api::browser::BrowserPolicy::for_listener(
+            listener.local_addr().unwrap(),
+            vec![ALLOWED_PAGE.into()],
+        ),
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
     let s = stop.clone();
@@ -102,6 +107,9 @@ async fn serve_sources(
         _dir: dir,
     }
 }
+
+/// The one cross-origin page the test servers allow.
+const ALLOWED_PAGE: &str = "https://console.example";
 
 fn client() -> reqwest::Client {
     reqwest::Client::new()
@@ -176,14 +184,79 @@ async fn meta_routes_cors_and_errors() {
         StatusCode::NOT_FOUND,
     )
     .await;
+    // A page of another site gets a preflight answer with nothing that lets it go on, and
+    // its request itself is refused — a form post, a fetch, a WebSocket alike.
     let pre = c
         .request(reqwest::Method::OPTIONS, format!("{}/v1/projects", s.base))
-        .header("origin", "http://example.test")
+        .header("origin", "http://evil.example")
         .send()
         .await
         .unwrap();
     assert_eq!(pre.status(), 204);
-    assert_eq!(pre.headers()["access-control-allow-origin"], "*");
+    assert!(pre.headers().get("access-control-allow-origin").is_none());
+    for (method, path) in [
+        (reqwest::Method::POST, "/v1/projects"),
+        (reqwest::Method::GET, "/v1/projects"),
+        (
+            reqwest::Method::GET,
+            "/ws/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        ),
+    ] {
+        let v = problem(
+            c.request(method.clone(), format!("{}{path}", s.base))
+                .header("origin", "http://evil.example")
+                .header("content-type", "application/json")
+                .body(r#"{"name":"from-a-page"}"#)
+                .send()
+                .await
+                .unwrap(),
+            StatusCode::FORBIDDEN,
+        )
+        .await;
+        assert!(
+            v["detail"].as_str().unwrap().contains("--cors-origin"),
+            "{v}"
+        );
+    }
+    let listed: Value = c
+        .get(format!("{}/v1/projects", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(!listed.to_string().contains("from-a-page"), "{listed}");
+    // A DNS name rebound to 127.0.0.1 carries its own Host: refused.
+    let port = s.base.rsplit(':').next().unwrap();
+    problem(
+        c.get(format!("{}/v1/projects", s.base))
+            .header("host", format!("rebound.example:{port}"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    // The server's own pages, under any of its names, and the allowed page.
+    for origin in [s.base.clone(), format!("http://localhost:{port}")] {
+        let r = c
+            .get(format!("{}/v1/projects", s.base))
+            .header("host", format!("localhost:{port}"))
+            .header("origin", origin.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{origin}");
+    }
+    let pre = c
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/projects", s.base))
+        .header("origin", ALLOWED_PAGE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 204);
+    assert_eq!(pre.headers()["access-control-allow-origin"], ALLOWED_PAGE);
     assert!(
         pre.headers()["access-control-expose-headers"]
             .to_str()

@@ -32,5 +32,6 @@ pub fn state(function: &Function, faces: Arc<FaceService>, backend: (String, boo
             function.adapters.objects.bucket(),
             function.engine.ports().store.clone(),
         ))]),
+        browser: tessera_api::browser::BrowserPolicy::from_env(),
     }
 }

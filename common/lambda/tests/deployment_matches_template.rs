@@ -46,3 +46,34 @@ fn every_routed_queue_and_function_is_in_the_template() {
         );
     }
 }
+
+/// The function URL must not answer CORS itself: its `AllowOrigins: ["*"]` overrode the
+/// app's answer and let every web page read the API with a key it got hold of.
+#[test]
+fn the_api_function_url_leaves_cors_to_the_app() {
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    let start = template.find("\n  ApiFunction:\n").expect("an ApiFunction");
+    let rest = &template[start + 1..];
+    // Up to the next resource (a line indented by exactly two spaces).
+    let end = rest
+        .match_indices("\n  ")
+        .map(|(i, _)| i)
+        .find(|&i| rest[i + 3..].starts_with(|c: char| c.is_ascii_uppercase()))
+        .unwrap_or(rest.len());
+    let api = &rest[..end];
+    assert!(api.contains("FunctionUrlConfig:"), "{api}");
+    assert!(
+        !api.contains("Cors:") && !api.contains("AllowOrigins"),
+        "the function URL answers CORS itself:\n{api}"
+    );
+    assert!(
+        api.contains("TESSERA_CORS_ORIGINS: !Join [\",\", !Ref ApiAllowedOrigins]"),
+        "the app is not told the allowed origins:\n{api}"
+    );
+    assert!(
+        tessera_api::browser::BrowserPolicy::function_url("")
+            .cors_origins
+            .is_empty(),
+        "the default (an empty list joined) allows no other origin"
+    );
+}

@@ -69,7 +69,6 @@ pub fn links(self_href: &str, more: &[(&str, String)]) -> serde_json::Value {
     serde_json::Value::Object(m)
 }
 
-/// CORS for browsers (preflight answered here) and the `none`-mode warning.
 /// Count a routed request for `/metrics`, by its route template.
 async fn count(req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
@@ -83,29 +82,45 @@ async fn count(req: Request, next: Next) -> Response {
     res
 }
 
+/// The browser boundary (`crate::browser`: Host and Origin checked, CORS for allowed
+/// origins, preflights answered here) and the `none`-mode warning.
 async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Response {
-    let mut res = if req.method() == Method::OPTIONS {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        next.run(req).await
+    use crate::browser::Verdict;
+    let verdict = state.browser.judge(req.headers());
+    let preflight = req.method() == Method::OPTIONS;
+    let mut res = match &verdict {
+        // A preflight from a page that may not call us is still answered (204), without
+        // the headers that would let the browser go on.
+        _ if preflight => StatusCode::NO_CONTENT.into_response(),
+        Verdict::Refused(why) => {
+            tracing::warn!(reason = %why, "request from a page or host name this server does not serve");
+            crate::Problem::forbidden(why.clone()).into_response()
+        }
+        _ => next.run(req).await,
     };
     let h = res.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, PUT, PATCH, DELETE, OPTIONS"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type, idempotency-key, last-event-id, range, if-none-match, content-range"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("ETag, Last-Modified, Content-Range, Location, Link"),
-    );
+    h.insert(header::VARY, HeaderValue::from_static("Origin"));
+    if let Verdict::Cors(origin) = &verdict
+        && let Ok(origin) = HeaderValue::from_str(origin)
+    {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, idempotency-key, last-event-id, range, if-none-match, content-range"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("ETag, Last-Modified, Content-Range, Location, Link"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+    }
     if state.auth == AuthMode::None {
         h.insert(
             header::WARNING,
