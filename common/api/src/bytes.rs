@@ -5,6 +5,76 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+use tessera_core::ports::{ObjectStore, ObjectStoreError};
+
+/// Answer a GET for the stored object `key`, reading only what is asked: nothing for a
+/// 304, the requested bytes for a range (a `Range: bytes=0-0` of a 200 MB image costs one
+/// byte of memory, not 200 MB), the whole object otherwise.
+pub async fn serve_object(
+    req: &HeaderMap,
+    objects: &dyn ObjectStore,
+    key: &str,
+    content_type: &str,
+    etag: &str,
+) -> Result<Response, ObjectStoreError> {
+    let Some(meta) = objects.head(key).await? else {
+        return Err(ObjectStoreError::NotFound(key.to_string()));
+    };
+    let (etag, mut base) = validators(etag);
+    if not_modified(req, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, base).into_response());
+    }
+    base.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    let len = meta.size;
+    let Some(range) = req.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
+        let bytes = objects.get(key).await?;
+        return Ok((StatusCode::OK, base, Body::from(bytes)).into_response());
+    };
+    Ok(match parse_range(range, len) {
+        Some((a, b)) => {
+            let part = objects.get_range(key, a..b + 1).await?;
+            base.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")).expect("ascii"),
+            );
+            (StatusCode::PARTIAL_CONTENT, base, Body::from(part)).into_response()
+        }
+        None => unsatisfiable(base, len),
+    })
+}
+
+fn validators(etag: &str) -> (String, HeaderMap) {
+    let etag = format!("\"{etag}\"");
+    let mut base = HeaderMap::new();
+    base.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"\"")),
+    );
+    base.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    base.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    (etag, base)
+}
+
+fn not_modified(req: &HeaderMap, etag: &str) -> bool {
+    req.get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|inm| inm.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+}
+
+fn unsatisfiable(mut base: HeaderMap, len: u64) -> Response {
+    base.insert(
+        header::CONTENT_RANGE,
+        HeaderValue::from_str(&format!("bytes */{len}")).expect("ascii"),
+    );
+    (StatusCode::RANGE_NOT_SATISFIABLE, base).into_response()
+}
 
 /// Answer a GET for `bytes` of `content_type`, honouring the request's validators and
 /// range; `etag` defaults to the bytes' SHA-256.
@@ -14,23 +84,8 @@ pub fn serve(
     content_type: &str,
     etag: Option<String>,
 ) -> Response {
-    let etag = format!(
-        "\"{}\"",
-        etag.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes)))
-    );
-    let mut base = HeaderMap::new();
-    base.insert(
-        header::ETAG,
-        HeaderValue::from_str(&etag).expect("hex is a valid header"),
-    );
-    base.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=31536000, immutable"),
-    );
-    base.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    if let Some(inm) = req.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
-        && inm.split(',').any(|t| t.trim() == etag || t.trim() == "*")
-    {
+    let (etag, mut base) = validators(&etag.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes))));
+    if not_modified(req, &etag) {
         return (StatusCode::NOT_MODIFIED, base).into_response();
     }
     base.insert(
@@ -55,13 +110,7 @@ pub fn serve(
             )
                 .into_response()
         }
-        None => {
-            base.insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes */{len}")).expect("ascii"),
-            );
-            (StatusCode::RANGE_NOT_SATISFIABLE, base).into_response()
-        }
+        None => unsatisfiable(base, len),
     }
 }
 

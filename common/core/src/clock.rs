@@ -40,6 +40,14 @@ impl Millis {
         format!("{:015}", self.0.max(0))
     }
 
+    /// The time an RFC 3339 text names (as [`Millis::to_rfc3339`] writes it), if it
+    /// parses.
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+            .ok()?;
+        Some(Millis((t.unix_timestamp_nanos() / 1_000_000) as i64))
+    }
+
     /// RFC 3339 rendering for people.
     pub fn to_rfc3339(self) -> String {
         let nanos = (self.0 as i128) * 1_000_000;
@@ -50,5 +58,17 @@ impl Millis {
                     .ok()
             })
             .unwrap_or_else(|| self.0.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Millis;
+
+    #[test]
+    fn rfc3339_round_trips_and_garbage_is_none() {
+        let t = Millis(1_764_547_200_123);
+        assert_eq!(Millis::parse_rfc3339(&t.to_rfc3339()), Some(t));
+        assert_eq!(Millis::parse_rfc3339("yesterday"), None);
     }
 }

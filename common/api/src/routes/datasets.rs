@@ -356,26 +356,14 @@ async fn create_one(
     req: &CreateImage,
 ) -> Result<Image, Problem> {
     check_name(&req.name)?;
-    if req.blob_sha.len() != 64 || !req.blob_sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Problem::validation(format!(
-            "blob_sha `{}` must be 64 hex characters",
-            req.blob_sha
-        )));
-    }
-    let objects = s.engine.ports().objects.clone();
-    let bytes = match objects
-        .get(&super::uploads::blob_key(&caller.tenant, &req.blob_sha))
-        .await
-    {
-        Ok(b) => b,
-        Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
-            return Err(Problem::validation(format!(
-                "no finalized upload has blob_sha {}; upload the image first",
-                req.blob_sha
-            )));
-        }
-        Err(e) => return Err(Problem::internal(e)),
-    };
+    let bytes = super::uploads::read_blob(
+        s,
+        &caller.tenant,
+        "blob_sha",
+        &req.blob_sha,
+        crate::sources::MAX_SOURCE_FILE,
+    )
+    .await?;
     register(
         s,
         caller,
@@ -418,14 +406,12 @@ async fn register(
 ) -> Result<Image, Problem> {
     check_name(name)?;
     let objects = s.engine.ports().objects.clone();
-    let (width, height) = match imagesize_of(&bytes) {
-        Some((w, h)) => (Some(w), Some(h)),
-        None => {
-            return Err(Problem::validation(format!(
-                "`{name}` is not an image this server can read (JPEG, PNG, TIFF, WebP…)"
-            )));
-        }
-    };
+    // The same checks ingest makes (format, damaged header, truncation, a pixel bomb's
+    // dimensions), so that no image is registered that a stage would choke on.
+    let (width, height) =
+        tessera_imaging::check::check(name, &bytes, tessera_jobs::reconstruct::images::MAX_PIXELS)
+            .map(|(w, h)| (Some(w), Some(h)))
+            .map_err(Problem::validation)?;
     let img = Image {
         image_id: ulid::Ulid::new().to_string(),
         dataset_id: d.dataset_id.clone(),
@@ -550,12 +536,6 @@ async fn import_source(
     }
     tracing::info!(dataset = %d.dataset_id, kind = src.kind(), registered, skipped = skipped.len(), "source imported");
     Ok(json!({ "registered": registered, "skipped": skipped }))
-}
-
-/// Width and height from an image header.
-fn imagesize_of(b: &[u8]) -> Option<(u64, u64)> {
-    let s = imagesize::blob_size(b).ok()?;
-    Some((s.width as u64, s.height as u64))
 }
 
 /// `POST /v1/datasets/{did}/images`.
@@ -691,21 +671,29 @@ pub async fn delete_image(
     Ok(StatusCode::NO_CONTENT)
 }
 
+fn image_object_key(img: &Image) -> String {
+    format!("{}/{}", images_prefix(&img.dataset_id), img.name)
+}
+
+fn object_problem(img: &Image, e: tessera_core::ports::ObjectStoreError) -> Problem {
+    match e {
+        // Reserved, bytes not written yet (or being taken back).
+        tessera_core::ports::ObjectStoreError::NotFound(_) => Problem::unavailable(format!(
+            "the bytes of image {} are not stored yet; retry",
+            img.image_id
+        )),
+        other => Problem::internal(other),
+    }
+}
+
 /// The stored bytes of an image.
 async fn image_object(s: &ApiState, img: &Image) -> Result<::bytes::Bytes, Problem> {
     s.engine
         .ports()
         .objects
-        .get(&format!("{}/{}", images_prefix(&img.dataset_id), img.name))
+        .get(&image_object_key(img))
         .await
-        .map_err(|e| match e {
-            // Reserved, bytes not written yet (or being taken back).
-            tessera_core::ports::ObjectStoreError::NotFound(_) => Problem::unavailable(format!(
-                "the bytes of image {} are not stored yet; retry",
-                img.image_id
-            )),
-            other => Problem::internal(other),
-        })
+        .map_err(|e| object_problem(img, e))
 }
 
 pub(crate) async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
@@ -741,23 +729,59 @@ pub async fn image_bytes(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
-    let b = image_object(&s, &img).await?;
-    let ct = if img.name.to_ascii_lowercase().ends_with(".png") {
-        "image/png"
-    } else {
-        "image/jpeg"
+    let ct = match img
+        .name
+        .rsplit('.')
+        .next()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("png") => "image/png",
+        Some("webp") => "image/webp",
+        Some("tif" | "tiff") => "image/tiff",
+        _ => "image/jpeg",
     };
-    Ok(served::serve(&headers, b, ct, Some(img.content_sha)))
+    served::serve_object(
+        &headers,
+        s.engine.ports().objects.as_ref(),
+        &image_object_key(&img),
+        ct,
+        &img.content_sha,
+    )
+    .await
+    .map_err(|e| object_problem(&img, e))
 }
 
 /// `?size=N` for thumbnails.
 #[derive(Debug, Deserialize, Default)]
 pub struct ThumbSize {
     /// Longest side in pixels (16..=1024, default 256).
-    pub size: Option<u32>,
+    pub size: Option<String>,
 }
 
-/// `GET /v1/images/{id}/thumbnail?size=N`: a JPEG, made once per size and kept.
+/// The thumbnail sizes made and kept; any other size is scaled from the next larger one,
+/// so a client walking through every size cannot make the server decode (and store) the
+/// original a thousand times.
+const KEPT_THUMBNAILS: [u32; 5] = [64, 128, 256, 512, 1024];
+
+/// Pixels (in megapixels) of originals being decoded for thumbnails at once: one
+/// 120-megapixel photo, or many small ones, never several huge ones together.
+fn thumbnail_budget() -> &'static tokio::sync::Semaphore {
+    static BUDGET: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    BUDGET.get_or_init(|| {
+        tokio::sync::Semaphore::new((tessera_imaging::decode::MAX_PIXELS / 1_000_000) as usize)
+    })
+}
+
+/// A JPEG of `img` whose longest side is `size`, upright (EXIF orientation applied).
+fn scaled_jpeg(img: &image::RgbImage, size: u32) -> Result<Vec<u8>, String> {
+    let small = image::DynamicImage::ImageRgb8(img.clone())
+        .thumbnail(size, size)
+        .to_rgb8();
+    tessera_imaging::encode::jpeg(&small, None, None).map_err(|r| r.0)
+}
+
+/// `GET /v1/images/{id}/thumbnail?size=N`: a JPEG, upright.
 pub async fn thumbnail(
     State(s): State<ApiState>,
     caller: Caller,
@@ -766,42 +790,75 @@ pub async fn thumbnail(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
-    let size = q.size.unwrap_or(256);
-    if !(16..=1024).contains(&size) {
-        return Err(Problem::validation("size must be 16..=1024 pixels"));
-    }
+    let size: u32 = match q.size.as_deref() {
+        None => 256,
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (16..=1024).contains(n))
+            .ok_or_else(|| {
+                Problem::validation(format!(
+                    "size `{}` must be a number of pixels in 16..=1024",
+                    v.chars().take(40).collect::<String>()
+                ))
+            })?,
+    };
+    let kept = *KEPT_THUMBNAILS
+        .iter()
+        .find(|k| **k >= size)
+        .expect("1024 is the largest size");
     let objects = s.engine.ports().objects.clone();
     let key = format!(
-        "thumbnails/{}/{}/{size}.jpg",
+        "thumbnails/{}/{}/{kept}.jpg",
         img.dataset_id, img.content_sha
     );
     let body = match objects.get(&key).await {
         Ok(b) => b,
         Err(_) => {
+            let megapixels = img
+                .width
+                .zip(img.height)
+                .map_or(1, |(w, h)| (w * h).div_ceil(1_000_000))
+                .clamp(1, tessera_imaging::decode::MAX_PIXELS / 1_000_000);
+            let _decoding = thumbnail_budget()
+                .acquire_many(megapixels as u32)
+                .await
+                .map_err(Problem::internal)?;
             let src = image_object(&s, &img).await?;
+            let name = img.name.clone();
             let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
-                let decoded = image::load_from_memory(&src).map_err(|e| e.to_string())?;
-                let mut out = Vec::new();
-                decoded
-                    .thumbnail(size, size)
-                    .to_rgb8()
-                    .write_to(
-                        &mut std::io::Cursor::new(&mut out),
-                        image::ImageFormat::Jpeg,
-                    )
-                    .map_err(|e| e.to_string())?;
-                Ok(out)
+                let decoded = tessera_imaging::decode(&name, &src).map_err(|r| r.0)?;
+                scaled_jpeg(&decoded.rgb, kept)
             })
             .await
             .map_err(Problem::internal)?
-            .map_err(|e| Problem::validation(format!("image {id} cannot be decoded: {e}")))?;
+            .map_err(|e| Problem::validation(format!("image {id} has no thumbnail: {e}")))?;
             let b = ::bytes::Bytes::from(jpeg);
             let _ = objects.put_if_absent(&key, b.clone()).await;
             b
         }
     };
+    let body = if kept == size {
+        body
+    } else {
+        let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            let kept = image::load_from_memory_with_format(&body, image::ImageFormat::Jpeg)
+                .map_err(|e| e.to_string())?
+                .to_rgb8();
+            scaled_jpeg(&kept, size)
+        })
+        .await
+        .map_err(Problem::internal)?
+        .map_err(Problem::internal)?;
+        ::bytes::Bytes::from(jpeg)
+    };
     Ok(served::serve(&headers, body, "image/jpeg", None))
 }
+
+/// How much of an image the EXIF route reads: EXIF sits near the start of a JPEG (APP1,
+/// at most 64 KiB) and of most other files; reading the whole image for it would let one
+/// request cost the image's size in memory.
+const EXIF_READ: u64 = 1 << 20;
 
 /// `GET /v1/images/{id}/exif`: every EXIF field as text (empty when there is none or it
 /// is unreadable).
@@ -811,7 +868,13 @@ pub async fn exif(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
-    let b = image_object(&s, &img).await?;
+    let b = s
+        .engine
+        .ports()
+        .objects
+        .get_range(&image_object_key(&img), 0..img.byte_size.min(EXIF_READ))
+        .await
+        .map_err(|e| object_problem(&img, e))?;
     let mut fields = serde_json::Map::new();
     if let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(&b[..])) {
         for f in e.fields().filter(|f| f.ifd_num == exif::In::PRIMARY) {

@@ -141,6 +141,9 @@ fn subject_view(pid: &str, sub: &tessera_core::photo::Subject) -> Value {
     })
 }
 
+/// Most reference photos one enrolment takes (each is decoded and searched for its face).
+pub const MAX_REFERENCES: usize = 20;
+
 /// `POST /v1/x-tessera/projects/{pid}/subjects`: enrol, then re-blur every photo.
 pub async fn enrol(
     State(s): State<ApiState>,
@@ -161,16 +164,26 @@ pub async fn enrol(
     let models = faces
         .models()
         .map_err(|e| Problem::unavailable(e.message))?;
+    if b.blob_shas.is_empty() || b.blob_shas.len() > MAX_REFERENCES {
+        return Err(Problem::validation(format!(
+            "blob_shas holds {} reference photos; give 1 to {MAX_REFERENCES}",
+            b.blob_shas.len()
+        )));
+    }
+    for sha in &b.blob_shas {
+        super::uploads::check_blob_sha("blob_shas", sha)?;
+    }
     let mut refs = Vec::new();
     for sha in &b.blob_shas {
-        let bytes = s
-            .engine
-            .ports()
-            .objects
-            .get(&super::uploads::blob_key(&caller.tenant, sha))
-            .await
-            .map_err(|_| Problem::validation(format!("no finalized upload has blob_sha {sha}")))?;
-        refs.push((sha.clone(), bytes.to_vec()));
+        let bytes = super::uploads::read_blob(
+            &s,
+            &caller.tenant,
+            "blob_shas",
+            sha,
+            tessera_imaging::decode::MAX_BYTES,
+        )
+        .await?;
+        refs.push((sha.to_ascii_lowercase(), bytes.to_vec()));
     }
     let (sub, change) = project::enrol(&s.engine, models, p.id, &b.label, refs)
         .await
@@ -244,12 +257,14 @@ pub async fn add_photo(
                 .name
                 .clone()
                 .ok_or_else(|| Problem::validation("`name` is required with `blob_sha`"))?;
-            let bytes = objects
-                .get(&super::uploads::blob_key(&caller.tenant, sha))
-                .await
-                .map_err(|_| {
-                    Problem::validation(format!("no finalized upload has blob_sha {sha}"))
-                })?;
+            let bytes = super::uploads::read_blob(
+                &s,
+                &caller.tenant,
+                "blob_sha",
+                sha,
+                tessera_imaging::decode::MAX_BYTES,
+            )
+            .await?;
             (bytes, name)
         }
         (None, Some(k)) => {
@@ -465,13 +480,6 @@ pub async fn file(
         .find(|r| r.variant.map_or("public".to_string(), |s| s.to_string()) == variant)
         .ok_or_else(|| Problem::not_found(format!("photo {id} has no variant `{variant}`")))?;
     let key = if q.thumbnail { &r.thumb_key } else { &r.key };
-    let bytes = s
-        .engine
-        .ports()
-        .objects
-        .get(key)
-        .await
-        .map_err(Problem::internal)?;
     let ct = if key.ends_with(".png") {
         "image/png"
     } else {
@@ -479,7 +487,9 @@ pub async fn file(
     };
     // Versioned keys are never overwritten, so the key is a strong validator.
     let etag = hex::encode(sha2::Sha256::digest(key.as_bytes()));
-    Ok(crate::bytes::serve(&headers, bytes, ct, Some(etag)))
+    crate::bytes::serve_object(&headers, s.engine.ports().objects.as_ref(), key, ct, &etag)
+        .await
+        .map_err(Problem::internal)
 }
 
 /// Blur regions request.

@@ -20,6 +20,13 @@ use tessera_core::{Millis, TenantId, records};
 
 /// Largest upload accepted.
 pub const MAX_UPLOAD: u64 = 1 << 30;
+/// Largest chunk body (the router's body limit; a function URL takes at most 6 MB).
+pub const MAX_CHUNK: u64 = 2 << 20;
+/// Most chunks one upload may have: the upload record lists their offsets and must stay
+/// far below DynamoDB's 400 KB item limit (2,048 offsets are ~40 KB).
+pub const MAX_CHUNKS: usize = 2048;
+/// How long an unfinished upload lives.
+pub const UPLOAD_LIFETIME: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// An upload's state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +60,52 @@ pub fn blob_key(tenant: &TenantId, sha: &str) -> String {
     format!("blobs/{tenant}/{sha}")
 }
 
+/// A `blob_sha` field checked (64 hex digits), lowercased.
+pub fn check_blob_sha(field: &str, sha: &str) -> Result<String, Problem> {
+    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Problem::validation(format!(
+            "{field} `{}` must be 64 hex characters (a finalized upload's SHA-256)",
+            sha.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(sha.to_ascii_lowercase())
+}
+
+/// A finalized upload's bytes, if it is at most `max` bytes: the size is read first, so
+/// naming a 1 GiB blob where a photo is expected costs nothing.
+pub async fn read_blob(
+    s: &ApiState,
+    tenant: &TenantId,
+    field: &str,
+    sha: &str,
+    max: u64,
+) -> Result<Bytes, Problem> {
+    let sha = check_blob_sha(field, sha)?;
+    let objects = s.engine.ports().objects.as_ref();
+    let key = blob_key(tenant, &sha);
+    let meta = objects
+        .head(&key)
+        .await
+        .map_err(Problem::internal)?
+        .ok_or_else(|| {
+            Problem::validation(format!(
+                "{field}: no finalized upload has blob_sha {sha}; upload the file first"
+            ))
+        })?;
+    if meta.size > max {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "{field}: blob {sha} is {} MiB; at most {} MiB is accepted here",
+                meta.size >> 20,
+                max >> 20
+            ),
+        ));
+    }
+    objects.get(&key).await.map_err(Problem::internal)
+}
+
 fn chunk_key(id: &str, offset: u64) -> String {
     format!("upload-chunks/{id}/{offset:016}")
 }
@@ -61,6 +114,7 @@ fn view(u: &Upload) -> serde_json::Value {
     json!({
         "upload_id": u.upload_id, "state": u.state, "expected_size": u.expected_size,
         "received_bytes": u.received_bytes, "blob_sha": u.blob_sha, "expires_at": u.expires_at,
+        "max_chunk_bytes": MAX_CHUNK, "max_chunks": MAX_CHUNKS,
         "_links": super::links(&format!("/v1/uploads/{}", u.upload_id), &[]),
     })
 }
@@ -152,9 +206,7 @@ pub async fn create(
         received_bytes: 0,
         chunks: Vec::new(),
         blob_sha: None,
-        expires_at: Millis::now()
-            .plus(std::time::Duration::from_secs(86_400))
-            .to_rfc3339(),
+        expires_at: Millis::now().plus(UPLOAD_LIFETIME).to_rfc3339(),
     };
     let mut writes = vec![Write::Put {
         item: Item::new(
@@ -222,6 +274,7 @@ pub async fn chunk(
     if u.state == "finalized" {
         return Err(Problem::conflict(format!("upload {id} is finalized")));
     }
+    refuse_expired(&u)?;
     let out_of_range = || {
         Problem::new(
             StatusCode::RANGE_NOT_SATISFIABLE,
@@ -250,6 +303,17 @@ pub async fn chunk(
     if a != u.received_bytes {
         return Err(out_of_range());
     }
+    if u.chunks.len() + 1 >= MAX_CHUNKS && b + 1 != u.expected_size {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "upload {id} has {} chunks; at most {MAX_CHUNKS} are kept, so send the remaining {} bytes in one chunk, or start again with chunks of up to {MAX_CHUNK} bytes",
+                u.chunks.len(),
+                u.expected_size - u.received_bytes
+            ),
+        ));
+    }
     s.engine
         .ports()
         .objects
@@ -265,6 +329,26 @@ pub async fn chunk(
     Ok(Json(view(&u)))
 }
 
+/// An unfinished upload past its `expires_at` takes nothing more (its chunks are
+/// collected by `collect_expired`).
+fn refuse_expired(u: &Upload) -> Result<(), Problem> {
+    if expired(u, Millis::now()) {
+        return Err(Problem::new(
+            StatusCode::GONE,
+            "gone",
+            format!(
+                "upload {} expired at {}; start a new upload",
+                u.upload_id, u.expires_at
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn expired(u: &Upload, now: Millis) -> bool {
+    u.state != "finalized" && Millis::parse_rfc3339(&u.expires_at).is_some_and(|at| at.0 <= now.0)
+}
+
 /// `POST /v1/uploads/{id}:finalize` (routed through the `{id}:action` path).
 pub async fn finalize(
     s: &ApiState,
@@ -276,23 +360,34 @@ pub async fn finalize(
     if u.state == "finalized" {
         return Ok(Json(view(&u)));
     }
+    refuse_expired(&u)?;
     if u.received_bytes != u.expected_size {
         return Err(Problem::conflict(format!(
             "upload {id} has {} of {} bytes; send the rest first",
             u.received_bytes, u.expected_size
         )));
     }
+    // Chunks are hashed and joined in a temporary file, one chunk in memory at a time:
+    // a 1 GiB upload costs one chunk of memory, not 1 GiB.
     let objects = s.engine.ports().objects.clone();
-    let mut all = Vec::with_capacity(u.expected_size as usize);
+    let joined = tempfile::NamedTempFile::new().map_err(Problem::internal)?;
+    let mut out = tokio::fs::File::from_std(joined.reopen().map_err(Problem::internal)?);
+    let mut hasher = Sha256::new();
     for offset in &u.chunks {
-        all.extend_from_slice(
-            &objects
-                .get(&chunk_key(id, *offset))
-                .await
-                .map_err(Problem::internal)?,
-        );
+        let part = objects
+            .get(&chunk_key(id, *offset))
+            .await
+            .map_err(Problem::internal)?;
+        hasher.update(&part);
+        tokio::io::AsyncWriteExt::write_all(&mut out, &part)
+            .await
+            .map_err(Problem::internal)?;
     }
-    let sha = hex::encode(Sha256::digest(&all));
+    tokio::io::AsyncWriteExt::flush(&mut out)
+        .await
+        .map_err(Problem::internal)?;
+    drop(out);
+    let sha = hex::encode(hasher.finalize());
     let wanted = headers
         .get("x-content-sha256")
         .and_then(|v| v.to_str().ok())
@@ -305,12 +400,18 @@ pub async fn finalize(
             "the bytes hash to {sha}, not the expected {w}; upload again"
         )));
     }
-    match objects
-        .put_if_absent(&blob_key(&u.tenant, &sha), all.into())
+    // Content-addressed: a blob already there has these very bytes.
+    let blob = blob_key(&u.tenant, &sha);
+    if objects
+        .head(&blob)
         .await
+        .map_err(Problem::internal)?
+        .is_none()
     {
-        Ok(_) | Err(tessera_core::ports::ObjectStoreError::AlreadyExists(_)) => {}
-        Err(e) => return Err(Problem::internal(e)),
+        objects
+            .put_file(&blob, joined.path())
+            .await
+            .map_err(Problem::internal)?;
     }
     u.state = "finalized".into();
     u.blob_sha = Some(sha);
