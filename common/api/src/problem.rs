@@ -112,9 +112,23 @@ impl From<tessera_core::catalog::CatalogError> for Problem {
     fn from(e: tessera_core::catalog::CatalogError) -> Self {
         use tessera_core::catalog::CatalogError;
         match e {
+            CatalogError::NotFound(m) => Problem::not_found(m),
             CatalogError::Forbidden(m) => Problem::forbidden(m),
             CatalogError::Invalid(m) => Problem::validation(m),
+            CatalogError::Conflict(m) => Problem::conflict(m),
+            CatalogError::Gone(m) => Problem::new(StatusCode::GONE, "conflict", m),
+            CatalogError::TooLarge(m) => {
+                Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", m)
+            }
+            CatalogError::RangeNotSatisfiable(m) => {
+                Problem::new(StatusCode::RANGE_NOT_SATISFIABLE, "bad_request", m)
+            }
+            CatalogError::Quota(m) => {
+                Problem::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", m)
+            }
+            CatalogError::Unavailable(m) => Problem::unavailable(m),
             CatalogError::Store(e) => e.into(),
+            CatalogError::Objects(e) => Problem::internal(e),
         }
     }
 }

@@ -7,6 +7,7 @@
 //!   harmless; only one claim can win.
 //! - A succeeded task with dependents not yet told (a crash inside a large fan-out)
 //!   finishes advancing.
+//! - Expired uploads and blobs are collected (`tessera_core::catalog::uploads`).
 //!
 //! Scheduled by EventBridge on AWS; a loop beside each local worker.
 
@@ -29,12 +30,27 @@ pub struct ReapReport {
     pub reoffered: usize,
     /// Dependents advanced for crashed fan-outs.
     pub advanced: usize,
+    /// Expired uploads (with their chunks), upload records and blobs removed.
+    pub collected: usize,
 }
 
 impl Engine {
     /// One pass over what is due at `now`, at most `limit` items of each kind.
     pub async fn reap_once(&self, now: Millis, limit: usize) -> Result<ReapReport, EngineError> {
         let mut report = ReapReport::default();
+        // Collection is housekeeping: a failure is logged and retried next pass, never a
+        // reason to leave dead workers' tasks unreaped.
+        match tessera_core::catalog::uploads::collect_expired(
+            self.ports.store.as_ref(),
+            self.ports.objects.as_ref(),
+            now,
+            limit,
+        )
+        .await
+        {
+            Ok(c) => report.collected = c.uploads + c.records + c.blobs,
+            Err(e) => tracing::warn!(error = %e, "collecting expired uploads failed"),
+        }
         let due_before = |at: Millis| {
             let mut q = Query::partition(Index::ByDue, String::new(), limit);
             q.sk_max = Some(format!("{}#~", at.sort_key()));

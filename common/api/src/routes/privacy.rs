@@ -171,7 +171,7 @@ pub async fn enrol(
         )));
     }
     for sha in &b.blob_shas {
-        super::uploads::check_blob_sha("blob_shas", sha)?;
+        tessera_core::catalog::uploads::check_sha("blob_shas", sha)?;
     }
     let mut refs = Vec::new();
     for sha in &b.blob_shas {

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_core::domain::Project;
-use tessera_core::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
+use tessera_core::ports::state_store::{Index, Query};
 use tessera_core::projects::{self, ProjectError};
 use tessera_core::{ProjectId, records};
 
@@ -54,10 +54,6 @@ impl From<ProjectError> for Problem {
     }
 }
 
-fn idempotency_key(tenant: &tessera_core::TenantId, key: &str) -> ItemKey {
-    ItemKey::new(format!("IDEM#{tenant}#projects#{key}"), "IDEM")
-}
-
 fn created(p: &Project, status: StatusCode) -> Response {
     let mut r = (status, Json(view(p))).into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/projects/{}", p.id)) {
@@ -76,17 +72,13 @@ pub async fn create(
     let Json(body) = body
         .map_err(|e| Problem::bad_request(format!("the body must be JSON {{\"name\": …}}: {e}")))?;
     let store = s.engine.ports().store.as_ref();
-    let idem = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let idem = super::uploads::idempotency(&headers)?;
     if let Some(k) = &idem
-        && let Some(item) = store.get(&idempotency_key(&caller.tenant, k)).await?
+        && let Some(id) = k.earlier(store, &caller.tenant, "projects").await?
     {
-        let id: ProjectId = item.body["project"]
-            .as_str()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| Problem::internal("idempotency record names no project"))?;
+        let id: ProjectId = id
+            .parse()
+            .map_err(|_| Problem::internal("idempotency record names no project"))?;
         return Ok(created(&projects::load(store, id).await?, StatusCode::OK));
     }
     let mut p = projects::create(
@@ -104,13 +96,11 @@ pub async fn create(
         // A racing retry with the same key finds this record; a failure here only costs
         // the idempotency of a retry, not the project.
         let _ = store
-            .transact(vec![Write::Put {
-                item: Item::new(
-                    idempotency_key(&caller.tenant, &k),
-                    json!({ "project": p.id }),
-                ),
-                condition: Condition::Absent,
-            }])
+            .transact(vec![k.record(
+                &caller.tenant,
+                "projects",
+                &p.id.to_string(),
+            )])
             .await;
     }
     Ok(created(&p, StatusCode::CREATED))

@@ -3,31 +3,77 @@
 //! an `s3` dataset source read objects Tessera did not write, so who may name which
 //! object is decided once, here, and every entry point (HTTP, CLI, Lambda) asks.
 
+pub mod idempotency;
 pub mod incoming;
 pub mod source_grants;
+pub mod uploads;
 
 use crate::error::{Classify, ErrorClass};
+use crate::ports::object_store::ObjectStoreError;
 use crate::ports::state_store::StoreError;
 
-/// Why a catalog request was refused.
+/// Why a catalog request was refused. Each variant is one answer a client can act on.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
+    /// Nothing of the caller's tenant by that id (another tenant's things included).
+    #[error("{0}")]
+    NotFound(String),
     /// The caller's tenant may not read what it named.
     #[error("{0}")]
     Forbidden(String),
     /// The request names something malformed.
     #[error("{0}")]
     Invalid(String),
+    /// The request conflicts with the current state (a name taken, a finalized upload).
+    #[error("{0}")]
+    Conflict(String),
+    /// It existed and has expired.
+    #[error("{0}")]
+    Gone(String),
+    /// Larger than accepted.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A chunk's range does not fit the upload.
+    #[error("{0}")]
+    RangeNotSatisfiable(String),
+    /// A tenant's quota would be exceeded.
+    #[error("{0}")]
+    Quota(String),
+    /// Busy with something that ends soon; retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The object store failed.
+    #[error(transparent)]
+    Objects(#[from] ObjectStoreError),
+}
+
+impl CatalogError {
+    /// A local file (scratch space) could not be written.
+    pub fn io(path: &std::path::Path, e: std::io::Error) -> Self {
+        CatalogError::Objects(ObjectStoreError::Io {
+            key: path.display().to_string(),
+            source: e,
+        })
+    }
 }
 
 impl Classify for CatalogError {
     fn class(&self) -> ErrorClass {
         match self {
-            CatalogError::Forbidden(_) | CatalogError::Invalid(_) => ErrorClass::Permanent,
+            CatalogError::NotFound(_)
+            | CatalogError::Forbidden(_)
+            | CatalogError::Invalid(_)
+            | CatalogError::Conflict(_)
+            | CatalogError::Gone(_)
+            | CatalogError::TooLarge(_)
+            | CatalogError::RangeNotSatisfiable(_)
+            | CatalogError::Quota(_) => ErrorClass::Permanent,
+            CatalogError::Unavailable(_) => ErrorClass::Transient,
             CatalogError::Store(e) => e.class(),
+            CatalogError::Objects(e) => e.class(),
         }
     }
 }
