@@ -209,6 +209,7 @@ pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<Reconstructio
         },
         exports,
         respect_exif_orientation: !args.ignore_exif_orientation,
+        image_set_digest: None,
         priority: 0,
     };
     spec.validate()?;

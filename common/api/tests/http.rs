@@ -2196,3 +2196,50 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
         "not advertised"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_over_a_dataset_whose_images_changed_is_a_new_job() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let (pid, did) = dataset_of_samples(&c, &s.base, "rerun", 2, 1 << 20).await;
+    let submit = || async {
+        let r = c
+            .post(format!(
+                "{}/v1/projects/{pid}/pipelines/incremental",
+                s.base
+            ))
+            .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        r.json::<Value>().await.unwrap()["job_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first = submit().await;
+    assert_eq!(submit().await, first, "the same images: the same job");
+    let (name, bytes) = sample_photos(3).pop().unwrap();
+    let sha = upload(&c, &s.base, &bytes, 1 << 20).await;
+    let r = c
+        .post(format!("{}/v1/datasets/{did}/images", s.base))
+        .json(&json!({"name": name, "blob_sha": sha}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let second = submit().await;
+    assert_ne!(second, first, "a third image: a new job");
+    let r = c
+        .delete(format!("{}/v1/datasets/{did}/images/{name}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_ne!(
+        submit().await,
+        second,
+        "the image removed: not the three-image job"
+    );
+}

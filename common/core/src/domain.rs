@@ -1,8 +1,8 @@
-//! The nouns of the reconstruction product: projects, datasets and images. Photos and
-//! opted-out subjects are in [`crate::photo`].
+//! Projects. Datasets and images are in [`crate::catalog::datasets`]; photos and
+//! opted-out subjects in [`crate::photo`].
 
 use crate::clock::Millis;
-use crate::ids::{DatasetId, ImageId, ProjectId, TenantId};
+use crate::ids::{ProjectId, TenantId};
 use serde::{Deserialize, Serialize};
 
 /// A project: scope of datasets, photos, subjects and privacy settings.
@@ -33,34 +33,4 @@ pub struct Project {
     pub keep_metadata: crate::photo::KeepMetadata,
     /// Created.
     pub created_at: Millis,
-}
-
-/// A named set of images to reconstruct.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Dataset {
-    /// Id.
-    pub id: DatasetId,
-    /// Project.
-    pub project: ProjectId,
-    /// Human name.
-    pub name: String,
-    /// Created.
-    pub created_at: Millis,
-}
-
-/// One image of a dataset, stored in the object store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Image {
-    /// Id.
-    pub id: ImageId,
-    /// Dataset.
-    pub dataset: DatasetId,
-    /// Original file name.
-    pub name: String,
-    /// Object-store key of the bytes.
-    pub key: String,
-    /// SHA-256 of the bytes, hex.
-    pub sha256: String,
-    /// Size in bytes.
-    pub size: u64,
 }

@@ -14,6 +14,15 @@
 //! | subject | `PROJECT#<project>` | `SUBJECT#<id>` | — | — |
 //! | photo | `PHOTO#<id>` | `PHOTO` | `PROJECT#<project>#PHOTOS` / `<id>` | — |
 //! | source grant | `TENANT#<t>#SOURCEGRANTS` | `<bucket>/<prefix>` | — | — |
+//! | dataset | `DATASET#<id>` | `DATASET` | `PROJECT#<project>#DATASETS` / `<id>` | — |
+//! | image | `IMAGE#<id>` | `IMAGE` | `DATASET#<dataset>#IMAGES` / `<name>` | — |
+//! | image name | `DATASET#<dataset>` | `IMAGENAME#<name>` | — | — |
+//! | upload | `UPLOAD#<tenant>#<id>` | `UPLOAD` | — | `DUE#expiry` / `<ms>#<pk>` |
+//! | blob | `BLOB#<tenant>#<sha>` | `BLOB` | — | `DUE#expiry` / `<ms>#<pk>` |
+//! | idempotency | `IDEM#<tenant>#<scope>#<key>` | `IDEM` | — | — |
+//!
+//! The catalog's records (datasets, images, uploads, blobs, grants, idempotency) are
+//! written only by [`crate::catalog`].
 
 use crate::domain::Project;
 use crate::ids::{JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId};

@@ -216,6 +216,12 @@ pub struct ReconstructionSpec {
     /// from older specs (false), so their fingerprints do not change.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub respect_exif_orientation: bool,
+    /// What the image set holds (a digest of its images' names and content hashes), so
+    /// that the same spec over a dataset whose images changed is a new job, not the old
+    /// one found by fingerprint. Absent where the image set is fixed or unknown, so older
+    /// fingerprints do not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_set_digest: Option<String>,
     /// Scheduling priority, -100..=100; not part of the fingerprint.
     #[serde(default)]
     pub priority: i32,

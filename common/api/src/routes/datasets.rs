@@ -1,6 +1,7 @@
-//! Datasets (`upload` sources) and their images. An image is created from a finalized
-//! upload's blob and stored under the dataset's prefix, which is what a reconstruction
-//! of the dataset reads.
+//! Datasets and their images over HTTP, translated to and from
+//! `tessera_core::catalog::datasets` (records, keys, name reservation, quotas). Image
+//! bytes come from a finalized upload's blob or from a source (`local`, `s3`); either
+//! way they are checked as ingest checks photos before anything is registered.
 
 use super::{Paging, links};
 use crate::ApiState;
@@ -11,87 +12,14 @@ use axum::Json;
 use axum::extract::{Path, Query as QueryParams, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
-use tessera_core::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
-use tessera_core::{Millis, TenantId, records};
+use sha2::{Digest, Sha256};
+use tessera_core::catalog::datasets::{self as catalog, CheckedBytes, NewDataset};
+pub use tessera_core::catalog::datasets::{Dataset, Image, images_prefix};
 
 /// Most images in one `:batchCreate`.
 pub const MAX_BATCH: usize = 1000;
-
-/// A dataset.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Dataset {
-    /// Id.
-    pub dataset_id: String,
-    /// Owner.
-    pub tenant: TenantId,
-    /// Project.
-    pub project_id: String,
-    /// Name.
-    pub name: String,
-    /// Where bytes come from (`{"kind": "upload"}`).
-    pub source: Value,
-    /// COLMAP camera model.
-    pub camera_model: String,
-    /// Whether reconstructions turn photos as their EXIF orientation says (datasets
-    /// stored before this existed did not: false).
-    #[serde(default)]
-    pub respect_exif_orientation: bool,
-    /// Created.
-    pub created_at: String,
-}
-
-fn upload_kind() -> String {
-    "upload".into()
-}
-
-/// An image of a dataset.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Image {
-    /// Id.
-    pub image_id: String,
-    /// Dataset.
-    pub dataset_id: String,
-    /// Owner.
-    pub tenant: TenantId,
-    /// File name, unique in the dataset.
-    pub name: String,
-    /// SHA-256 of the bytes.
-    pub content_sha: String,
-    /// Size.
-    pub byte_size: u64,
-    /// From the header.
-    pub width: Option<u64>,
-    /// From the header.
-    pub height: Option<u64>,
-    /// Where it came from: `upload`, `local` or `s3`.
-    #[serde(default = "upload_kind")]
-    pub source_kind: String,
-    /// Its path below the source's root or prefix (sources other than uploads).
-    #[serde(default)]
-    pub rel_path: Option<String>,
-    /// Created.
-    pub created_at: String,
-}
-
-fn dataset_key(id: &str) -> ItemKey {
-    ItemKey::new(format!("DATASET#{id}"), "DATASET")
-}
-fn image_key(id: &str) -> ItemKey {
-    ItemKey::new(format!("IMAGE#{id}"), "IMAGE")
-}
-fn image_name_key(dataset: &str, name: &str) -> ItemKey {
-    ItemKey::new(format!("DATASET#{dataset}"), format!("IMAGENAME#{name}"))
-}
-fn images_partition(dataset: &str) -> String {
-    format!("DATASET#{dataset}#IMAGES")
-}
-
-/// Object-store prefix of a dataset's images (a reconstruction's `image_set`).
-pub fn images_prefix(dataset: &str) -> String {
-    format!("datasets/{dataset}/images")
-}
 
 fn dataset_view(d: &Dataset) -> Value {
     let href = format!("/v1/projects/{}/datasets/{}", d.project_id, d.dataset_id);
@@ -132,15 +60,7 @@ pub struct CreateDataset {
 
 /// A dataset of the caller's tenant, or 404.
 pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Dataset, Problem> {
-    let item = s.engine.ports().store.get(&dataset_key(id)).await?;
-    let d: Dataset = match item {
-        Some(i) => records::decode(&i)?,
-        None => return Err(Problem::not_found(format!("dataset {id} does not exist"))),
-    };
-    if d.tenant != caller.tenant {
-        return Err(Problem::not_found(format!("dataset {id} does not exist")));
-    }
-    Ok(d)
+    Ok(catalog::dataset(s.engine.ports().store.as_ref(), &caller.tenant, id).await?)
 }
 
 /// `POST /v1/projects/{pid}/datasets`.
@@ -197,32 +117,18 @@ pub async fn create(
             "camera_model `{camera_model}` is not a COLMAP camera model"
         )));
     }
-    let d = Dataset {
-        dataset_id: ulid::Ulid::new().to_string(),
-        tenant: caller.tenant.clone(),
-        project_id: project.id.to_string(),
-        name: body.name,
-        source,
-        camera_model,
-        respect_exif_orientation: body.respect_exif_orientation.unwrap_or(true),
-        created_at: Millis::now().to_rfc3339(),
-    };
-    let mut item = Item::new(
-        dataset_key(&d.dataset_id),
-        serde_json::to_value(&d).expect("serializable"),
-    );
-    item.by_parent = Some(ItemKey::new(
-        format!("PROJECT#{}#DATASETS", d.project_id),
-        d.dataset_id.clone(),
-    ));
-    s.engine
-        .ports()
-        .store
-        .transact(vec![Write::Put {
-            item,
-            condition: Condition::Absent,
-        }])
-        .await?;
+    let d = catalog::create(
+        s.engine.ports().store.as_ref(),
+        &caller.tenant,
+        project.id,
+        NewDataset {
+            name: body.name,
+            source,
+            camera_model,
+            respect_exif_orientation: body.respect_exif_orientation.unwrap_or(true),
+        },
+    )
+    .await?;
     let mut view = dataset_view(&d);
     if let Some((src, files)) = import {
         view["x-import"] = import_source(&s, &caller, &d, src.as_ref(), &files).await?;
@@ -249,7 +155,7 @@ pub async fn list(
     let project = super::projects::owned(&s, &caller, &pid).await?;
     super::page_of(
         &s,
-        format!("PROJECT#{}#DATASETS", project.id),
+        catalog::datasets_partition(project.id),
         &paging,
         dataset_view,
     )
@@ -263,7 +169,7 @@ pub async fn get(
     Path((pid, did)): Path<(String, String)>,
 ) -> Result<Json<Value>, Problem> {
     let d = owned(&s, &caller, &did).await?;
-    if d.project_id != pid {
+    if d.project_id.to_string() != pid {
         return Err(Problem::not_found(format!(
             "dataset {did} is not in project {pid}"
         )));
@@ -294,7 +200,7 @@ pub async fn patch(
     body: Result<Json<PatchDataset>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let mut d = owned(&s, &caller, &did).await?;
-    if d.project_id != pid {
+    if d.project_id.to_string() != pid {
         return Err(Problem::not_found(format!(
             "dataset {did} is not in project {pid}"
         )));
@@ -321,22 +227,7 @@ pub async fn patch(
     if let Some(r) = b.respect_exif_orientation {
         d.respect_exif_orientation = r;
     }
-    s.engine
-        .ports()
-        .store
-        .transact(vec![Write::Set {
-            key: dataset_key(&d.dataset_id),
-            fields: vec![
-                ("name".into(), json!(d.name)),
-                ("camera_model".into(), json!(d.camera_model)),
-                (
-                    "respect_exif_orientation".into(),
-                    json!(d.respect_exif_orientation),
-                ),
-            ],
-            condition: Condition::Exists,
-        }])
-        .await?;
+    catalog::update(s.engine.ports().store.as_ref(), &d).await?;
     Ok(Json(dataset_view(&d)))
 }
 
@@ -355,7 +246,7 @@ async fn create_one(
     d: &Dataset,
     req: &CreateImage,
 ) -> Result<Image, Problem> {
-    check_name(&req.name)?;
+    catalog::check_name("image", &req.name)?;
     let bytes = super::uploads::read_blob(
         s,
         &caller.tenant,
@@ -364,131 +255,34 @@ async fn create_one(
         crate::sources::MAX_SOURCE_FILE,
     )
     .await?;
-    register(
-        s,
-        caller,
-        d,
-        &req.name,
-        bytes,
-        req.blob_sha.to_ascii_lowercase(),
-        ("upload", None),
-    )
-    .await
+    let sha = req.blob_sha.to_ascii_lowercase();
+    register(s, d, &req.name, bytes, sha, ("upload", None)).await
 }
 
-/// Longest image name: a file name on every file system, and far inside a store key.
-const MAX_IMAGE_NAME: usize = 255;
-
-fn check_name(name: &str) -> Result<(), Problem> {
-    if name.is_empty()
-        || name.len() > MAX_IMAGE_NAME
-        || name.contains('/')
-        || tessera_core::ports::object_store::validate_key(name).is_err()
-    {
-        return Err(Problem::validation(format!(
-            "image name `{}` must be a plain file name of at most {MAX_IMAGE_NAME} bytes (no `/`, `\\`, control characters, `.` or `..`)",
-            name.chars().take(100).collect::<String>()
-        )));
-    }
-    Ok(())
-}
-
-/// Register bytes as an image of `d`: the header must be readable, the name unique in
-/// the dataset; the bytes go where the stages read them.
+/// Check bytes as ingest checks photos (format, damaged header, truncation, a pixel
+/// bomb's dimensions), so no image is registered that a stage would choke on, then
+/// register them under `name`.
 async fn register(
     s: &ApiState,
-    caller: &Caller,
     d: &Dataset,
     name: &str,
     bytes: ::bytes::Bytes,
-    content_sha: String,
-    (source_kind, rel_path): (&str, Option<String>),
+    sha: String,
+    source: (&str, Option<String>),
 ) -> Result<Image, Problem> {
-    check_name(name)?;
-    let objects = s.engine.ports().objects.clone();
-    // The same checks ingest makes (format, damaged header, truncation, a pixel bomb's
-    // dimensions), so that no image is registered that a stage would choke on.
-    let (width, height) =
+    catalog::check_name("image", name)?;
+    let dims =
         tessera_imaging::check::check(name, &bytes, tessera_jobs::reconstruct::images::MAX_PIXELS)
-            .map(|(w, h)| (Some(w), Some(h)))
             .map_err(Problem::validation)?;
-    let img = Image {
-        image_id: ulid::Ulid::new().to_string(),
-        dataset_id: d.dataset_id.clone(),
-        tenant: caller.tenant.clone(),
-        name: name.to_string(),
-        content_sha,
-        byte_size: bytes.len() as u64,
-        width,
-        height,
-        source_kind: source_kind.to_string(),
-        rel_path,
-        created_at: Millis::now().to_rfc3339(),
-    };
-    // The name is reserved before any byte is written: a name that exists answers 409
-    // with the existing image's bytes untouched (writing first would let a re-post, or
-    // two source files folding to one name, replace what an existing image serves).
-    let mut item = Item::new(
-        image_key(&img.image_id),
-        serde_json::to_value(&img).expect("serializable"),
-    );
-    item.by_parent = Some(ItemKey::new(
-        images_partition(&d.dataset_id),
-        img.name.clone(),
-    ));
-    let store = s.engine.ports().store.clone();
-    store
-        .transact(vec![
-            Write::Put {
-                item: Item::new(
-                    image_name_key(&d.dataset_id, &img.name),
-                    json!({ "image": img.image_id }),
-                ),
-                condition: Condition::Absent,
-            },
-            Write::Put {
-                item,
-                condition: Condition::Absent,
-            },
-        ])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                Problem::conflict(format!(
-                    "dataset {} has an image named `{}` already; delete it first or use another name",
-                    d.dataset_id, img.name
-                ))
-            } else {
-                e.into()
-            }
-        })?;
-    if let Err(e) = objects
-        .put(
-            &format!("{}/{}", images_prefix(&d.dataset_id), img.name),
-            bytes,
-        )
-        .await
-    {
-        // Give the name back, so the client can simply retry.
-        let undo = store
-            .transact(vec![
-                Write::Delete {
-                    key: image_name_key(&d.dataset_id, &img.name),
-                    condition: Condition::None,
-                },
-                Write::Delete {
-                    key: image_key(&img.image_id),
-                    condition: Condition::None,
-                },
-            ])
-            .await;
-        tracing::warn!(dataset = %d.dataset_id, image = %img.image_id, error = %e, undone = undo.is_ok(), "image bytes not stored");
-        return Err(Problem::unavailable(format!(
-            "the bytes of `{}` could not be stored ({e}); retry",
-            img.name
-        )));
-    }
-    Ok(img)
+    Ok(catalog::register_image(
+        s.engine.ports().store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        d,
+        name,
+        CheckedBytes { bytes, sha, dims },
+        source,
+    )
+    .await?)
 }
 
 /// Register every file of a source as an image of `d`. A file that is too large, not an
@@ -500,7 +294,6 @@ async fn import_source(
     src: &dyn crate::sources::ImageSource,
     files: &[crate::sources::SourceFile],
 ) -> Result<Value, Problem> {
-    use sha2::{Digest, Sha256};
     let mut registered = 0;
     let mut skipped = Vec::new();
     for f in files {
@@ -515,7 +308,6 @@ async fn import_source(
                 let sha = hex::encode(Sha256::digest(&bytes));
                 register(
                     s,
-                    caller,
                     d,
                     &name,
                     bytes,
@@ -617,12 +409,8 @@ async fn batch_create(
 }
 
 /// Every image of a dataset (for planning).
-pub async fn all_images(s: &ApiState, dataset: &str) -> Result<Vec<Image>, Problem> {
-    Ok(tessera_core::projects::query_all(
-        s.engine.ports().store.as_ref(),
-        Query::partition(Index::ByParent, images_partition(dataset), 500),
-    )
-    .await?)
+pub async fn all_images(s: &ApiState, dataset: &Dataset) -> Result<Vec<Image>, Problem> {
+    Ok(catalog::all_images(s.engine.ports().store.as_ref(), dataset.dataset_id).await?)
 }
 
 /// `GET /v1/datasets/{did}/images`.
@@ -633,7 +421,13 @@ pub async fn list_images(
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
     let d = owned(&s, &caller, &did).await?;
-    super::page_of(&s, images_partition(&d.dataset_id), &paging, image_view).await
+    super::page_of(
+        &s,
+        catalog::images_partition(d.dataset_id),
+        &paging,
+        image_view,
+    )
+    .await
 }
 
 /// `DELETE /v1/datasets/{did}/images/{name}`.
@@ -643,36 +437,10 @@ pub async fn delete_image(
     Path((did, name)): Path<(String, String)>,
 ) -> Result<StatusCode, Problem> {
     let d = owned(&s, &caller, &did).await?;
-    let store = s.engine.ports().store.clone();
-    let Some(n) = store.get(&image_name_key(&d.dataset_id, &name)).await? else {
-        return Err(Problem::not_found(format!(
-            "dataset {did} has no image `{name}`"
-        )));
-    };
-    let id = n.body["image"].as_str().unwrap_or_default().to_string();
-    store
-        .transact(vec![
-            Write::Delete {
-                key: image_name_key(&d.dataset_id, &name),
-                condition: Condition::Exists,
-            },
-            Write::Delete {
-                key: image_key(&id),
-                condition: Condition::None,
-            },
-        ])
-        .await?;
-    s.engine
-        .ports()
-        .objects
-        .delete(&format!("{}/{name}", images_prefix(&d.dataset_id)))
-        .await
-        .map_err(Problem::internal)?;
+    let store = s.engine.ports().store.as_ref();
+    let img = catalog::image_named(store, &d, &name).await?;
+    catalog::delete_image(store, s.engine.ports().objects.as_ref(), &img).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-fn image_object_key(img: &Image) -> String {
-    format!("{}/{}", images_prefix(&img.dataset_id), img.name)
 }
 
 fn object_problem(img: &Image, e: tessera_core::ports::ObjectStoreError) -> Problem {
@@ -691,25 +459,13 @@ async fn image_object(s: &ApiState, img: &Image) -> Result<::bytes::Bytes, Probl
     s.engine
         .ports()
         .objects
-        .get(&image_object_key(img))
+        .get(&img.object_key())
         .await
         .map_err(|e| object_problem(img, e))
 }
 
 pub(crate) async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
-    let missing = || Problem::not_found(format!("image {id} does not exist"));
-    let item = s
-        .engine
-        .ports()
-        .store
-        .get(&image_key(id))
-        .await?
-        .ok_or_else(missing)?;
-    let img: Image = records::decode(&item)?;
-    if img.tenant != caller.tenant {
-        return Err(missing());
-    }
-    Ok(img)
+    Ok(catalog::image(s.engine.ports().store.as_ref(), &caller.tenant, id).await?)
 }
 
 /// `GET /v1/images/{id}`.
@@ -744,7 +500,7 @@ pub async fn image_bytes(
     served::serve_object(
         &headers,
         s.engine.ports().objects.as_ref(),
-        &image_object_key(&img),
+        &img.object_key(),
         ct,
         &img.content_sha,
     )
@@ -872,7 +628,7 @@ pub async fn exif(
         .engine
         .ports()
         .objects
-        .get_range(&image_object_key(&img), 0..img.byte_size.min(EXIF_READ))
+        .get_range(&img.object_key(), 0..img.byte_size.min(EXIF_READ))
         .await
         .map_err(|e| object_problem(&img, e))?;
     let mut fields = serde_json::Map::new();

@@ -69,7 +69,7 @@ async fn spec_for(
     matcher: Option<&Value>,
 ) -> Result<Planned, Problem> {
     let d = super::datasets::owned(s, caller, dataset_id).await?;
-    let images = super::datasets::all_images(s, &d.dataset_id).await?;
+    let images = super::datasets::all_images(s, &d).await?;
     if images.is_empty() {
         return Err(Problem::validation(format!(
             "dataset {} has no images; add images before running a stage",
@@ -103,8 +103,8 @@ async fn spec_for(
         Some(other) => return Err(capability_missing(&format!("pairs.{other}"))),
     };
     let spec = ReconstructionSpec {
-        project: d.project_id.clone(),
-        image_set: super::datasets::images_prefix(&d.dataset_id),
+        project: d.project_id.to_string(),
+        image_set: super::datasets::images_prefix(d.dataset_id),
         backend: BackendSpec {
             name: "colmap".into(),
             version: None,
@@ -119,6 +119,7 @@ async fn spec_for(
         georef: Georef::None,
         exports: vec![ExportFormat::PointsBin],
         respect_exif_orientation: d.respect_exif_orientation,
+        image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
         priority: 0,
     };
     let megapixels = images
@@ -150,7 +151,7 @@ async fn submit_plan(
     last_stage: Option<&str>,
 ) -> Result<Response, Problem> {
     let (spec, d, images, megapixels) = (&p.spec, &p.dataset, p.images, p.megapixels);
-    let project = d.project_id.parse().ok();
+    let project = Some(d.project_id);
     let mut plan = tessera_jobs::reconstruct::plan(
         spec,
         caller.tenant.clone(),
@@ -223,7 +224,7 @@ pub async fn submit(
         )));
     }
     let d = super::datasets::owned(&s, &caller, &req.dataset_id).await?;
-    if d.project_id != project.id.to_string() {
+    if d.project_id != project.id {
         return Err(Problem::validation(format!(
             "dataset {} is not in project {pid}",
             d.dataset_id

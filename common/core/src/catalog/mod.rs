@@ -3,6 +3,7 @@
 //! an `s3` dataset source read objects Tessera did not write, so who may name which
 //! object is decided once, here, and every entry point (HTTP, CLI, Lambda) asks.
 
+pub mod datasets;
 pub mod idempotency;
 pub mod incoming;
 pub mod source_grants;

@@ -1,0 +1,487 @@
+//! Datasets and their images: the records, their keys, and the rules of registering an
+//! image.
+//!
+//! An image's bytes live at `datasets/<dataset>/images/<name>` (what a reconstruction of
+//! the dataset reads), so a name is an address: it is **reserved before any byte is
+//! written**, and a name that exists answers a conflict with the existing image's bytes
+//! untouched. Every lookup is scoped to the caller's tenant: another tenant's dataset or
+//! image does not exist for it.
+
+use super::CatalogError;
+use crate::Millis;
+use crate::ids::{DatasetId, ImageId, ProjectId, TenantId};
+use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
+use crate::ports::{ObjectStore, StateStore};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Longest dataset or image name.
+pub const MAX_NAME: usize = 255;
+/// Most images one dataset holds.
+pub const MAX_IMAGES: u64 = 10_000;
+/// Most datasets one project holds.
+pub const MAX_DATASETS: usize = 1_000;
+
+/// A named set of images to reconstruct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dataset {
+    /// Id.
+    pub dataset_id: DatasetId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// Project.
+    pub project_id: ProjectId,
+    /// Name.
+    pub name: String,
+    /// Where bytes come from (`{"kind": "upload" | "local" | "s3", …}`), as created.
+    pub source: Value,
+    /// COLMAP camera model.
+    pub camera_model: String,
+    /// Whether reconstructions turn photos as their EXIF orientation says (datasets
+    /// stored before this existed did not: false).
+    #[serde(default)]
+    pub respect_exif_orientation: bool,
+    /// Images registered (the quota counter; stored datasets without it count from 0).
+    #[serde(default)]
+    pub image_count: u64,
+    /// Created, RFC 3339.
+    pub created_at: String,
+}
+
+fn upload_kind() -> String {
+    "upload".into()
+}
+
+/// One image of a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Image {
+    /// Id.
+    pub image_id: ImageId,
+    /// Dataset.
+    pub dataset_id: DatasetId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// File name, unique in the dataset.
+    pub name: String,
+    /// SHA-256 of the bytes.
+    pub content_sha: String,
+    /// Size.
+    pub byte_size: u64,
+    /// Pixels, from the checked header.
+    pub width: Option<u64>,
+    /// Pixels, from the checked header.
+    pub height: Option<u64>,
+    /// Where it came from: `upload`, `local` or `s3`.
+    #[serde(default = "upload_kind")]
+    pub source_kind: String,
+    /// Its path below the source's root or prefix (sources other than uploads).
+    #[serde(default)]
+    pub rel_path: Option<String>,
+    /// Created, RFC 3339.
+    pub created_at: String,
+}
+
+fn dataset_key(id: DatasetId) -> ItemKey {
+    ItemKey::new(format!("DATASET#{id}"), "DATASET")
+}
+fn image_key(id: ImageId) -> ItemKey {
+    ItemKey::new(format!("IMAGE#{id}"), "IMAGE")
+}
+fn image_name_key(dataset: DatasetId, name: &str) -> ItemKey {
+    ItemKey::new(format!("DATASET#{dataset}"), format!("IMAGENAME#{name}"))
+}
+
+/// The by-parent partition listing a dataset's images (by name).
+pub fn images_partition(dataset: DatasetId) -> String {
+    format!("DATASET#{dataset}#IMAGES")
+}
+
+/// The by-parent partition listing a project's datasets.
+pub fn datasets_partition(project: ProjectId) -> String {
+    format!("PROJECT#{project}#DATASETS")
+}
+
+/// Object-store prefix of a dataset's images (a reconstruction's `image_set`).
+pub fn images_prefix(dataset: DatasetId) -> String {
+    format!("datasets/{dataset}/images")
+}
+
+impl Image {
+    /// Where its bytes are.
+    pub fn object_key(&self) -> String {
+        format!("{}/{}", images_prefix(self.dataset_id), self.name)
+    }
+}
+
+/// A dataset or image name: 1 to [`MAX_NAME`] bytes, a plain file name (no `/`, `\`,
+/// control characters, `.` or `..`), since an image's name is part of its object key.
+pub fn check_name(what: &str, name: &str) -> Result<(), CatalogError> {
+    if name.is_empty()
+        || name.len() > MAX_NAME
+        || name == "."
+        || name == ".."
+        || name.contains(['/', '\\', '#'])
+        || name.chars().any(char::is_control)
+    {
+        return Err(CatalogError::Invalid(format!(
+            "{what} name `{}` must be a plain file name of 1 to {MAX_NAME} bytes (no `/`, `\\`, `#`, control characters, `.` or `..`)",
+            name.chars().take(100).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// A new dataset's settings.
+#[derive(Debug, Clone)]
+pub struct NewDataset {
+    /// Name.
+    pub name: String,
+    /// Source (already listed and authorized by the caller).
+    pub source: Value,
+    /// COLMAP camera model (already checked).
+    pub camera_model: String,
+    /// Whether reconstructions apply EXIF orientation.
+    pub respect_exif_orientation: bool,
+}
+
+/// Create a dataset in `project` (which the caller owns).
+pub async fn create(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    project: ProjectId,
+    new: NewDataset,
+) -> Result<Dataset, CatalogError> {
+    check_name("dataset", &new.name)?;
+    let mut q = Query::partition(Index::ByParent, datasets_partition(project), MAX_DATASETS);
+    q.limit = MAX_DATASETS;
+    if store.query(&q).await?.items.len() >= MAX_DATASETS {
+        return Err(CatalogError::Quota(format!(
+            "project {project} has {MAX_DATASETS} datasets, the most one project holds; delete one or use another project"
+        )));
+    }
+    let d = Dataset {
+        dataset_id: DatasetId::new(),
+        tenant: tenant.clone(),
+        project_id: project,
+        name: new.name,
+        source: new.source,
+        camera_model: new.camera_model,
+        respect_exif_orientation: new.respect_exif_orientation,
+        image_count: 0,
+        created_at: Millis::now().to_rfc3339(),
+    };
+    let mut item = Item::new(
+        dataset_key(d.dataset_id),
+        serde_json::to_value(&d).expect("serializable"),
+    );
+    item.by_parent = Some(ItemKey::new(
+        datasets_partition(project),
+        d.dataset_id.to_string(),
+    ));
+    store
+        .transact(vec![Write::Put {
+            item,
+            condition: Condition::Absent,
+        }])
+        .await?;
+    Ok(d)
+}
+
+/// One of the tenant's datasets.
+pub async fn dataset(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    id: &str,
+) -> Result<Dataset, CatalogError> {
+    Ok(load_dataset(store, tenant, id).await?.0)
+}
+
+async fn load_dataset(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    id: &str,
+) -> Result<(Dataset, u64), CatalogError> {
+    let missing = || {
+        CatalogError::NotFound(format!(
+            "dataset {} does not exist",
+            id.chars().take(80).collect::<String>()
+        ))
+    };
+    let id: DatasetId = id.parse().map_err(|_| missing())?;
+    let item = store.get(&dataset_key(id)).await?.ok_or_else(missing)?;
+    let d: Dataset = crate::records::decode(&item)?;
+    if &d.tenant != tenant {
+        return Err(missing());
+    }
+    Ok((d, item.rev))
+}
+
+/// Store a dataset's changed name, camera model or orientation setting.
+pub async fn update(store: &dyn StateStore, d: &Dataset) -> Result<(), CatalogError> {
+    check_name("dataset", &d.name)?;
+    store
+        .transact(vec![Write::Set {
+            key: dataset_key(d.dataset_id),
+            fields: vec![
+                ("name".into(), json!(d.name)),
+                ("camera_model".into(), json!(d.camera_model)),
+                (
+                    "respect_exif_orientation".into(),
+                    json!(d.respect_exif_orientation),
+                ),
+            ],
+            condition: Condition::Exists,
+        }])
+        .await?;
+    Ok(())
+}
+
+/// What is known of bytes about to be registered (checked by the caller: format,
+/// truncation, pixel limits).
+#[derive(Debug, Clone)]
+pub struct CheckedBytes {
+    /// The bytes.
+    pub bytes: Bytes,
+    /// Their SHA-256, hex.
+    pub sha: String,
+    /// Width and height from the checked header.
+    pub dims: (u64, u64),
+}
+
+/// Register `bytes` as the image `name` of `dataset`: the name (and a place under the
+/// dataset's image quota) is reserved first, then the bytes are written; if writing
+/// fails the reservation is given back. `source` is (`upload`|`local`|`s3`, rel path).
+pub async fn register_image(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    dataset: &Dataset,
+    name: &str,
+    checked: CheckedBytes,
+    source: (&str, Option<String>),
+) -> Result<Image, CatalogError> {
+    check_name("image", name)?;
+    let img = Image {
+        image_id: ImageId::new(),
+        dataset_id: dataset.dataset_id,
+        tenant: dataset.tenant.clone(),
+        name: name.to_string(),
+        content_sha: checked.sha,
+        byte_size: checked.bytes.len() as u64,
+        width: Some(checked.dims.0),
+        height: Some(checked.dims.1),
+        source_kind: source.0.to_string(),
+        rel_path: source.1,
+        created_at: Millis::now().to_rfc3339(),
+    };
+    reserve(store, dataset, &img).await?;
+    if let Err(e) = objects.put(&img.object_key(), checked.bytes).await {
+        let undone = match release(store, &img).await {
+            Ok(()) => "the name is free again".to_string(),
+            Err(u) => format!("and giving the name back failed too ({u})"),
+        };
+        return Err(CatalogError::Unavailable(format!(
+            "the bytes of `{}` could not be stored ({e}); {undone}; retry",
+            img.name
+        )));
+    }
+    Ok(img)
+}
+
+/// Write the name record, the image record and the dataset's count in one transaction,
+/// conditional on the dataset's revision; a concurrent registration in the same dataset
+/// makes it read again.
+async fn reserve(
+    store: &dyn StateStore,
+    dataset: &Dataset,
+    img: &Image,
+) -> Result<(), CatalogError> {
+    let mut item = Item::new(
+        image_key(img.image_id),
+        serde_json::to_value(img).expect("serializable"),
+    );
+    item.by_parent = Some(ItemKey::new(
+        images_partition(img.dataset_id),
+        img.name.clone(),
+    ));
+    for _ in 0..8 {
+        let (current, rev) =
+            load_dataset(store, &dataset.tenant, &dataset.dataset_id.to_string()).await?;
+        if current.image_count >= MAX_IMAGES {
+            return Err(CatalogError::Quota(format!(
+                "dataset {} holds {MAX_IMAGES} images, the most one dataset holds; make another dataset",
+                dataset.dataset_id
+            )));
+        }
+        if store
+            .get(&image_name_key(img.dataset_id, &img.name))
+            .await?
+            .is_some()
+        {
+            return Err(name_taken(img));
+        }
+        let result = store
+            .transact(vec![
+                Write::Set {
+                    key: dataset_key(img.dataset_id),
+                    fields: vec![("image_count".into(), json!(current.image_count + 1))],
+                    condition: Condition::Rev(rev),
+                },
+                Write::Put {
+                    item: Item::new(
+                        image_name_key(img.dataset_id, &img.name),
+                        json!({ "image": img.image_id }),
+                    ),
+                    condition: Condition::Absent,
+                },
+                Write::Put {
+                    item: item.clone(),
+                    condition: Condition::Absent,
+                },
+            ])
+            .await;
+        match result {
+            Ok(_) => return Ok(()),
+            Err(crate::ports::StoreError::Conflict { index: 1, .. }) => {
+                return Err(name_taken(img));
+            }
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CatalogError::Unavailable(format!(
+        "dataset {} is busy with other registrations; retry",
+        img.dataset_id
+    )))
+}
+
+fn name_taken(img: &Image) -> CatalogError {
+    CatalogError::Conflict(format!(
+        "dataset {} has an image named `{}` already; delete it first or use another name",
+        img.dataset_id, img.name
+    ))
+}
+
+/// Remove an image's records and give its place in the quota back.
+async fn release(store: &dyn StateStore, img: &Image) -> Result<(), CatalogError> {
+    for _ in 0..8 {
+        let (current, rev) = load_dataset(store, &img.tenant, &img.dataset_id.to_string()).await?;
+        let result = store
+            .transact(vec![
+                Write::Set {
+                    key: dataset_key(img.dataset_id),
+                    fields: vec![(
+                        "image_count".into(),
+                        json!(current.image_count.saturating_sub(1)),
+                    )],
+                    condition: Condition::Rev(rev),
+                },
+                Write::Delete {
+                    key: image_name_key(img.dataset_id, &img.name),
+                    condition: Condition::field_eq("image", img.image_id.to_string()),
+                },
+                Write::Delete {
+                    key: image_key(img.image_id),
+                    condition: Condition::Exists,
+                },
+            ])
+            .await;
+        match result {
+            Ok(_) => return Ok(()),
+            Err(crate::ports::StoreError::Conflict { index: 0, .. }) => continue,
+            Err(e) if e.is_conflict() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CatalogError::Unavailable(format!(
+        "dataset {} is busy; retry",
+        img.dataset_id
+    )))
+}
+
+/// One of the tenant's images.
+pub async fn image(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    id: &str,
+) -> Result<Image, CatalogError> {
+    let missing = || {
+        CatalogError::NotFound(format!(
+            "image {} does not exist",
+            id.chars().take(80).collect::<String>()
+        ))
+    };
+    let id: ImageId = id.parse().map_err(|_| missing())?;
+    let item = store.get(&image_key(id)).await?.ok_or_else(missing)?;
+    let img: Image = crate::records::decode(&item)?;
+    if &img.tenant != tenant {
+        return Err(missing());
+    }
+    Ok(img)
+}
+
+/// The image of `dataset` named `name`.
+pub async fn image_named(
+    store: &dyn StateStore,
+    dataset: &Dataset,
+    name: &str,
+) -> Result<Image, CatalogError> {
+    let missing = || {
+        CatalogError::NotFound(format!(
+            "dataset {} has no image `{}`",
+            dataset.dataset_id,
+            name.chars().take(100).collect::<String>()
+        ))
+    };
+    if check_name("image", name).is_err() {
+        return Err(missing());
+    }
+    let n = store
+        .get(&image_name_key(dataset.dataset_id, name))
+        .await?
+        .ok_or_else(missing)?;
+    let id = n.body["image"].as_str().unwrap_or_default();
+    image(store, &dataset.tenant, id).await
+}
+
+/// Delete an image: records first (so nothing lists it), then its bytes.
+pub async fn delete_image(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    img: &Image,
+) -> Result<(), CatalogError> {
+    release(store, img).await?;
+    objects.delete(&img.object_key()).await?;
+    Ok(())
+}
+
+/// A digest of what an image set holds: its images' names and content hashes, in name
+/// order. Two reconstructions of a dataset share a job only while this is unchanged.
+pub fn image_set_digest(images: &[Image]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sorted: Vec<(&str, &str)> = images
+        .iter()
+        .map(|i| (i.name.as_str(), i.content_sha.as_str()))
+        .collect();
+    sorted.sort_unstable();
+    let mut h = Sha256::new();
+    for (name, sha) in sorted {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(sha.as_bytes());
+        h.update([b'\n']);
+    }
+    hex::encode(h.finalize())
+}
+
+/// Every image of a dataset, by name.
+pub async fn all_images(
+    store: &dyn StateStore,
+    dataset: DatasetId,
+) -> Result<Vec<Image>, CatalogError> {
+    Ok(crate::projects::query_all(
+        store,
+        Query::partition(Index::ByParent, images_partition(dataset), 500),
+    )
+    .await?)
+}
