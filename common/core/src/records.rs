@@ -7,7 +7,8 @@
 //! | task | `TASK#<id>` | `TASK` | `JOB#<job>` / `TASK#<id>` | `DUE#<state>` / `<due ms>#<id>` |
 //! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS` / `<id>` | — |
 //! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
-//! | cache entry | `CACHE#<key>` | `CACHE` | — | — |
+//! | cache entry | `CACHE#<tenant>#<key>` | `CACHE` | — | — |
+//! | stage cache entry | `STAGECACHE#<tenant>#<key>` | `STAGECACHE` | — | — |
 //! | event | `EVENTS#<job>` | `<seq, 12 digits>` | — | — |
 //! | project | `PROJECT#<id>` | `PROJECT` | `TENANT#<t>#PROJECTS` / `<name>` | — |
 //! | project name | `PROJECTNAME#<tenant>#<name>` | `NAME` | — | — |
@@ -63,9 +64,10 @@ pub fn fingerprint_key(tenant: &TenantId, kind: &str, fingerprint: &str) -> Item
     ItemKey::new(format!("FP#{tenant}#{kind}#{fingerprint}"), "FP")
 }
 
-/// Key of a cached task result.
-pub fn cache_key(key: &str) -> ItemKey {
-    ItemKey::new(format!("CACHE#{key}"), "CACHE")
+/// Key of a cached task result. Scoped to the tenant: a result (and the task it names)
+/// is never handed to another tenant's job.
+pub fn cache_key(tenant: &TenantId, key: &str) -> ItemKey {
+    ItemKey::new(format!("CACHE#{tenant}#{key}"), "CACHE")
 }
 
 /// Partition of a job's events.

@@ -317,7 +317,7 @@ impl Engine {
             return Ok(Handled::LostLease);
         }
         match result {
-            Ok(out) => self.complete(&claimed, out).await,
+            Ok(out) => self.complete(&claimed, &ctx.job().tenant, out).await,
             Err(e) => self.fail(&claimed, e, Some(ctx.fence())).await,
         }
     }
@@ -325,7 +325,11 @@ impl Engine {
     async fn run_handler(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let task = &ctx.task;
         if let Some(key) = &task.cache_key
-            && let Some(hit) = self.ports.store.get(&records::cache_key(key)).await?
+            && let Some(hit) = self
+                .ports
+                .store
+                .get(&records::cache_key(&ctx.job().tenant, key))
+                .await?
         {
             tracing::info!(cache_key = %key, "cache hit: completing with the cached result");
             return Ok(TaskOutput::result(
@@ -383,7 +387,12 @@ impl Engine {
 
     /// Record success under the fence, with the cache entry and the handler's writes,
     /// in the one transaction that ends the task.
-    async fn complete(&self, claimed: &Task, out: TaskOutput) -> Result<Handled, EngineError> {
+    async fn complete(
+        &self,
+        claimed: &Task,
+        tenant: &tessera_core::TenantId,
+        out: TaskOutput,
+    ) -> Result<Handled, EngineError> {
         let done = lifecycle::succeeded(claimed, out.result.clone(), Millis::now());
         let mut extra = out.writes;
         if let Some(key) = &claimed.cache_key {
@@ -391,7 +400,7 @@ impl Engine {
             extra.insert(
                 0,
                 Write::Put {
-                    item: Item::new(records::cache_key(key), entry),
+                    item: Item::new(records::cache_key(tenant, key), entry),
                     condition: Condition::None,
                 },
             );

@@ -518,6 +518,16 @@ async fn a_cached_key_completes_without_running() {
         task_named(&engine, two.job_id, "c").await.result,
         task_named(&engine, one.job_id, "c").await.result
     );
+    // Another tenant with the same key runs its own task: cached results (and the task
+    // they name) never cross tenants.
+    let mut other = cached("three");
+    other.tenant = "tenant-b".parse().unwrap();
+    let three = engine.submit(other).await.unwrap();
+    assert_eq!(
+        run_until_done(&engine, three.job_id, WAIT).await.status(),
+        JobStatus::Succeeded
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "tenant-b ran its own task");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

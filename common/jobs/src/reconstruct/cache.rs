@@ -8,19 +8,22 @@
 //! chain: the same photos and parameters give the same keys stage after stage, and a
 //! change anywhere changes every key after it. Ingest (it reads the photos) and export
 //! (cheap, and it writes outside the checkpoint) always run.
+//!
+//! Entries are per tenant: a hit adopts a checkpoint of one of the tenant's own jobs,
+//! and neither the bytes nor the other job's id ever reach another tenant.
 
 use super::Stage;
 use super::checkpoint::{self, Checkpoint};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tessera_core::JobId;
 use tessera_core::ports::ObjectStore;
 use tessera_core::ports::state_store::{Condition, Item, ItemKey, StateStore, Write};
 use tessera_core::spec::ReconstructionSpec;
+use tessera_core::{JobId, TenantId};
 use tessera_engine::TaskError;
 
-fn item_key(key: &str) -> ItemKey {
-    ItemKey::new(format!("STAGECACHE#{key}"), "STAGECACHE")
+fn item_key(tenant: &TenantId, key: &str) -> ItemKey {
+    ItemKey::new(format!("STAGECACHE#{tenant}#{key}"), "STAGECACHE")
 }
 
 /// The stage's cache key, when it is cacheable and its input checkpoint exists.
@@ -72,19 +75,26 @@ pub async fn key(
     ))))
 }
 
-/// The job whose checkpoint answers `key`, if any.
-pub async fn lookup(store: &dyn StateStore, key: &str) -> Result<Option<JobId>, TaskError> {
+/// The job of `tenant` whose checkpoint answers `key`, if any.
+pub async fn lookup(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    key: &str,
+) -> Result<Option<JobId>, TaskError> {
     Ok(store
-        .get(&item_key(key))
+        .get(&item_key(tenant, key))
         .await?
         .and_then(|i| i.body["job"].as_str().and_then(|j| j.parse().ok())))
 }
 
 /// The write that records `job`'s checkpoint as the answer to `key` (committed with the
 /// stage's success).
-pub fn record(key: &str, job: JobId, stage: Stage) -> Write {
+pub fn record(tenant: &TenantId, key: &str, job: JobId, stage: Stage) -> Write {
     Write::Put {
-        item: Item::new(item_key(key), json!({ "job": job, "stage": stage.name() })),
+        item: Item::new(
+            item_key(tenant, key),
+            json!({ "job": job, "stage": stage.name() }),
+        ),
         condition: Condition::None,
     }
 }

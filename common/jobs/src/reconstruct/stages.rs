@@ -119,7 +119,7 @@ impl TaskHandler for StageHandler {
         .await?;
         if let Some(key) = &cache_key
             && let Some(origin) = super::cache::elsewhere(
-                super::cache::lookup(ctx.ports().store.as_ref(), key).await?,
+                super::cache::lookup(ctx.ports().store.as_ref(), &ctx.job().tenant, key).await?,
                 run.job,
             )
             && let Some(cp) = super::cache::adopt(objects, origin, run.job, self.stage).await?
@@ -157,7 +157,7 @@ impl TaskHandler for StageHandler {
         Ok(TaskOutput {
             result,
             writes: cache_key
-                .map(|k| super::cache::record(&k, run.job, self.stage))
+                .map(|k| super::cache::record(&ctx.job().tenant, &k, run.job, self.stage))
                 .into_iter()
                 .collect(),
         })
