@@ -61,10 +61,10 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     if args.auth == AuthMode::ApiKey {
         let store = engine.ports().store.as_ref();
-        if tessera_api::auth::list_keys(store)
-            .await
-            .map_err(|p| anyhow::anyhow!(p.detail))?
-            .is_empty()
+        if tessera_core::catalog::api_keys::list(store, &tessera_core::TenantId::local())
+            .await?
+            .iter()
+            .all(|k| !k.admin || k.revoked_at.is_some())
         {
             let (key, secret) =
                 tessera_api::auth::create_key(store, tessera_core::TenantId::local(), true)

@@ -113,6 +113,7 @@ impl From<tessera_core::catalog::CatalogError> for Problem {
         use tessera_core::catalog::CatalogError;
         match e {
             CatalogError::NotFound(m) => Problem::not_found(m),
+            CatalogError::Unauthorized(m) => Problem::unauthorized(m),
             CatalogError::Forbidden(m) => Problem::forbidden(m),
             CatalogError::Invalid(m) => Problem::validation(m),
             CatalogError::Conflict(m) => Problem::conflict(m),

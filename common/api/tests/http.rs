@@ -424,27 +424,33 @@ async fn tenants_cannot_see_each_other_and_keys_are_enforced() {
     let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
         .await
         .unwrap();
-    let mint = |tenant: &'static str| {
-        let c = c.clone();
-        let (base, admin) = (s.base.clone(), admin.clone());
+    // Keys for other tenants are the operator's (the store itself); an admin key of
+    // `local` may not make them.
+    let r = c
+        .post(format!("{}/v1/admin/api-keys", s.base))
+        .bearer_auth(&admin)
+        .json(&json!({"tenant": "tenant-a", "admin": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        problem(r, StatusCode::FORBIDDEN).await["detail"]
+            .as_str()
+            .unwrap()
+            .contains("operator")
+    );
+    let mint = |tenant: &'static str, admin: bool| {
+        let store = store.clone();
         async move {
-            let r = c
-                .post(format!("{base}/v1/admin/api-keys"))
-                .bearer_auth(&admin)
-                .json(&json!({"tenant": tenant}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 201);
-            let v: Value = r.json().await.unwrap();
-            (
-                v["key"]["key_id"].as_str().unwrap().to_string(),
-                v["api_key"].as_str().unwrap().to_string(),
-            )
+            let (k, secret) =
+                tessera_api::auth::create_key(store.as_ref(), tenant.parse().unwrap(), admin)
+                    .await
+                    .unwrap();
+            (k.key_id, secret)
         }
     };
-    let (_, a) = mint("tenant-a").await;
-    let (b_id, b) = mint("tenant-b").await;
+    let (_, a) = mint("tenant-a", false).await;
+    let (b_id, b) = mint("tenant-b", true).await;
     let projects = format!("{}/v1/projects", s.base);
     problem(
         c.get(&projects).send().await.unwrap(),
@@ -574,17 +580,77 @@ async fn tenants_cannot_see_each_other_and_keys_are_enforced() {
         .json()
         .await
         .unwrap();
-    assert_eq!(keys["items"].as_array().unwrap().len(), 3);
-    assert!(!keys.to_string().contains(&b), "secrets are never listed");
+    assert_eq!(
+        keys["items"].as_array().unwrap().len(),
+        1,
+        "an admin lists its own tenant's keys only: {keys}"
+    );
+    assert!(
+        !keys.to_string().contains(&admin),
+        "secrets are never listed"
+    );
+    // Another tenant's key does not exist for local's admin.
+    problem(
+        c.delete(format!("{}/v1/admin/api-keys/{b_id}", s.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    // b's admin makes a second admin key, then revokes its first; the last one stays.
+    let r = c
+        .post(format!("{}/v1/admin/api-keys", s.base))
+        .bearer_auth(&b)
+        .json(&json!({"admin": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let second: Value = r.json().await.unwrap();
+    let (b2_id, b2) = (
+        second["key"]["key_id"].as_str().unwrap().to_string(),
+        second["api_key"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(second["key"]["tenant"], "tenant-b");
     let r = c
         .delete(format!("{}/v1/admin/api-keys/{b_id}", s.base))
-        .bearer_auth(&admin)
+        .bearer_auth(&b2)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     problem(
         c.get(&projects).bearer_auth(&b).send().await.unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    problem(
+        c.delete(format!("{}/v1/admin/api-keys/{b2_id}", s.base))
+            .bearer_auth(&b2)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    // The scheme is case-insensitive (RFC 9110); the secret is not.
+    for header in [format!("bearer {b2}"), format!("BEARER  {b2}")] {
+        let r = c
+            .get(&projects)
+            .header("authorization", header.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{header}");
+    }
+    problem(
+        c.get(&projects)
+            .header("authorization", format!("Bearer {}", b2.to_uppercase()))
+            .send()
+            .await
+            .unwrap(),
         StatusCode::UNAUTHORIZED,
     )
     .await;

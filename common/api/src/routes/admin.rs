@@ -1,7 +1,9 @@
-//! `/v1/admin/api-keys`: create, list, revoke (admin keys only).
+//! `/v1/admin/api-keys`: an admin key creates, lists and revokes the keys of its own
+//! tenant (`tessera_core::catalog::api_keys` decides; keys for other tenants are an
+//! operator's, made with the store itself).
 
 use crate::ApiState;
-use crate::auth::{self, Caller};
+use crate::auth::Caller;
 use crate::problem::Problem;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -9,12 +11,14 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_core::TenantId;
+use tessera_core::catalog::api_keys;
 
 /// The body of a create request.
 #[derive(Debug, Deserialize)]
 pub struct CreateKey {
-    /// The tenant the key acts for.
-    pub tenant: String,
+    /// The tenant the key acts for: the caller's own (default).
+    #[serde(default)]
+    pub tenant: Option<String>,
     /// Whether it may manage keys.
     #[serde(default)]
     pub admin: bool,
@@ -36,24 +40,33 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     admin_only(&caller)?;
     let Json(body) = body.map_err(|e| {
-        Problem::bad_request(format!("the body must be JSON {{\"tenant\": …}}: {e}"))
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"admin\"?: bool, \"tenant\"?: …}}: {e}"
+        ))
     })?;
-    let tenant: TenantId = body
-        .tenant
-        .parse()
-        .map_err(|e| Problem::validation(format!("tenant: {e}")))?;
+    if let Some(t) = &body.tenant {
+        let tenant: TenantId = t
+            .parse()
+            .map_err(|e| Problem::validation(format!("tenant: {e}")))?;
+        if tenant != caller.tenant {
+            return Err(Problem::forbidden(format!(
+                "an admin key of tenant {} makes keys for {} only; keys for tenant {tenant} are made by an operator (`tessera aws create-key --tenant {tenant}`)",
+                caller.tenant, caller.tenant
+            )));
+        }
+    }
     let (key, secret) =
-        auth::create_key(s.engine.ports().store.as_ref(), tenant, body.admin).await?;
+        api_keys::create(s.engine.ports().store.as_ref(), &caller.tenant, body.admin).await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "key": key, "api_key": secret })),
     ))
 }
 
-/// `GET /v1/admin/api-keys`.
+/// `GET /v1/admin/api-keys`: the caller's tenant's keys.
 pub async fn list(State(s): State<ApiState>, caller: Caller) -> Result<Json<Value>, Problem> {
     admin_only(&caller)?;
-    let keys = auth::list_keys(s.engine.ports().store.as_ref()).await?;
+    let keys = api_keys::list(s.engine.ports().store.as_ref(), &caller.tenant).await?;
     Ok(Json(
         json!({ "items": keys, "next_page_token": null, "total": keys.len() }),
     ))
@@ -66,7 +79,6 @@ pub async fn revoke(
     Path(key_id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     admin_only(&caller)?;
-    Ok(Json(
-        json!({ "key": auth::revoke_key(s.engine.ports().store.as_ref(), &key_id).await? }),
-    ))
+    let key = api_keys::revoke(s.engine.ports().store.as_ref(), &caller.tenant, &key_id).await?;
+    Ok(Json(json!({ "key": key })))
 }

@@ -1,6 +1,7 @@
 //! `GET /v1/jobs/{id}/events`: Server-Sent Events, each with `id: <seq>`, resumable with
 //! `Last-Event-ID` (or `?after=`) so a client that reconnects gets every event exactly
-//! once. The stream ends after the job has ended and every event was sent.
+//! once. The stream ends after the job has ended and every event was sent, when its key
+//! is revoked, or after 30 minutes (`stream_guard`).
 
 use crate::ApiState;
 use crate::auth::Caller;
@@ -57,9 +58,10 @@ pub async fn sse(
     let start = from_header.or(q.after).unwrap_or(0);
     let engine = s.engine.clone();
     let job_id = job.id;
+    let guard = super::stream_guard::StreamGuard::new(caller, s.engine.ports().store.clone());
     let stream = futures_util::stream::unfold(
-        (start, Vec::new().into_iter(), false),
-        move |(mut seen, mut pending, mut ended)| {
+        (start, Vec::new().into_iter(), false, guard),
+        move |(mut seen, mut pending, mut ended, mut guard)| {
             let engine = engine.clone();
             async move {
                 loop {
@@ -72,9 +74,13 @@ pub async fn sse(
                             .id(e.seq.to_string())
                             .event(kind)
                             .data(v.to_string());
-                        return Some((Ok(ev), (seen, pending, ended)));
+                        return Some((Ok(ev), (seen, pending, ended, guard)));
                     }
                     if ended {
+                        return None;
+                    }
+                    if let Some(why) = guard.check().await {
+                        tracing::info!(job_id = %job_id, reason = why.reason(), "event stream ended");
                         return None;
                     }
                     // Read the job's state before the events: if it had ended, every event it

@@ -10,6 +10,7 @@ pub mod pipelines;
 pub mod privacy;
 pub mod projects;
 pub mod reconstructions;
+pub mod stream_guard;
 pub mod uploads;
 pub mod ws;
 

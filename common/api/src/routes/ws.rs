@@ -2,7 +2,8 @@
 //! then every event after `?last_event_id=N` (each once, in order), `cancel_requested`
 //! when a cancel is seen, and `terminal` with the job's status before closing with 1000.
 //! The client may send `{"op": "ping"}` (answered `pong`) and `{"op": "cancel",
-//! "force": bool}`; anything else is answered with `error` and a 1008 close.
+//! "force": bool}`; anything else is answered with `error` and a 1008 close. A revoked
+//! key ends the session (1008), and so do 30 minutes (1001: reconnect with the last id).
 
 use crate::ApiState;
 use crate::auth::Caller;
@@ -37,7 +38,8 @@ pub async fn upgrade(
         ws.map_err(|e| Problem::bad_request(format!("this path needs a WebSocket upgrade: {e}")))?;
     let engine = s.engine.clone();
     let start = q.last_event_id.unwrap_or(0);
-    Ok(ws.on_upgrade(move |socket| session(socket, engine, job.id, start)))
+    let guard = super::stream_guard::StreamGuard::new(caller, s.engine.ports().store.clone());
+    Ok(ws.on_upgrade(move |socket| session(socket, engine, job.id, start, guard)))
 }
 
 async fn send(socket: &mut WebSocket, v: Value) -> bool {
@@ -56,7 +58,13 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
         .await;
 }
 
-async fn session(mut socket: WebSocket, engine: Engine, job: JobId, mut seen: u64) {
+async fn session(
+    mut socket: WebSocket,
+    engine: Engine,
+    job: JobId,
+    mut seen: u64,
+    mut guard: super::stream_guard::StreamGuard,
+) {
     if !send(
         &mut socket,
         json!({ "kind": "hello", "job_id": job, "last_event_id": seen }),
@@ -67,6 +75,19 @@ async fn session(mut socket: WebSocket, engine: Engine, job: JobId, mut seen: u6
     }
     let mut told_cancel = false;
     loop {
+        if let Some(why) = guard.check().await {
+            send(
+                &mut socket,
+                json!({ "kind": "error", "message": why.reason() }),
+            )
+            .await;
+            // 1008 (policy) for a revoked key, 1001 (going away: reconnect) for the limit.
+            let code = match why {
+                super::stream_guard::Ended::Revoked => 1008,
+                super::stream_guard::Ended::TooLong => 1001,
+            };
+            return close(&mut socket, code, why.reason()).await;
+        }
         // Events first, then the job's state: when it is terminal, every event is stored.
         let Ok(j) = engine.job(job).await else {
             send(

@@ -3,6 +3,7 @@
 //! an `s3` dataset source read objects Tessera did not write, so who may name which
 //! object is decided once, here, and every entry point (HTTP, CLI, Lambda) asks.
 
+pub mod api_keys;
 pub mod datasets;
 pub mod idempotency;
 pub mod incoming;
@@ -19,6 +20,9 @@ pub enum CatalogError {
     /// Nothing of the caller's tenant by that id (another tenant's things included).
     #[error("{0}")]
     NotFound(String),
+    /// The caller is not identified (no key, an unknown or a revoked one).
+    #[error("{0}")]
+    Unauthorized(String),
     /// The caller's tenant may not read what it named.
     #[error("{0}")]
     Forbidden(String),
@@ -65,6 +69,7 @@ impl Classify for CatalogError {
     fn class(&self) -> ErrorClass {
         match self {
             CatalogError::NotFound(_)
+            | CatalogError::Unauthorized(_)
             | CatalogError::Forbidden(_)
             | CatalogError::Invalid(_)
             | CatalogError::Conflict(_)
