@@ -200,9 +200,16 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?,
             ));
         }
-        let (s, change) = project::enrol(&engine, models.clone(), proj.id, &label, refs)
-            .await
-            .with_context(|| format!("cannot enrol `{label}`"))?;
+        let (s, change) = project::enrol(
+            &engine,
+            models.clone(),
+            proj.id,
+            &label,
+            refs,
+            &tessera_core::audit::Actor::cli(proj.tenant.clone()),
+        )
+        .await
+        .with_context(|| format!("cannot enrol `{label}`"))?;
         labels.insert(s.id, label);
         sweeps.push(change.reblur_job);
     }

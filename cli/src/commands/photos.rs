@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_core::audit::Actor;
 use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::job::Job;
@@ -431,7 +432,15 @@ pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow:
                     .with_context(|| format!("cannot read {}", path.display()))?;
                 refs.push((path.display().to_string(), bytes));
             }
-            let (s, change) = project::enrol(&engine, models, p.id, &label, refs).await?;
+            let (s, change) = project::enrol(
+                &engine,
+                models,
+                p.id,
+                &label,
+                refs,
+                &Actor::cli(p.tenant.clone()),
+            )
+            .await?;
             report_change(
                 &engine,
                 json,
@@ -458,7 +467,8 @@ pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow:
                     "`{subject}` is not a subject id; `tessera projects show {name}` lists them"
                 )
             })?;
-            let change = project::remove_subject(&engine, p.id, sid).await?;
+            let change =
+                project::remove_subject(&engine, p.id, sid, &Actor::cli(p.tenant.clone())).await?;
             report_change(
                 &engine,
                 json,

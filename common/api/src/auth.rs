@@ -46,6 +46,17 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Who this caller is in the audit trail.
+    pub fn actor(&self) -> tessera_core::audit::Actor {
+        tessera_core::audit::Actor {
+            who: self
+                .key_id
+                .as_ref()
+                .map_or_else(|| "local".to_string(), |k| format!("api_key:{k}")),
+            tenant: self.tenant.clone(),
+        }
+    }
+
     /// Whether the caller may still act: its key was not revoked since the request began.
     pub async fn still_valid(&self, store: &dyn StateStore) -> bool {
         match &self.key_id {

@@ -2309,3 +2309,225 @@ async fn a_recipe_over_a_dataset_whose_images_changed_is_a_new_job() {
         "the image removed: not the three-image job"
     );
 }
+
+/// Every object key in the server's store.
+async fn all_objects(s: &Server) -> Vec<String> {
+    let objects = s.engine.ports().objects.clone();
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = objects.list("", after.as_deref(), 1000).await.unwrap();
+        out.extend(page.into_iter().map(|m| m.key));
+        match next {
+            Some(n) => after = Some(n),
+            None => return out,
+        }
+    }
+}
+
+/// Every state item of the server, as `pk | sk | body`.
+fn all_items(s: &Server) -> Vec<String> {
+    let state = StateDir::open(s._dir.path()).unwrap();
+    let db = rusqlite::Connection::open(state.state_db()).unwrap();
+    let mut q = db.prepare("SELECT pk, sk, body FROM items").unwrap();
+    q.query_map([], |r| {
+        Ok(format!(
+            "{} | {} | {}",
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_trail() {
+    let s = serve_with(AuthMode::None, true, Some(face_models())).await;
+    let c = client();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "to-erase", "match_threshold": 0.363}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap().to_string();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+    let astronaut = upload(&c, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
+    let r = c
+        .post(format!("{x}/subjects"))
+        .json(&json!({"label": "astronaut", "blob_shas": [astronaut]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let mut photos = Vec::new();
+    for (file, name) in [
+        ("composite_pd_1280x896.jpg", "group.jpg"),
+        ("astronaut.png", "alone.png"),
+    ] {
+        let sha = upload(&c, &s.base, &face_photo(file), 256 * 1024).await;
+        let added: Value = c
+            .post(format!("{x}/photos"))
+            .json(&json!({"blob_sha": sha, "name": name}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let url = format!(
+            "{}/v1/x-tessera/photos/{}",
+            s.base,
+            added["photo_id"].as_str().unwrap()
+        );
+        let v = photo_when(&c, &url, |v| v["status"] == "published").await;
+        photos.push((v["photo_id"].as_str().unwrap().to_string(), url, v));
+    }
+    // A read of the subject's own (unblurred) variant goes on record.
+    let own = photos[0].2["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["variant"] != "public")
+        .cloned()
+        .unwrap();
+    let r = c
+        .get(format!("{}{}", s.base, own["url"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (did, _) = {
+        let d: Value = c
+            .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+            .json(&json!({"name": "d"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let did = d["dataset_id"].as_str().unwrap().to_string();
+        let (file, bytes) = sample_photos(1).pop().unwrap();
+        let sha = upload(&c, &s.base, &bytes, 1 << 20).await;
+        let img: Value = c
+            .post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({"name": file, "blob_sha": sha}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let thumb = c
+            .get(format!(
+                "{}/v1/images/{}/thumbnail?size=100",
+                s.base,
+                img["image_id"].as_str().unwrap()
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(thumb.status(), 200);
+        (did, img)
+    };
+    let (gone, gone_url, _) = &photos[0];
+    let (kept, kept_url, _) = &photos[1];
+    let before = all_objects(&s).await;
+    assert!(before.iter().any(|k| k.contains(gone.as_str())));
+    // Erase one photo.
+    let r = c.delete(gone_url).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    problem(c.get(gone_url).send().await.unwrap(), StatusCode::NOT_FOUND).await;
+    let after = all_objects(&s).await;
+    assert!(
+        !after.iter().any(|k| k.contains(gone.as_str())),
+        "objects of the erased photo remain: {after:?}"
+    );
+    assert_eq!(
+        before.iter().filter(|k| k.contains(kept.as_str())).count(),
+        after.iter().filter(|k| k.contains(kept.as_str())).count(),
+        "the other photo is untouched"
+    );
+    assert_eq!(c.get(kept_url).send().await.unwrap().status(), 200);
+    let rows: Vec<String> = all_items(&s)
+        .into_iter()
+        .filter(|i| i.contains(gone.as_str()))
+        .collect();
+    assert!(
+        rows.iter().all(|r| r.starts_with("ERASED#")
+            || r.starts_with("AUDIT#")
+            || r.starts_with("TASK#")
+            || r.starts_with("JOB#")
+            || r.starts_with("EVENTS#")
+            || r.starts_with("FP#")),
+        "{rows:#?}"
+    );
+    assert!(!rows.iter().any(|r| r.starts_with("PHOTO#")), "{rows:#?}");
+
+    // Erase the project with everything in it.
+    let r = c
+        .delete(format!("{}/v1/projects/{pid}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409, "not without ?cascade=true");
+    let r = c
+        .delete(format!("{}/v1/projects/{pid}?cascade=true", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "{:?}", r.text().await);
+    let left = all_objects(&s).await;
+    let leftovers: Vec<&String> = left
+        .iter()
+        .filter(|k| {
+            k.contains(pid.as_str()) || k.contains(did.as_str()) || k.contains(astronaut.as_str())
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:#?}");
+    let rows: Vec<String> = all_items(&s)
+        .into_iter()
+        .filter(|i| {
+            i.starts_with("PROJECT#")
+                || i.starts_with("DATASET#")
+                || i.starts_with("IMAGE#")
+                || i.starts_with("PHOTO#")
+        })
+        .collect();
+    assert!(rows.is_empty(), "{rows:#?}");
+    // The audit trail says who did what.
+    let trail: Value = c
+        .get(format!("{}/v1/x-tessera/audit", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        "subject.enrol",
+        "photo.read_unblurred",
+        "photo.erase",
+        "dataset.erase",
+        "project.erase",
+    ] {
+        assert!(
+            actions.contains(&wanted),
+            "{wanted} missing from {actions:?}"
+        );
+    }
+    assert_eq!(actions[0], "project.erase", "newest first: {actions:?}");
+}

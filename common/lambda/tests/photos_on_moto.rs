@@ -31,6 +31,7 @@ async fn project_with_subject(d: &Deployment) -> Project {
         p.id,
         "grace",
         vec![("grace_hopper.jpg".into(), bytes)],
+        &tessera_core::audit::Actor::cli(TenantId::local()),
     )
     .await
     .unwrap();

@@ -177,6 +177,29 @@ pub async fn get(
     Ok(Json(dataset_view(&d)))
 }
 
+/// `DELETE /v1/projects/{pid}/datasets/{did}`: erase the dataset, its images and their
+/// thumbnails (audited). Reconstructions already made from it stay.
+pub async fn erase(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((pid, did)): Path<(String, String)>,
+) -> Result<StatusCode, Problem> {
+    let d = owned(&s, &caller, &did).await?;
+    if d.project_id.to_string() != pid {
+        return Err(Problem::not_found(format!(
+            "dataset {did} is not in project {pid}"
+        )));
+    }
+    catalog::erase(
+        s.engine.ports().store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        &d,
+        &caller.actor(),
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// The body of a dataset PATCH.
 #[derive(Debug, Deserialize)]
 pub struct PatchDataset {

@@ -18,7 +18,7 @@ use tessera_core::photo::{Photo, keys};
 use tessera_core::{Millis, PhotoId, SubjectId, records};
 use tessera_jobs::photos::{self, ObjectCreated, project};
 
-fn photo_error(e: project::PhotoError) -> Problem {
+pub(crate) fn photo_error(e: project::PhotoError) -> Problem {
     match e {
         project::PhotoError::NotFound(m) => Problem::not_found(m),
         project::PhotoError::Invalid(m) => Problem::validation(m),
@@ -115,6 +115,7 @@ pub async fn put_settings(
             expand: b.blur_expand,
             keep_metadata: b.keep_metadata,
         },
+        &caller.actor(),
     )
     .await
     .map_err(photo_error)?;
@@ -185,7 +186,7 @@ pub async fn enrol(
         .await?;
         refs.push((sha.to_ascii_lowercase(), bytes.to_vec()));
     }
-    let (sub, change) = project::enrol(&s.engine, models, p.id, &b.label, refs)
+    let (sub, change) = project::enrol(&s.engine, models, p.id, &b.label, refs, &caller.actor())
         .await
         .map_err(photo_error)?;
     let mut r = changed(change, subject_view(&pid, &sub));
@@ -216,7 +217,7 @@ pub async fn remove_subject(
     let sid: SubjectId = sid
         .parse()
         .map_err(|_| Problem::not_found(format!("subject {sid} does not exist")))?;
-    let change = project::remove_subject(&s.engine, p.id, sid)
+    let change = project::remove_subject(&s.engine, p.id, sid, &caller.actor())
         .await
         .map_err(photo_error)?;
     Ok(changed(change, json!({})))
@@ -454,6 +455,53 @@ pub async fn get_photo(
     Ok(Json(photo_view(&p, &downloads)))
 }
 
+/// `?page_token=…&page_size=…` for the audit trail.
+#[derive(Debug, Deserialize, Default)]
+pub struct AuditPage {
+    /// Continue after this cursor.
+    pub page_token: Option<String>,
+    /// Entries per page (1..=500, default 100).
+    pub page_size: Option<usize>,
+}
+
+/// `GET /v1/x-tessera/audit`: the tenant's audit trail, newest first (admin keys only).
+pub async fn audit_trail(
+    State(s): State<ApiState>,
+    caller: Caller,
+    axum::extract::Query(q): axum::extract::Query<AuditPage>,
+) -> Result<Json<Value>, Problem> {
+    if !caller.admin {
+        return Err(Problem::forbidden("the audit trail needs an admin key"));
+    }
+    let (items, next) = tessera_core::audit::list(
+        s.engine.ports().store.as_ref(),
+        &caller.tenant,
+        q.page_token,
+        q.page_size.unwrap_or(100),
+    )
+    .await?;
+    Ok(Json(json!({ "items": items, "next_page_token": next })))
+}
+
+/// `DELETE /v1/x-tessera/photos/{id}`: erase the photo, its upload and every file made
+/// from it (audited).
+pub async fn erase(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let p = owned_photo(&s, &caller, &id).await?;
+    tessera_jobs::photos::erase::erase_photo(
+        s.engine.ports().store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        &p,
+        &caller.actor(),
+    )
+    .await
+    .map_err(photo_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `?thumbnail=true`.
 #[derive(Debug, Deserialize, Default)]
 pub struct FileParams {
@@ -479,6 +527,17 @@ pub async fn file(
         .iter()
         .find(|r| r.variant.map_or("public".to_string(), |s| s.to_string()) == variant)
         .ok_or_else(|| Problem::not_found(format!("photo {id} has no variant `{variant}`")))?;
+    if let Some(subject) = r.variant {
+        // A subject's own variant shows their face unblurred: every read is on record.
+        tessera_core::audit::record(
+            s.engine.ports().store.as_ref(),
+            &caller.actor(),
+            "photo.read_unblurred",
+            format!("photo/{}", p.id),
+            json!({ "subject": subject, "thumbnail": q.thumbnail }),
+        )
+        .await?;
+    }
     let key = if q.thumbnail { &r.thumb_key } else { &r.key };
     let ct = if key.ends_with(".png") {
         "image/png"

@@ -185,16 +185,41 @@ pub async fn patch(
     Ok(Json(view(&p)))
 }
 
-/// `DELETE /v1/projects/{id}`: refused while it still holds datasets or photos.
+/// `?cascade=true` on a project DELETE.
+#[derive(Debug, Deserialize, Default)]
+pub struct DeleteParams {
+    /// Erase everything in the project with it.
+    #[serde(default)]
+    pub cascade: bool,
+}
+
+/// `DELETE /v1/projects/{id}`: an empty project; with `?cascade=true`, the project and
+/// everything in it (photos, datasets, opted-out subjects with their reference photos),
+/// audited.
 pub async fn delete(
     State(s): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
+    QueryParams(params): QueryParams<DeleteParams>,
 ) -> Result<StatusCode, Problem> {
     let p = owned(&s, &caller, &id).await?;
     let store = s.engine.ports().store.as_ref();
+    if params.cascade {
+        tessera_jobs::photos::erase::erase_project(
+            store,
+            s.engine.ports().objects.as_ref(),
+            p.id,
+            &caller.actor(),
+        )
+        .await
+        .map_err(super::privacy::photo_error)?;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     for (partition, what) in [
-        (format!("PROJECT#{}#DATASETS", p.id), "datasets"),
+        (
+            tessera_core::catalog::datasets::datasets_partition(p.id),
+            "datasets",
+        ),
         (records::project_photos_partition(p.id), "photos"),
     ] {
         if !store
@@ -204,7 +229,7 @@ pub async fn delete(
             .is_empty()
         {
             return Err(Problem::conflict(format!(
-                "project {id} still has {what}; delete them first"
+                "project {id} still has {what}; delete them first, or erase everything with DELETE /v1/projects/{id}?cascade=true"
             )));
         }
     }

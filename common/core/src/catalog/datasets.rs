@@ -485,3 +485,52 @@ pub async fn all_images(
     )
     .await?)
 }
+
+/// Erase a dataset: its record, every image record and name, its image bytes and
+/// thumbnails (`erasure` sweeps again a day later). Reconstructions already made from it
+/// are jobs of their own and are not touched.
+pub async fn erase(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    dataset: &Dataset,
+    actor: &crate::audit::Actor,
+) -> Result<super::erasure::Swept, CatalogError> {
+    use super::erasure::{self, Erasure};
+    let id = dataset.dataset_id;
+    let e = Erasure {
+        target: format!("dataset/{id}"),
+        prefixes: vec![
+            format!("{}/", images_prefix(id)),
+            format!("thumbnails/{id}/"),
+        ],
+        partitions: vec![
+            ("by_parent".into(), images_partition(id)),
+            ("table".into(), format!("DATASET#{id}")),
+        ],
+        erased_at: Millis::now(),
+        swept: false,
+    };
+    store
+        .transact(vec![
+            Write::Delete {
+                key: dataset_key(id),
+                condition: Condition::Exists,
+            },
+            erasure::marker(&e),
+            crate::audit::entry(
+                actor,
+                "dataset.erase",
+                e.target.clone(),
+                json!({ "name": dataset.name, "images": dataset.image_count }),
+            ),
+        ])
+        .await
+        .map_err(|err| {
+            if err.is_conflict() {
+                CatalogError::NotFound(format!("dataset {id} does not exist"))
+            } else {
+                err.into()
+            }
+        })?;
+    erasure::sweep(store, objects, &e).await
+}

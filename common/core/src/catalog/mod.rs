@@ -5,6 +5,7 @@
 
 pub mod api_keys;
 pub mod datasets;
+pub mod erasure;
 pub mod idempotency;
 pub mod incoming;
 pub mod source_grants;

@@ -449,6 +449,24 @@ pub async fn read_blob(
     }
 }
 
+/// Erase a blob now (a removed subject's reference photo): its bytes and its record.
+pub async fn erase_blob(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    tenant: &TenantId,
+    sha: &str,
+) -> Result<(), CatalogError> {
+    let sha = check_sha("blob_sha", sha)?;
+    objects.delete(&blob_key(tenant, &sha)).await?;
+    store
+        .transact(vec![Write::Delete {
+            key: blob_record_key(tenant, &sha),
+            condition: Condition::None,
+        }])
+        .await?;
+    Ok(())
+}
+
 /// What one collection pass removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct Collected {
@@ -458,6 +476,8 @@ pub struct Collected {
     pub records: usize,
     /// Blobs removed.
     pub blobs: usize,
+    /// Erasures given their second sweep.
+    pub erasures: usize,
 }
 
 /// Remove what expired by `now`: up to `limit` items of the expiry index. Safe to run
@@ -482,6 +502,9 @@ pub async fn collect_expired(
                 done.records += 1;
             }
             drop_if_unchanged(store, &item).await?;
+        } else if item.key.pk.starts_with("ERASED#") {
+            super::erasure::final_sweep(store, objects, &item).await?;
+            done.erasures += 1;
         } else if item.key.pk.starts_with("BLOB#") {
             let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
                 .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;

@@ -60,6 +60,19 @@ impl TaskHandler for Ingest {
                 "photo": photo_id, "ignored": "an older event for an upload already ingested",
             })));
         }
+        if ctx
+            .ports()
+            .store
+            .get(&tessera_core::catalog::erasure::marker_key(&format!(
+                "photo/{photo_id}"
+            )))
+            .await?
+            .is_some()
+        {
+            return Err(TaskError::permanent(format!(
+                "photo {photo_id} was erased; an event for it arrived late and is ignored"
+            )));
+        }
         let started = ctx.phase_started(Phase::Ingest).await?;
         let bytes = objects.get(&key).await?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
@@ -120,10 +133,14 @@ impl TaskHandler for Ingest {
                     created_at: Millis::now(),
                 };
                 super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await;
-                ctx.commit(vec![Write::Put {
-                    item: records::photo_item(&row),
-                    condition: Condition::Absent,
-                }])
+                // An erased photo stays erased, whatever event arrives late.
+                ctx.commit(vec![
+                    Write::Put {
+                        item: records::photo_item(&row),
+                        condition: Condition::Absent,
+                    },
+                    tessera_core::catalog::erasure::not_erased(&format!("photo/{photo_id}")),
+                ])
                 .await?;
                 row
             }

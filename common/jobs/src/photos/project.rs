@@ -8,6 +8,7 @@
 
 use super::upload;
 use std::sync::Arc;
+use tessera_core::audit::{self, Actor};
 use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{KeepMetadata, Photo, Subject};
@@ -182,6 +183,7 @@ pub async fn enrol(
     project: ProjectId,
     label: &str,
     references: Vec<(String, Vec<u8>)>,
+    actor: &Actor,
 ) -> Result<(Subject, SubjectChange), PhotoError> {
     load(engine.ports().store.as_ref(), project).await?;
     if label.trim().is_empty() {
@@ -214,10 +216,18 @@ pub async fn enrol(
     let change = change_subjects(
         engine,
         project,
-        vec![Write::Put {
-            item: records::subject_item(&s),
-            condition: Condition::Absent,
-        }],
+        vec![
+            Write::Put {
+                item: records::subject_item(&s),
+                condition: Condition::Absent,
+            },
+            audit::entry(
+                actor,
+                "subject.enrol",
+                format!("project/{project}/subject/{}", s.id),
+                serde_json::json!({ "label": s.label, "references": s.references.len() }),
+            ),
+        ],
         |p| vec![("opted_out".into(), (p.opted_out + 1).into())],
     )
     .await?;
@@ -264,23 +274,56 @@ pub async fn remove_subject(
     engine: &Engine,
     project: ProjectId,
     subject: SubjectId,
+    actor: &Actor,
 ) -> Result<SubjectChange, PhotoError> {
-    match change_subjects(
+    let store = engine.ports().store.as_ref();
+    let missing = || {
+        PhotoError::NotFound(format!(
+            "subject {subject} is not enrolled in project {project}"
+        ))
+    };
+    let item = store
+        .get(&records::subject_key(project, subject))
+        .await?
+        .ok_or_else(missing)?;
+    let removed: Subject = records::decode(&item)?;
+    let change = match change_subjects(
         engine,
         project,
-        vec![Write::Delete {
-            key: records::subject_key(project, subject),
-            condition: Condition::Exists,
-        }],
+        vec![
+            // The embeddings go with the record.
+            Write::Delete {
+                key: records::subject_key(project, subject),
+                condition: Condition::Exists,
+            },
+            audit::entry(
+                actor,
+                "subject.remove",
+                format!("project/{project}/subject/{subject}"),
+                serde_json::json!({ "label": removed.label }),
+            ),
+        ],
         |p| vec![("opted_out".into(), p.opted_out.saturating_sub(1).into())],
     )
     .await
     {
-        Err(PhotoError::Store(StoreError::Conflict { index: 0, .. })) => Err(PhotoError::NotFound(
-            format!("subject {subject} is not enrolled in project {project}"),
-        )),
+        Err(PhotoError::Store(StoreError::Conflict { index: 0, .. })) => Err(missing()),
         other => other,
+    }?;
+    // Their reference photos, where they were uploads (named by their content hash).
+    for r in &removed.references {
+        if tessera_core::catalog::uploads::check_sha("reference", r).is_ok() {
+            tessera_core::catalog::uploads::erase_blob(
+                store,
+                engine.ports().objects.as_ref(),
+                &actor.tenant,
+                r,
+            )
+            .await
+            .map_err(|e| PhotoError::Invalid(format!("removing reference photo {r}: {e}")))?;
+        }
     }
+    Ok(change)
 }
 
 /// Re-decide every photo of a project with nothing else changed: how rows made under
@@ -306,9 +349,20 @@ pub async fn set_settings(
     engine: &Engine,
     project: ProjectId,
     settings: Settings,
+    actor: &Actor,
 ) -> Result<SubjectChange, PhotoError> {
     validate_settings(settings.threshold, settings.expand)?;
-    change_subjects(engine, project, Vec::new(), |_| {
+    let record = audit::entry(
+        actor,
+        "privacy.settings",
+        format!("project/{project}"),
+        serde_json::json!({
+            "match_threshold": settings.threshold,
+            "blur_expand": settings.expand,
+            "keep_metadata": settings.keep_metadata,
+        }),
+    );
+    change_subjects(engine, project, vec![record], |_| {
         vec![
             (
                 "match_threshold".into(),

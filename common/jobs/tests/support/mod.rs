@@ -104,6 +104,7 @@ impl Rig {
             p.id,
             label,
             vec![(file.into(), bytes)],
+            &tessera_core::audit::Actor::cli(p.tenant.clone()),
         )
         .await
         .unwrap()

@@ -1,0 +1,175 @@
+//! Erasing a photo, or a whole project with everything in it.
+//!
+//! A photo's row goes in one transaction with its erasure marker and audit entry
+//! (`tessera_core::catalog::erasure`); then its upload, its upload thumbnail and every
+//! rendition are deleted. Nothing serves it from the moment the row is gone, a worker
+//! processing it fails on the missing row, and the marker keeps a late ingest from
+//! bringing it back.
+
+use super::project::{PhotoError, subjects};
+use tessera_core::audit::{self, Actor};
+use tessera_core::catalog::datasets;
+use tessera_core::catalog::erasure::{self, Erasure, Swept};
+use tessera_core::photo::{Photo, keys};
+use tessera_core::ports::state_store::{Condition, Index, Query, Write};
+use tessera_core::ports::{ObjectStore, StateStore};
+use tessera_core::{Millis, PhotoId, ProjectId, records};
+
+/// What erasing a photo removes.
+pub fn photo_erasure(project: ProjectId, photo: PhotoId) -> Erasure {
+    Erasure {
+        target: format!("photo/{photo}"),
+        prefixes: vec![
+            keys::derived_prefix(project, photo),
+            format!("uploads/{project}/{photo}/"),
+        ],
+        partitions: Vec::new(),
+        erased_at: Millis::now(),
+        swept: false,
+    }
+}
+
+/// Erase one photo (the caller checked it belongs to the actor's tenant).
+pub async fn erase_photo(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    photo: &Photo,
+    actor: &Actor,
+) -> Result<Swept, PhotoError> {
+    let e = photo_erasure(photo.project, photo.id);
+    store
+        .transact(vec![
+            Write::Delete {
+                key: records::photo_key(photo.id),
+                condition: Condition::Exists,
+            },
+            erasure::marker(&e),
+            audit::entry(
+                actor,
+                "photo.erase",
+                e.target.clone(),
+                serde_json::json!({ "project": photo.project, "file_name": photo.file_name }),
+            ),
+        ])
+        .await
+        .map_err(|err| {
+            if err.is_conflict() {
+                PhotoError::NotFound(format!("photo {} does not exist", photo.id))
+            } else {
+                err.into()
+            }
+        })?;
+    let swept = erasure::sweep(store, objects, &e)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
+    tracing::info!(photo = %photo.id, project = %photo.project, objects = swept.objects, "photo erased");
+    Ok(swept)
+}
+
+/// What erasing a project removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ProjectErased {
+    /// Photos erased.
+    pub photos: usize,
+    /// Datasets erased.
+    pub datasets: usize,
+    /// Opted-out subjects removed (with their reference photos).
+    pub subjects: usize,
+    /// Objects deleted.
+    pub objects: usize,
+}
+
+/// Erase a project and everything in it: photos, datasets with their images, opted-out
+/// subjects with their reference photos, then the project itself.
+pub async fn erase_project(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    project: ProjectId,
+    actor: &Actor,
+) -> Result<ProjectErased, PhotoError> {
+    let mut done = ProjectErased::default();
+    loop {
+        let page = store
+            .query(&Query::partition(
+                Index::ByParent,
+                records::project_photos_partition(project),
+                100,
+            ))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        for item in &page.items {
+            let photo: Photo = records::decode(item)?;
+            match erase_photo(store, objects, &photo, actor).await {
+                Ok(s) => done.objects += s.objects,
+                Err(PhotoError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            done.photos += 1;
+        }
+    }
+    loop {
+        let page = store
+            .query(&Query::partition(
+                Index::ByParent,
+                datasets::datasets_partition(project),
+                100,
+            ))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        for item in &page.items {
+            let d: datasets::Dataset = records::decode(item)?;
+            let s = datasets::erase(store, objects, &d, actor)
+                .await
+                .map_err(|e| {
+                    PhotoError::Invalid(format!("erasing dataset {}: {e}", d.dataset_id))
+                })?;
+            done.objects += s.objects;
+            done.datasets += 1;
+        }
+    }
+    for s in subjects(store, project).await? {
+        store
+            .transact(vec![Write::Delete {
+                key: records::subject_key(project, s.id),
+                condition: Condition::None,
+            }])
+            .await?;
+        for r in &s.references {
+            if tessera_core::catalog::uploads::check_sha("reference", r).is_ok() {
+                tessera_core::catalog::uploads::erase_blob(store, objects, &actor.tenant, r)
+                    .await
+                    .map_err(|e| PhotoError::Invalid(format!("removing reference {r}: {e}")))?;
+            }
+        }
+        done.subjects += 1;
+    }
+    let e = Erasure {
+        target: format!("project/{project}"),
+        prefixes: vec![format!("photos/{project}/"), format!("uploads/{project}/")],
+        partitions: Vec::new(),
+        erased_at: Millis::now(),
+        swept: false,
+    };
+    store
+        .transact(vec![
+            erasure::marker(&e),
+            audit::entry(
+                actor,
+                "project.erase",
+                e.target.clone(),
+                serde_json::to_value(done).expect("serializable"),
+            ),
+        ])
+        .await?;
+    tessera_core::projects::delete(store, project).await?;
+    let swept = erasure::sweep(store, objects, &e)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing project {project}: {err}")))?;
+    done.objects += swept.objects;
+    tracing::info!(project = %project, photos = done.photos, datasets = done.datasets, subjects = done.subjects, "project erased");
+    Ok(done)
+}
