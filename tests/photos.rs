@@ -597,3 +597,53 @@ fn setup_and_input_mistakes_are_clear_errors() {
     let e = stderr(&o);
     assert!(e.contains("chelsea.png") && e.contains("no face"), "{e}");
 }
+
+#[test]
+fn the_cli_erases_a_photo_and_then_a_whole_project() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let ok = |o: Output| {
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    ok(with_state(
+        s,
+        &["projects", "create", "gone", "--threshold", "0.363"],
+    ));
+    let mut ids = Vec::new();
+    for f in ["composite_pd_1280x896.jpg", "astronaut.png"] {
+        let added = ok(with_state(
+            s,
+            &[
+                "--json",
+                "photos",
+                "add",
+                "--project",
+                "gone",
+                faces_dir().join(f).to_str().unwrap(),
+            ],
+        ));
+        ids.push(json(&added)[0]["photo"].as_str().unwrap().to_string());
+    }
+    let project =
+        json(&ok(with_state(s, &["--json", "projects", "show", "gone"])))["project"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    assert!(!objects_under(s, &format!("photos/{project}/{}", ids[0])).is_empty());
+    ok(with_state(s, &["photos", "erase", &ids[0]]));
+    assert!(objects_under(s, &format!("photos/{project}/{}", ids[0])).is_empty());
+    assert!(objects_under(s, &format!("uploads/{project}/{}", ids[0])).is_empty());
+    assert!(!objects_under(s, &format!("photos/{project}/{}", ids[1])).is_empty());
+    let shown = with_state(s, &["photos", "show", &ids[0]]);
+    assert!(!shown.status.success(), "an erased photo is gone");
+    let erased = json(&ok(with_state(s, &["--json", "projects", "erase", "gone"])));
+    assert_eq!(erased["photos"], 1, "{erased}");
+    assert!(objects_under(s, "photos/").is_empty());
+    assert!(objects_under(s, "uploads/").is_empty());
+    assert!(
+        !with_state(s, &["projects", "show", "gone"])
+            .status
+            .success()
+    );
+}

@@ -49,6 +49,12 @@ pub enum ProjectsCommand {
         #[arg(long)]
         submit_only: bool,
     },
+    /// Erase a project and everything in it: photos with every file made from them,
+    /// datasets with their images, opted-out subjects with their reference photos.
+    Erase {
+        /// Project name.
+        name: String,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -105,6 +111,11 @@ pub enum PhotosCommand {
     },
     /// Show one photo: faces, decisions, files, publication.
     Show {
+        /// Photo id.
+        photo: String,
+    },
+    /// Erase a photo: its upload and every file made from it.
+    Erase {
         /// Photo id.
         photo: String,
     },
@@ -390,6 +401,22 @@ pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow:
                 )
             });
         }
+        ProjectsCommand::Erase { name } => {
+            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
+            let done = tessera_jobs::photos::erase::erase_project(
+                store.as_ref(),
+                engine.ports().objects.as_ref(),
+                p.id,
+                &Actor::cli(p.tenant.clone()),
+            )
+            .await?;
+            emit(json, &done, || {
+                format!(
+                    "project `{name}` erased: {} photo(s), {} dataset(s), {} subject(s), {} object(s)",
+                    done.photos, done.datasets, done.subjects, done.objects
+                )
+            });
+        }
         ProjectsCommand::Reblur { name, submit_only } => {
             drop(engine);
             let (_dir, engine) = embedded::engine(state, None).await?;
@@ -620,6 +647,23 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
                     .collect::<Vec<_>>()
                     .join("\n")
             });
+            Ok(ExitCode::SUCCESS)
+        }
+        PhotosCommand::Erase { photo } => {
+            let p = load_photo(&engine, parse_photo(&photo)?).await?;
+            let tenant = project::load(store.as_ref(), p.project).await?.tenant;
+            let swept = tessera_jobs::photos::erase::erase_photo(
+                store.as_ref(),
+                engine.ports().objects.as_ref(),
+                &p,
+                &Actor::cli(tenant),
+            )
+            .await?;
+            emit(
+                json,
+                &serde_json::json!({ "photo": p.id, "objects": swept.objects }),
+                || format!("photo {} erased ({} object(s))", p.id, swept.objects),
+            );
             Ok(ExitCode::SUCCESS)
         }
         PhotosCommand::Show { photo } => {
