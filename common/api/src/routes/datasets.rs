@@ -390,6 +390,8 @@ pub async fn post_action(
     Path((did, action)): Path<(String, String)>,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Problem> {
+    // Ownership before the body: another tenant's dataset is a 404 whatever was sent.
+    owned(&s, &caller, &did).await?;
     let Json(body) =
         body.map_err(|e| Problem::bad_request(format!("the body must be JSON: {e}")))?;
     match action.as_str() {

@@ -1,0 +1,318 @@
+//! What the HTTP tests share: a server on 127.0.0.1 over the real embedded adapters,
+//! uploads, sample photos, face models, and dumps of the store.
+#![allow(dead_code)]
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_api::{ApiState, AuthMode};
+use tessera_core::ports::event_log::StoreEventLog;
+use tessera_core::ports::state_store::StateStore;
+use tessera_engine::{Engine, EngineConfig, Ports, Worker};
+use tessera_local::{
+    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
+    StateDir,
+};
+use tokio_util::sync::CancellationToken;
+
+pub struct Server {
+    pub base: String,
+    pub engine: Engine,
+    pub stop: CancellationToken,
+    pub _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub async fn serve(auth: AuthMode, workers: bool) -> Server {
+    serve_with(auth, workers, None).await
+}
+
+pub async fn serve_with(
+    auth: AuthMode,
+    workers: bool,
+    faces: Option<Arc<tessera_jobs::photos::FaceService>>,
+) -> Server {
+    serve_sources(auth, workers, faces, Default::default()).await
+}
+
+pub async fn serve_sources(
+    auth: AuthMode,
+    workers: bool,
+    faces: Option<Arc<tessera_jobs::photos::FaceService>>,
+    sources: tessera_api::sources::Sources,
+) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
+    let ports = Ports {
+        store: store.clone(),
+        queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
+        events: Arc::new(StoreEventLog::new(store)),
+        objects: Arc::new(FolderObjectStore::new(state.objects(), state.tmp()).unwrap()),
+        compute: Arc::new(LocalCompute::new(MemoryGate::new(
+            FixedMemory(8 << 30),
+            8 << 30,
+            0,
+            4,
+        ))),
+    };
+    let engine = Engine::new(
+        ports,
+        EngineConfig {
+            scratch: state.work(),
+            ..EngineConfig::default()
+        },
+        tessera_jobs::registry(),
+    );
+    engine.ensure_queue().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // As `tessera serve` does: the names of the bound address, and one allowed page.
+    let app = tessera_api::router(ApiState {
+        engine: engine.clone(),
+        auth,
+        capabilities: vec!["features.extract.sift".into(), "map.incremental".into()],
+        backend: ("colmap".into(), "3.8".into()),
+        faces,
+        sources,
+        browser: tessera_api::browser::BrowserPolicy::for_listener(
+            listener.local_addr().unwrap(),
+            vec![ALLOWED_PAGE.into()],
+        ),
+    });
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await
+            .unwrap();
+    });
+    if workers {
+        let w = Worker::new(engine.clone(), 2, Some(Duration::from_millis(200)));
+        let s = stop.clone();
+        tokio::spawn(async move { w.run(s).await });
+    }
+    Server {
+        base,
+        engine,
+        stop,
+        _dir: dir,
+    }
+}
+
+/// The one cross-origin page the test servers allow.
+pub const ALLOWED_PAGE: &str = "https://console.example";
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+pub async fn problem(r: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(r.status(), status);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], status.as_u16());
+    assert!(
+        v["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://sfmapi.github.io/errors/")
+    );
+    v
+}
+
+/// Upload `bytes` in chunks of `chunk` bytes; returns the blob's SHA-256.
+pub async fn upload(c: &reqwest::Client, base: &str, bytes: &[u8], chunk: usize) -> String {
+    let u: Value = c
+        .post(format!("{base}/v1/uploads"))
+        .json(&json!({"expected_size": bytes.len()}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = u["upload_id"].as_str().unwrap().to_string();
+    for (i, part) in bytes.chunks(chunk).enumerate() {
+        let a = i * chunk;
+        let r = c
+            .patch(format!("{base}/v1/uploads/{id}"))
+            .header(
+                "content-range",
+                format!("bytes {a}-{}/{}", a + part.len() - 1, bytes.len()),
+            )
+            .body(part.to_vec())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let f: Value = c
+        .post(format!("{base}/v1/uploads/{id}:finalize"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(f["state"], "finalized");
+    f["blob_sha"].as_str().unwrap().to_string()
+}
+
+/// A project with a dataset holding the first `n` sample photos, uploaded in chunks of
+/// `chunk` bytes; returns (project id, dataset id).
+pub async fn dataset_of_samples(
+    c: &reqwest::Client,
+    base: &str,
+    name: &str,
+    n: usize,
+    chunk: usize,
+) -> (String, String) {
+    let p: Value = c
+        .post(format!("{base}/v1/projects"))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap().to_string();
+    let d: Value = c
+        .post(format!("{base}/v1/projects/{pid}/datasets"))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap().to_string();
+    for (file, bytes) in sample_photos(n) {
+        let sha = upload(c, base, &bytes, chunk).await;
+        let r = c
+            .post(format!("{base}/v1/datasets/{did}/images"))
+            .json(&json!({"name": file, "blob_sha": sha}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    (pid, did)
+}
+
+pub fn sample_photos(n: usize) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../sample/images");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .take(n)
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+pub fn ulid_like() -> String {
+    tessera_core::JobId::new().to_string()
+}
+
+pub fn face_models() -> Arc<tessera_jobs::photos::FaceService> {
+    let shared = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../../shared/models");
+    let rt = tessera_faces::OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)");
+    let m = tessera_faces::FaceModels::load(
+        &rt,
+        &tessera_faces::ModelFiles::in_dir(shared),
+        tessera_faces::DetectorKind::Yunet,
+        1,
+    )
+    .unwrap();
+    Arc::new(tessera_jobs::photos::FaceService::with_models(Arc::new(m)))
+}
+
+pub fn face_photo(name: &str) -> Vec<u8> {
+    std::fs::read(
+        std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+            .join("../../../shared/testdata/faces")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// Poll a photo until `done` holds.
+pub async fn photo_when(c: &reqwest::Client, url: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = c.get(url).send().await.unwrap();
+        if r.status() == 200 {
+            let v: Value = r.json().await.unwrap();
+            if done(&v) {
+                return v;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "photo never reached the state wanted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every object key in the server's store.
+pub async fn all_objects(s: &Server) -> Vec<String> {
+    let objects = s.engine.ports().objects.clone();
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = objects.list("", after.as_deref(), 1000).await.unwrap();
+        out.extend(page.into_iter().map(|m| m.key));
+        match next {
+            Some(n) => after = Some(n),
+            None => return out,
+        }
+    }
+}
+
+/// Every state item of the server, as `pk | sk | body`.
+pub fn all_items(s: &Server) -> Vec<String> {
+    let state = StateDir::open(s._dir.path()).unwrap();
+    let db = rusqlite::Connection::open(state.state_db()).unwrap();
+    let mut q = db.prepare("SELECT pk, sk, body FROM items").unwrap();
+    q.query_map([], |r| {
+        Ok(format!(
+            "{} | {} | {}",
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// Start a worker on the server's engine until the returned token is cancelled (a test
+/// that compares the store before and after needs nothing running in the background).
+pub fn start_worker(s: &Server) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let w = Worker::new(s.engine.clone(), 2, Some(Duration::from_millis(200)));
+    let t = stop.clone();
+    tokio::spawn(async move { w.run(t).await });
+    stop
+}

@@ -1,0 +1,325 @@
+//! Tenancy, generated from the route table: tenant A creates one of everything (project,
+//! dataset, image with a thumbnail, uploads, a published photo with its variants, an
+//! opted-out subject, a reconstruction job, an API key); then tenant B — an admin of its
+//! own tenant — calls **every operation `/openapi.json` documents** on A's ids. Each must
+//! answer 404 (ownership comes before capability and validation), and the whole store —
+//! every item and every object — must be byte-for-byte what it was. A new route is in
+//! this test the moment it is in the route table; a route with a path parameter this test
+//! has no value for fails it until one is added below.
+
+mod support;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::*;
+use tessera_api::AuthMode;
+use tessera_core::TenantId;
+
+/// Every item (pk, sk, body, rev) and every object (key, bytes) of the server.
+async fn dump(s: &Server) -> (Vec<String>, BTreeMap<String, Vec<u8>>) {
+    let mut objects = BTreeMap::new();
+    for k in all_objects(s).await {
+        let b = s.engine.ports().objects.get(&k).await.unwrap();
+        objects.insert(k, b.to_vec());
+    }
+    let mut items = all_items(s);
+    items.sort();
+    (items, objects)
+}
+
+async fn json_of(r: reqwest::Response) -> Value {
+    let status = r.status();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    assert!(status.is_success(), "{status}: {v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
+    let s = serve_with(AuthMode::ApiKey, false, Some(face_models())).await;
+    let store = s.engine.ports().store.clone();
+    let (a_tenant, b_tenant): (TenantId, TenantId) =
+        ("tenant-a".parse().unwrap(), "tenant-b".parse().unwrap());
+    let (_, a) = tessera_api::auth::create_key(store.as_ref(), a_tenant.clone(), true)
+        .await
+        .unwrap();
+    let (_, b) = tessera_api::auth::create_key(store.as_ref(), b_tenant.clone(), true)
+        .await
+        .unwrap();
+    let c = reqwest::Client::builder()
+        .default_headers({
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert("authorization", format!("Bearer {a}").parse().unwrap());
+            h
+        })
+        .build()
+        .unwrap();
+    let base = s.base.clone();
+
+    // Tenant A's world.
+    let project = json_of(
+        c.post(format!("{base}/v1/projects"))
+            .json(&json!({"name": "a-only", "match_threshold": 0.363}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pid = project["project_id"].as_str().unwrap().to_string();
+    let reference = upload(&c, &base, &face_photo("astronaut.png"), 1 << 20).await;
+    let subject = json_of(
+        c.post(format!("{base}/v1/x-tessera/projects/{pid}/subjects"))
+            .json(&json!({"label": "astronaut", "blob_shas": [reference]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let sid = subject["subject_id"].as_str().unwrap().to_string();
+    let group = upload(&c, &base, &face_photo("composite_pd_1280x896.jpg"), 1 << 20).await;
+    let added = json_of(
+        c.post(format!("{base}/v1/x-tessera/projects/{pid}/photos"))
+            .json(&json!({"blob_sha": group, "name": "group.jpg"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let photo = added["photo_id"].as_str().unwrap().to_string();
+    let worker = start_worker(&s);
+    let photo_url = format!("{base}/v1/x-tessera/photos/{photo}");
+    let published = photo_when(&c, &photo_url, |v| v["status"] == "published").await;
+    let variant = published["variants"][1]["variant"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dataset = json_of(
+        c.post(format!("{base}/v1/projects/{pid}/datasets"))
+            .json(&json!({"name": "scene"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let did = dataset["dataset_id"].as_str().unwrap().to_string();
+    let mut images = Vec::new();
+    for (name, bytes) in sample_photos(2) {
+        let sha = upload(&c, &base, &bytes, 1 << 20).await;
+        let img = json_of(
+            c.post(format!("{base}/v1/datasets/{did}/images"))
+                .json(&json!({"name": name, "blob_sha": sha}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        images.push((img["image_id"].as_str().unwrap().to_string(), name.clone()));
+    }
+    let (image, image_name) = images[0].clone();
+    json_of(
+        c.get(format!("{base}/v1/images/{image}/thumbnail"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+    .is_null();
+    let open_upload = json_of(
+        c.post(format!("{base}/v1/uploads"))
+            .json(&json!({"expected_size": 10}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["upload_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let key = json_of(
+        c.post(format!("{base}/v1/admin/api-keys"))
+            .json(&json!({"admin": false}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["key"]["key_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Let everything A's photo started finish, then stop the worker: nothing may change
+    // the store in the background while B knocks.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (jobs, _) = s.engine.list_jobs(&a_tenant, None, 100).await.unwrap();
+        if jobs
+            .iter()
+            .all(|j| j.sealed && j.finished() >= j.tasks_total)
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "A's jobs never ended");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    worker.cancel();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A reconstruction job, queued (no worker runs it).
+    let recipe = json_of(
+        c.post(format!("{base}/v1/projects/{pid}/pipelines/incremental"))
+            .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let job = recipe["job_id"].as_str().unwrap().to_string();
+
+    let ids: BTreeMap<&str, String> = [
+        ("project_id", pid.clone()),
+        ("pid", pid.clone()),
+        ("dataset_id", did.clone()),
+        ("did", did.clone()),
+        ("image_id", image.clone()),
+        ("name", image_name.clone()),
+        ("upload_id", open_upload.clone()),
+        ("job_id", job.clone()),
+        ("rid", job.clone()),
+        ("reconstruction_id", job.clone()),
+        ("seq", "1".into()),
+        ("file", "points.bin".into()),
+        ("photo_id", photo.clone()),
+        ("subject_id", sid.clone()),
+        ("variant", variant.clone()),
+        ("key_id", key.clone()),
+        ("submodel_id", "0".into()),
+        ("recon_id", job.clone()),
+        ("point3d_id", "1".into()),
+        ("recipe", "incremental".into()),
+        ("action", "images:batchCreate".into()),
+        ("level", "0".into()),
+        ("x", "0".into()),
+        ("y", "0".into()),
+        ("z", "0".into()),
+    ]
+    .into_iter()
+    .collect();
+
+    let before = dump(&s).await;
+    let doc: Value = c
+        .get(format!("{base}/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let bc = reqwest::Client::new();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let params = op["parameters"].as_array().unwrap();
+            let in_path: Vec<&str> = params
+                .iter()
+                .filter(|p| p["in"] == "path")
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            if in_path.is_empty() {
+                continue;
+            }
+            let mut url = path.clone();
+            for name in &in_path {
+                // `{name}` is an image's name, or a snapshot's file.
+                let snapshot_file = "points.bin".to_string();
+                let value = if *name == "name" && path.contains("/snapshots/") {
+                    Some(&snapshot_file)
+                } else {
+                    ids.get(name)
+                };
+                let value = value.unwrap_or_else(|| {
+                    panic!("{method} {path}: no value of tenant A for `{name}`; add one")
+                });
+                url = url.replace(&format!("{{{name}}}"), value);
+            }
+            let m = reqwest::Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+            // With a body: one that parses, and one that does not — ownership is decided
+            // before the body is looked at.
+            let bodies: &[Option<&str>] = if matches!(
+                m,
+                reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
+            ) {
+                &[
+                    Some(r#"{"name":"b","label":"b","blob_shas":[],"requests":[],"regions":[]}"#),
+                    Some("this is not JSON"),
+                ]
+            } else {
+                &[None]
+            };
+            for body in bodies {
+                let mut req = bc
+                    .request(m.clone(), format!("{base}{url}"))
+                    .bearer_auth(&b);
+                if let Some(body) = body {
+                    req = req
+                        .header("content-type", "application/json")
+                        .header("content-range", "bytes 0-9/10")
+                        .body(*body);
+                }
+                let r = req.send().await.unwrap();
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                checked += 1;
+                // A 404 may repeat the id B sent; it must reveal nothing else of A's.
+                let leaks = ["a-only", "group.jpg", "astronaut", "scene", &job, &did]
+                    .iter()
+                    .any(|secret| !url.contains(*secret) && text.contains(*secret));
+                if status != StatusCode::NOT_FOUND || leaks {
+                    wrong.push(format!("{method} {path} ({body:?}) → {status} {text}"));
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 40,
+        "only {checked} operations with path parameters"
+    );
+    assert!(
+        wrong.is_empty(),
+        "tenant B got more than a 404:\n{}",
+        wrong.join("\n")
+    );
+    // B's lists hold nothing of A's.
+    for list in [
+        "/v1/projects".to_string(),
+        "/v1/jobs".into(),
+        "/v1/admin/api-keys".into(),
+        "/v1/x-tessera/audit".into(),
+    ] {
+        let body = bc
+            .get(format!("{base}{list}"))
+            .bearer_auth(&b)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for id in [&pid, &job, &key, &photo, &did] {
+            assert!(!body.contains(id.as_str()), "{list} shows A's {id}: {body}");
+        }
+    }
+    let after = dump(&s).await;
+    assert_eq!(before.0, after.0, "tenant B's requests changed A's items");
+    assert_eq!(
+        before.1.keys().collect::<Vec<_>>(),
+        after.1.keys().collect::<Vec<_>>(),
+        "tenant B's requests changed the objects"
+    );
+    assert!(
+        before.1 == after.1,
+        "tenant B's requests changed object bytes"
+    );
+    // A still sees all of it.
+    assert_eq!(c.get(&photo_url).send().await.unwrap().status(), 200);
+}
