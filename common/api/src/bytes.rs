@@ -135,6 +135,19 @@ pub fn parse_range(h: &str, len: u64) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::parse_range;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any `Range` text, against any length, is a range inside the object or none.
+        #[test]
+        fn any_range_is_inside_the_object_or_refused(h in "(bytes=)?[0-9,-]{0,24}|\\PC{0,30}", len in 0u64..1 << 40) {
+            if let Some((a, b)) = parse_range(&h, len) {
+                prop_assert!(a <= b && b < len);
+            }
+        }
+    }
 
     #[test]
     fn ranges() {

@@ -23,6 +23,7 @@ pub mod projects;
 pub mod records;
 pub mod spec;
 pub mod task;
+pub mod testing;
 
 pub use clock::Millis;
 pub use error::{Classify, ErrorClass};

@@ -454,7 +454,37 @@ fn check_epsg(p: &mut Problems, field: &str, epsg: Option<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    fn any_value() -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(Value::Null)),
+            any::<i64>().prop_map(|n| Some(json!(n))),
+            any::<f64>().prop_map(|f| Some(json!(f))),
+            "\\PC{0,20}".prop_map(|s| Some(json!(s))),
+            Just(Some(json!([]))),
+            Just(Some(json!({}))),
+            Just(Some(json!(u64::MAX))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A spec from a client, mangled anywhere, parses and validates or is refused;
+        /// it never panics.
+        #[test]
+        fn a_mangled_spec_is_refused_not_a_panic(path in proptest::collection::vec(0usize..16, 1..4), with in any_value()) {
+            let mut v = valid();
+            crate::testing::mutate(&mut v, &path, with);
+            if let Ok(spec) = parse::<ReconstructionSpec>(v.clone()) {
+                let _ = spec.validate();
+                let _ = fingerprint("reconstruction", &v);
+            }
+        }
+    }
 
     fn valid() -> Value {
         json!({

@@ -160,6 +160,32 @@ pub fn exif_orientation(raw: &[u8]) -> Option<Orientation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any bytes — or a real JPEG with bytes flipped — decode or are refused by
+        /// name; EXIF readers never panic on them.
+        #[test]
+        fn hostile_bytes_are_refused_not_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048), flips in proptest::collection::vec((0usize..4096, any::<u8>()), 0..8)) {
+            let _ = exif_orientation(&bytes);
+            let _ = crate::metadata::kept_exif(&bytes, crate::KeepMetadata::default());
+            if let Err(Refused(why)) = decode("x.bin", &bytes) {
+                prop_assert!(why.contains("x.bin"));
+            }
+            let mut jpeg = Vec::new();
+            RgbImage::from_pixel(16, 16, image::Rgb([1, 2, 3]))
+                .write_to(&mut Cursor::new(&mut jpeg), ImageFormat::Jpeg)
+                .unwrap();
+            for (at, b) in flips {
+                let i = at % jpeg.len();
+                jpeg[i] = b;
+            }
+            let _ = exif_orientation(&jpeg);
+            let _ = decode("flipped.jpg", &jpeg);
+        }
+    }
 
     fn png(w: u32, h: u32) -> Vec<u8> {
         let mut out = Vec::new();

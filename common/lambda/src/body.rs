@@ -86,6 +86,19 @@ fn batch_change(v: &serde_json::Value) -> Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any SQS body is recognised or called poison with a reason; nothing panics.
+        #[test]
+        fn any_body_is_recognised_or_poison(body in "\\PC{0,200}|\\{\"Records\":\\[.{0,80}\\]\\}|\\{\"source\":\"aws.batch\".{0,80}\\}") {
+            if let Body::Unparsable(why) = parse(&body) {
+                prop_assert!(!why.is_empty());
+            }
+        }
+    }
 
     #[test]
     fn sample_events_are_recognised() {

@@ -545,18 +545,20 @@ pub struct ThumbSize {
 /// original a thousand times.
 const KEPT_THUMBNAILS: [u32; 5] = [64, 128, 256, 512, 1024];
 
-/// Pixels (in megapixels) of originals being decoded for thumbnails at once: one
-/// 120-megapixel photo, or many small ones, never several huge ones together.
+/// Megapixels of originals being decoded for thumbnails at once. A decode holds about
+/// four bytes per pixel (the file's own pixels and their RGB form), so 60 megapixels
+/// keep thumbnail decoding near 250 MB however many requests arrive; a photo larger than
+/// the budget (up to the 120-megapixel decode limit) takes all of it and runs alone.
+const THUMBNAIL_BUDGET_MP: u64 = 60;
+
 fn thumbnail_budget() -> &'static tokio::sync::Semaphore {
     static BUDGET: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    BUDGET.get_or_init(|| {
-        tokio::sync::Semaphore::new((tessera_imaging::decode::MAX_PIXELS / 1_000_000) as usize)
-    })
+    BUDGET.get_or_init(|| tokio::sync::Semaphore::new(THUMBNAIL_BUDGET_MP as usize))
 }
 
 /// A JPEG of `img` whose longest side is `size`, upright (EXIF orientation applied).
-fn scaled_jpeg(img: &image::RgbImage, size: u32) -> Result<Vec<u8>, String> {
-    let small = image::DynamicImage::ImageRgb8(img.clone())
+fn scaled_jpeg(img: image::RgbImage, size: u32) -> Result<Vec<u8>, String> {
+    let small = image::DynamicImage::ImageRgb8(img)
         .thumbnail(size, size)
         .to_rgb8();
     tessera_imaging::encode::jpeg(&small, None, None).map_err(|r| r.0)
@@ -600,7 +602,7 @@ pub async fn thumbnail(
                 .width
                 .zip(img.height)
                 .map_or(1, |(w, h)| (w * h).div_ceil(1_000_000))
-                .clamp(1, tessera_imaging::decode::MAX_PIXELS / 1_000_000);
+                .clamp(1, THUMBNAIL_BUDGET_MP);
             let _decoding = thumbnail_budget()
                 .acquire_many(megapixels as u32)
                 .await
@@ -609,7 +611,7 @@ pub async fn thumbnail(
             let name = img.name.clone();
             let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
                 let decoded = tessera_imaging::decode(&name, &src).map_err(|r| r.0)?;
-                scaled_jpeg(&decoded.rgb, kept)
+                scaled_jpeg(decoded.rgb, kept)
             })
             .await
             .map_err(Problem::internal)?
@@ -626,7 +628,7 @@ pub async fn thumbnail(
             let kept = image::load_from_memory_with_format(&body, image::ImageFormat::Jpeg)
                 .map_err(|e| e.to_string())?
                 .to_rgb8();
-            scaled_jpeg(&kept, size)
+            scaled_jpeg(kept, size)
         })
         .await
         .map_err(Problem::internal)?

@@ -158,13 +158,12 @@ pub async fn enrol(
             "the body must be JSON {{\"label\": …, \"blob_shas\": [...]}}: {e}"
         ))
     })?;
-    let faces = s
-        .faces
-        .as_ref()
-        .ok_or_else(|| Problem::unavailable("this server has no face models"))?;
-    let models = faces
-        .models()
-        .map_err(|e| Problem::unavailable(e.message))?;
+    // The request is checked before the face models are loaded (a refusal costs nothing).
+    if b.label.trim().is_empty() {
+        return Err(Problem::validation(
+            "label is empty; a subject needs a label (a name people recognise)",
+        ));
+    }
     if b.blob_shas.is_empty() || b.blob_shas.len() > MAX_REFERENCES {
         return Err(Problem::validation(format!(
             "blob_shas holds {} reference photos; give 1 to {MAX_REFERENCES}",
@@ -174,6 +173,13 @@ pub async fn enrol(
     for sha in &b.blob_shas {
         tessera_core::catalog::uploads::check_sha("blob_shas", sha)?;
     }
+    let faces = s
+        .faces
+        .as_ref()
+        .ok_or_else(|| Problem::unavailable("this server has no face models"))?;
+    let models = faces
+        .models()
+        .map_err(|e| Problem::unavailable(e.message))?;
     let mut refs = Vec::new();
     for sha in &b.blob_shas {
         let bytes = super::uploads::read_blob(

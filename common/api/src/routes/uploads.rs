@@ -113,10 +113,19 @@ pub async fn chunk(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<serde_json::Value>, Problem> {
     // Ownership before validation: another tenant's upload is a 404 whatever the range.
     uploads::get(s.engine.ports().store.as_ref(), &caller.tenant, &id).await?;
+    let body = body.map_err(|e| {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "quota_exceeded",
+            format!(
+                "the chunk body could not be read ({e}); send chunks of at most {MAX_CHUNK} bytes"
+            ),
+        )
+    })?;
     let range = headers
         .get(header::CONTENT_RANGE)
         .ok_or_else(|| Problem::bad_request("a chunk needs `Content-Range: bytes A-B/TOTAL`"))?

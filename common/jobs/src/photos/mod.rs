@@ -263,6 +263,8 @@ pub async fn submit_upload(
         tracing::info!(key, "object outside uploads/; not a photo");
         return Ok(None);
     }
+    tessera_core::ports::object_store::validate_key(&key)
+        .map_err(|e| TaskError::poison(format!("upload key: {e}")))?;
     let (project_id, _, _) =
         tessera_core::photo::keys::parse_upload(&key).map_err(TaskError::poison)?;
     let p = project::load(engine.ports().store.as_ref(), project_id)
@@ -390,6 +392,56 @@ pub fn register(r: &mut Registry, faces: Arc<FaceService>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn s3_event() -> serde_json::Value {
+        serde_json::json!({"Records": [
+            {"eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": "b"},
+             "object": {"key": "uploads/01JDZQ0000000000000000000P/01JDZQ0000000000000000PH0T/a+b.jpg", "size": 5, "sequencer": "0A"}}}
+        ]})
+    }
+
+    fn any_value() -> impl Strategy<Value = Option<serde_json::Value>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(serde_json::Value::Null)),
+            any::<i64>().prop_map(|n| Some(serde_json::json!(n))),
+            "\\PC{0,30}".prop_map(|s| Some(serde_json::json!(s))),
+            "[%+/.a-zA-Z0-9]{0,40}".prop_map(|s| Some(serde_json::json!(s))),
+            Just(Some(serde_json::json!([]))),
+            Just(Some(serde_json::json!({}))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// An S3 notification mangled anywhere decodes, or is refused naming what is
+        /// wrong; its keys decode or are refused; nothing panics.
+        #[test]
+        fn a_mangled_s3_event_is_refused_not_a_panic(path in proptest::collection::vec(0usize..8, 1..7), with in any_value()) {
+            let mut v = s3_event();
+            tessera_core::testing::mutate(&mut v, &path, with);
+            match ObjectCreated::from_s3_event(&v) {
+                Ok(events) => {
+                    for e in events {
+                        if let Ok(k) = e.object_key() {
+                            let _ = tessera_core::photo::keys::parse_upload(&k);
+                        }
+                    }
+                }
+                Err(e) => prop_assert!(!e.is_empty()),
+            }
+        }
+
+        #[test]
+        fn any_key_text_decodes_or_is_refused(k in "[%+/.a-zA-Z0-9]{0,60}|\\PC{0,60}") {
+            let e = ObjectCreated { bucket: "b".into(), key: k, size: 0, sequencer: "0".into() };
+            if let Ok(key) = e.object_key() {
+                let _ = tessera_core::photo::keys::parse_upload(&key);
+            }
+        }
+    }
 
     #[test]
     fn s3_events_decode_url_encoded_keys() {

@@ -234,6 +234,9 @@ pub async fn enrol(
     Ok((s, change))
 }
 
+/// Most manual blur regions one photo keeps (the row must stay a small record).
+pub const MAX_BLUR_REGIONS: usize = 200;
+
 /// Replace a photo's manual blur regions (fractions of the stored image), checking
 /// each; returns the new edit revision.
 pub async fn set_regions(
@@ -241,6 +244,12 @@ pub async fn set_regions(
     photo: PhotoId,
     regions: &[FracRect],
 ) -> Result<u64, PhotoError> {
+    if regions.len() > MAX_BLUR_REGIONS {
+        return Err(PhotoError::Invalid(format!(
+            "regions holds {} blur regions; at most {MAX_BLUR_REGIONS} are kept per photo (merge overlapping ones)",
+            regions.len()
+        )));
+    }
     for (i, r) in regions.iter().enumerate() {
         if let Some(p) = r.problem() {
             return Err(PhotoError::Invalid(format!("blur region {i} {p}")));
