@@ -6,7 +6,7 @@ use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -144,15 +144,25 @@ fn face_entry(
     }
 }
 
-fn stem_of(path: &Path, used: &mut HashMap<String, u32>) -> String {
-    let stem = path
-        .file_stem()
+/// The folder a photo's files go to under OUT: its file name (`a.jpg` and `a.png` are
+/// different photos), never a name the run itself writes (`manifest.json`,
+/// `.tessera-state`), and unique even where the file system ignores case.
+fn output_folder(path: &Path, used: &mut HashSet<String>) -> String {
+    const RESERVED: [&str; 2] = ["manifest.json", ".tessera-state"];
+    let name = path
+        .file_name()
         .and_then(|s| s.to_str())
         .unwrap_or("photo")
         .to_string();
-    let n = used.entry(stem.clone()).or_insert(0);
-    *n += 1;
-    if *n == 1 { stem } else { format!("{stem}-{n}") }
+    let mut candidate = name.clone();
+    let mut n = 1;
+    while RESERVED.contains(&candidate.to_lowercase().as_str())
+        || !used.insert(candidate.to_lowercase())
+    {
+        n += 1;
+        candidate = format!("{name}-{n}");
+    }
+    candidate
 }
 
 pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
@@ -226,7 +236,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     )
     .await?;
 
-    let mut used = HashMap::new();
+    let mut used = HashSet::new();
     let mut photos = Vec::new();
     for (path, (photo_id, ingest_job)) in &submitted {
         let file = path
@@ -262,7 +272,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
                 .map(|f| face_entry(&p, f, &labels))
                 .collect();
             if entry.published {
-                let stem = stem_of(path, &mut used);
+                let stem = output_folder(path, &mut used);
                 let dir = args.out.join(&stem);
                 std::fs::create_dir_all(&dir)?;
                 for r in &p.renditions {
@@ -547,4 +557,47 @@ pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
         )
     });
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::output_folder;
+    use std::collections::HashSet;
+    use std::path::Path;
+
+    #[test]
+    fn output_folders_never_collide_with_each_other_or_the_run_s_own_files() {
+        let mut used = HashSet::new();
+        let names: Vec<String> = [
+            "a.jpg",
+            "a.png",
+            "a-2.jpg",
+            "A.JPG",
+            "manifest.json.jpg",
+            "x/a.jpg",
+        ]
+        .iter()
+        .map(|n| output_folder(Path::new(n), &mut used))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "a.jpg",
+                "a.png",
+                "a-2.jpg",
+                "A.JPG-2",
+                "manifest.json.jpg",
+                "a.jpg-3"
+            ]
+        );
+        let mut used = HashSet::new();
+        assert_eq!(
+            output_folder(Path::new("manifest.json"), &mut used),
+            "manifest.json-2"
+        );
+        assert_eq!(
+            output_folder(Path::new(".tessera-state"), &mut used),
+            ".tessera-state-2"
+        );
+    }
 }

@@ -166,13 +166,18 @@ pub fn project_name_key(tenant: &TenantId, name: &str) -> ItemKey {
     ItemKey::new(format!("PROJECTNAME#{tenant}#{name}"), "NAME")
 }
 
+/// The by-parent partition listing a tenant's projects by name.
+pub fn tenant_projects_partition(tenant: &TenantId) -> String {
+    format!("TENANT#{tenant}#PROJECTS")
+}
+
 /// A project as an item.
 pub fn project_item(p: &Project) -> Item {
     Item {
         key: project_key(p.id),
         body: to_body(p),
         by_parent: Some(ItemKey::new(
-            format!("TENANT#{}#PROJECTS", p.tenant),
+            tenant_projects_partition(&p.tenant),
             p.name.clone(),
         )),
         by_due: None,

@@ -114,7 +114,7 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     super::page_of(
         &s,
-        format!("TENANT#{}#PROJECTS", caller.tenant),
+        records::tenant_projects_partition(&caller.tenant),
         &paging,
         view,
     )
