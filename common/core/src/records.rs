@@ -8,6 +8,7 @@
 //! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS` / `<id>` | — |
 //! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
 //! | cache entry | `CACHE#<tenant>#<key>` | `CACHE` | — | — |
+//! | snapshot numbers | `SNAPSEQ#<job>` | `SNAPSEQ` | — | — |
 //! | stage cache entry | `STAGECACHE#<tenant>#<key>` | `STAGECACHE` | — | — |
 //! | event | `EVENTS#<job>` | `<seq, 12 digits>` | — | — |
 //! | project | `PROJECT#<id>` | `PROJECT` | `TENANT#<t>#PROJECTS` / `<name>` | — |
@@ -62,6 +63,11 @@ pub fn due_partition(state: TaskState) -> String {
 /// Key of the fingerprint record that makes identical submissions one job.
 pub fn fingerprint_key(tenant: &TenantId, kind: &str, fingerprint: &str) -> ItemKey {
     ItemKey::new(format!("FP#{tenant}#{kind}#{fingerprint}"), "FP")
+}
+
+/// Key of the record that hands out a reconstruction's snapshot numbers.
+pub fn snapshot_seq_key(job: JobId) -> ItemKey {
+    ItemKey::new(format!("SNAPSEQ#{job}"), "SNAPSEQ")
 }
 
 /// Key of a cached task result. Scoped to the tenant: a result (and the task it names)

@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use tessera_core::JobId;
 use tessera_core::ports::ObjectStore;
+use tessera_core::ports::state_store::{Condition, Item, Write};
+use tessera_core::records;
 use tessera_engine::TaskError;
 
 /// One file of a checkpoint.
@@ -63,6 +65,44 @@ pub async fn sealed_snapshots(
         .collect();
     seqs.sort_unstable();
     Ok(seqs)
+}
+
+/// The next snapshot number of `job`, above `after`, recorded through `commit` — the
+/// task's fenced commit, so a worker that lost its lease cannot get one and two attempts
+/// never get the same one: a sealed snapshot has one writer and is never rewritten.
+pub async fn allocate_snapshot<F, Fut>(
+    store: &dyn tessera_core::ports::StateStore,
+    job: JobId,
+    after: u64,
+    commit: F,
+) -> Result<u64, TaskError>
+where
+    F: Fn(Vec<Write>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), TaskError>>,
+{
+    let key = records::snapshot_seq_key(job);
+    for _ in 0..8 {
+        let current = store.get(&key).await?;
+        let last = current
+            .as_ref()
+            .and_then(|i| i.body["last"].as_u64())
+            .unwrap_or(0);
+        let next = last.max(after) + 1;
+        let write = Write::Put {
+            item: Item::new(key.clone(), serde_json::json!({ "last": next })),
+            condition: current
+                .as_ref()
+                .map_or(Condition::Absent, |i| Condition::Rev(i.rev)),
+        };
+        match commit(vec![write]).await {
+            Ok(()) => return Ok(next),
+            Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
+            Err(_) => continue,
+        }
+    }
+    Err(TaskError::transient(
+        "snapshot numbers are contended; the next snapshot tries again",
+    ))
 }
 
 /// Key of a stage's manifest.

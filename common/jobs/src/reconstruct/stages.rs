@@ -724,7 +724,15 @@ impl Run<'_> {
                             continue;
                         }
                         seen.insert(snap.clone());
-                        seq += 1;
+                        // A number no other attempt will ever use, or none: this
+                        // attempt lost its lease and must not write snapshots.
+                        match self.allocate_snapshot(seq).await {
+                            Ok(n) => seq = n,
+                            Err(e) => {
+                                tracing::warn!(job = %self.job, error = %e.message, "snapshot not sealed");
+                                continue;
+                            }
+                        }
                         if self.seal_one(&snap, &sealed_root, seq).await.is_ok() {
                             sealed += 1;
                         }
@@ -739,6 +747,14 @@ impl Run<'_> {
                 }
             })
         }
+    }
+
+    /// The next snapshot number, under this task's fence.
+    async fn allocate_snapshot(&self, after: u64) -> Result<u64, TaskError> {
+        checkpoint::allocate_snapshot(self.ctx.ports().store.as_ref(), self.job, after, |w| {
+            self.ctx.commit(w)
+        })
+        .await
     }
 
     async fn seal_one(&self, snap: &Path, sealed_root: &Path, seq: u64) -> Result<(), TaskError> {
@@ -757,10 +773,18 @@ impl Run<'_> {
             checkpoint::prefix(self.job, Stage::Map.name())
         );
         let objects = self.ctx.ports().objects.clone();
-        for f in ["cameras.bin", "images.bin", "points3D.bin", ".complete"] {
+        for f in ["cameras.bin", "images.bin", "points3D.bin"] {
             objects
                 .put_file(&format!("{prefix}/{f}"), &final_dir.join(f))
                 .await?;
+        }
+        // The marker last, and only once: a sealed snapshot is never sealed again.
+        match objects
+            .put_if_absent(&format!("{prefix}/.complete"), bytes::Bytes::new())
+            .await
+        {
+            Ok(_) | Err(tessera_core::ports::ObjectStoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
         }
         self.ctx
             .emit(EventKind::SnapshotAvailable {
