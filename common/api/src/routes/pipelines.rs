@@ -151,6 +151,17 @@ async fn submit_plan(
     last_stage: Option<&str>,
 ) -> Result<Response, Problem> {
     let (spec, d, images, megapixels) = (&p.spec, &p.dataset, p.images, p.megapixels);
+    tessera_core::catalog::quotas::check_active_reconstructions(
+        s.engine.ports().store.as_ref(),
+        &caller.tenant,
+        &[
+            tessera_jobs::reconstruct::KIND,
+            "features",
+            "matches",
+            "verify",
+        ],
+    )
+    .await?;
     let project = Some(d.project_id);
     let mut plan = tessera_jobs::reconstruct::plan(
         spec,

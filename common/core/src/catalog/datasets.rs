@@ -274,6 +274,7 @@ pub async fn register_image(
         rel_path: source.1,
         created_at: Millis::now().to_rfc3339(),
     };
+    super::quotas::check_stored(store, &dataset.tenant, img.byte_size).await?;
     reserve(store, dataset, &img).await?;
     if let Err(e) = objects.put(&img.object_key(), checked.bytes).await {
         let undone = match release(store, &img).await {
@@ -338,6 +339,7 @@ async fn reserve(
                     item: item.clone(),
                     condition: Condition::Absent,
                 },
+                super::quotas::add_stored(&img.tenant, img.byte_size as i64),
             ])
             .await;
         match result {
@@ -364,6 +366,7 @@ fn name_taken(img: &Image) -> CatalogError {
 
 /// Remove an image's records and give its place in the quota back.
 async fn release(store: &dyn StateStore, img: &Image) -> Result<(), CatalogError> {
+    super::quotas::ensure_usage(store, &img.tenant).await?;
     for _ in 0..8 {
         let (current, rev) = load_dataset(store, &img.tenant, &img.dataset_id.to_string()).await?;
         let result = store
@@ -384,6 +387,7 @@ async fn release(store: &dyn StateStore, img: &Image) -> Result<(), CatalogError
                     key: image_key(img.image_id),
                     condition: Condition::Exists,
                 },
+                super::quotas::add_stored(&img.tenant, -(img.byte_size as i64)),
             ])
             .await;
         match result {
@@ -497,6 +501,12 @@ pub async fn erase(
 ) -> Result<super::erasure::Swept, CatalogError> {
     use super::erasure::{self, Erasure};
     let id = dataset.dataset_id;
+    let freed: u64 = all_images(store, id)
+        .await?
+        .iter()
+        .map(|i| i.byte_size)
+        .sum();
+    super::quotas::ensure_usage(store, &dataset.tenant).await?;
     let e = Erasure {
         target: format!("dataset/{id}"),
         prefixes: vec![
@@ -517,6 +527,7 @@ pub async fn erase(
                 condition: Condition::Exists,
             },
             erasure::marker(&e),
+            super::quotas::add_stored(&dataset.tenant, -(freed as i64)),
             crate::audit::entry(
                 actor,
                 "dataset.erase",

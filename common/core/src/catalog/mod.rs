@@ -8,6 +8,7 @@ pub mod datasets;
 pub mod erasure;
 pub mod idempotency;
 pub mod incoming;
+pub mod quotas;
 pub mod source_grants;
 pub mod uploads;
 

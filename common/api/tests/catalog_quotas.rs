@@ -1,0 +1,150 @@
+//! Per-tenant quotas on the real SQLite store: stored image bytes (413 past the quota,
+//! the counter following registrations and deletions and erasures) and unfinished
+//! reconstructions (429 at the limit, finished ones not counted, other tenants apart).
+
+use bytes::Bytes;
+use tessera_core::audit::Actor;
+use tessera_core::catalog::CatalogError;
+use tessera_core::catalog::datasets::{self, CheckedBytes, NewDataset};
+use tessera_core::catalog::quotas::{self, MAX_ACTIVE_RECONSTRUCTIONS, MAX_STORED_BYTES};
+use tessera_core::job::{Job, JobCounters};
+use tessera_core::ports::StateStore;
+use tessera_core::ports::state_store::{Condition, Item, ItemKey, Write};
+use tessera_core::{JobId, Millis, ProjectId, TenantId, records};
+use tessera_local::{FolderObjectStore, SqliteStateStore, StateDir};
+
+fn tenant() -> TenantId {
+    "tenant-a".parse().unwrap()
+}
+
+#[tokio::test]
+async fn stored_bytes_are_counted_and_a_registration_past_the_quota_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store = SqliteStateStore::open(&state.state_db()).unwrap();
+    let objects = FolderObjectStore::new(state.objects(), state.tmp()).unwrap();
+    let d = datasets::create(
+        &store,
+        &tenant(),
+        ProjectId::new(),
+        NewDataset {
+            name: "d".into(),
+            source: serde_json::json!({"kind": "upload"}),
+            camera_model: "SIMPLE_RADIAL".into(),
+            respect_exif_orientation: true,
+        },
+    )
+    .await
+    .unwrap();
+    let bytes = |n: usize| CheckedBytes {
+        bytes: Bytes::from(vec![7u8; n]),
+        sha: format!("{n:064x}"),
+        dims: (10, 10),
+    };
+    let a = datasets::register_image(&store, &objects, &d, "a.jpg", bytes(1000), ("upload", None))
+        .await
+        .unwrap();
+    datasets::register_image(&store, &objects, &d, "b.jpg", bytes(500), ("upload", None))
+        .await
+        .unwrap();
+    assert_eq!(quotas::stored_bytes(&store, &tenant()).await.unwrap(), 1500);
+    datasets::delete_image(&store, &objects, &a).await.unwrap();
+    assert_eq!(quotas::stored_bytes(&store, &tenant()).await.unwrap(), 500);
+    // The tenant is 100 bytes from its quota.
+    store
+        .transact(vec![Write::Set {
+            key: ItemKey::new(format!("TENANT#{}", tenant()), "USAGE"),
+            fields: vec![("stored_bytes".into(), (MAX_STORED_BYTES - 100).into())],
+            condition: Condition::Exists,
+        }])
+        .await
+        .unwrap();
+    let refused =
+        datasets::register_image(&store, &objects, &d, "c.jpg", bytes(101), ("upload", None))
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(refused, CatalogError::TooLarge(ref m) if m.contains("quota")),
+        "{refused}"
+    );
+    assert!(
+        datasets::image_named(&store, &d, "c.jpg").await.is_err(),
+        "a refused image leaves nothing"
+    );
+    datasets::register_image(&store, &objects, &d, "c.jpg", bytes(100), ("upload", None))
+        .await
+        .unwrap();
+    // Erasing the dataset gives its bytes back.
+    datasets::erase(&store, &objects, &d, &Actor::cli(tenant()))
+        .await
+        .unwrap();
+    assert_eq!(
+        quotas::stored_bytes(&store, &tenant()).await.unwrap(),
+        MAX_STORED_BYTES - 100 - 500
+    );
+}
+
+fn job(tenant: &TenantId, kind: &str, finished: bool) -> Item {
+    let j = Job {
+        id: JobId::new(),
+        tenant: tenant.clone(),
+        project: None,
+        kind: kind.into(),
+        label: "j".into(),
+        spec: serde_json::json!({}),
+        fingerprint: "f".into(),
+        priority: 0,
+        tasks_total: 3,
+        sealed: true,
+        counters: JobCounters {
+            succeeded: if finished { 3 } else { 1 },
+            ..Default::default()
+        },
+        cancel: None,
+        created_at: Millis::now(),
+        rev: 0,
+    };
+    records::job_item(&j)
+}
+
+#[tokio::test]
+async fn unfinished_reconstructions_are_limited_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store = SqliteStateStore::open(&state.state_db()).unwrap();
+    let b: TenantId = "tenant-b".parse().unwrap();
+    let kinds = ["reconstruct", "features"];
+    let mut writes = Vec::new();
+    for i in 0..MAX_ACTIVE_RECONSTRUCTIONS - 1 {
+        writes.push(job(&tenant(), kinds[i % 2], false));
+    }
+    writes.push(job(&tenant(), "reconstruct", true));
+    writes.push(job(&tenant(), "photo_ingest", false));
+    writes.push(job(&b, "reconstruct", false));
+    for item in writes {
+        store
+            .transact(vec![Write::Put {
+                item,
+                condition: Condition::Absent,
+            }])
+            .await
+            .unwrap();
+    }
+    quotas::check_active_reconstructions(&store, &tenant(), &kinds)
+        .await
+        .unwrap();
+    store
+        .transact(vec![Write::Put {
+            item: job(&tenant(), "reconstruct", false),
+            condition: Condition::Absent,
+        }])
+        .await
+        .unwrap();
+    let e = quotas::check_active_reconstructions(&store, &tenant(), &kinds)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::Quota(_)), "{e}");
+    quotas::check_active_reconstructions(&store, &b, &kinds)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,109 @@
+//! Per-tenant quotas: what one tenant may hold and run, so that one careless or hostile
+//! client cannot fill the store or the workers for everyone. A refusal says which quota,
+//! what is used and what to do (HTTP 429 or 413 at the API).
+//!
+//! Counted here: bytes of dataset images stored, and reconstructions not yet finished.
+//! Images per dataset and datasets per project are counted where they are reserved
+//! (`datasets`). The byte counter is updated in the same transaction as the image
+//! records, with additions that never conflict; two registrations racing at the limit
+//! may pass it by one image, never more.
+
+use super::CatalogError;
+use crate::ids::TenantId;
+use crate::ports::StateStore;
+use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
+
+/// Bytes of dataset images one tenant may store.
+pub const MAX_STORED_BYTES: u64 = 200 << 30;
+/// Reconstructions of one tenant queued or running at once.
+pub const MAX_ACTIVE_RECONSTRUCTIONS: usize = 20;
+
+fn usage_key(tenant: &TenantId) -> ItemKey {
+    ItemKey::new(format!("TENANT#{tenant}"), "USAGE")
+}
+
+/// Bytes of dataset images the tenant stores.
+pub async fn stored_bytes(store: &dyn StateStore, tenant: &TenantId) -> Result<u64, CatalogError> {
+    Ok(store
+        .get(&usage_key(tenant))
+        .await?
+        .and_then(|i| i.body["stored_bytes"].as_i64())
+        .unwrap_or(0)
+        .max(0) as u64)
+}
+
+/// Refuse `adding` more bytes if they would take the tenant past its quota; make sure
+/// the usage record exists for the counter writes that follow.
+pub async fn check_stored(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    adding: u64,
+) -> Result<(), CatalogError> {
+    ensure_usage(store, tenant).await?;
+    let used = stored_bytes(store, tenant).await?;
+    if used.saturating_add(adding) > MAX_STORED_BYTES {
+        return Err(CatalogError::TooLarge(format!(
+            "tenant {tenant} stores {} MiB of images; {} MiB more would pass its quota of {} GiB; delete datasets or images first",
+            used >> 20,
+            adding >> 20,
+            MAX_STORED_BYTES >> 30
+        )));
+    }
+    Ok(())
+}
+
+/// Create the tenant's usage record if it has none (counter writes need it; images
+/// stored before quotas were counted start it at 0).
+pub async fn ensure_usage(store: &dyn StateStore, tenant: &TenantId) -> Result<(), CatalogError> {
+    if store.get(&usage_key(tenant)).await?.is_none() {
+        match store
+            .transact(vec![Write::Put {
+                item: Item::new(usage_key(tenant), serde_json::json!({ "stored_bytes": 0 })),
+                condition: Condition::Absent,
+            }])
+            .await
+        {
+            Err(e) if e.is_conflict() => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// The counter write for `delta` bytes (negative when images go).
+pub fn add_stored(tenant: &TenantId, delta: i64) -> Write {
+    Write::Add {
+        key: usage_key(tenant),
+        deltas: vec![("stored_bytes".into(), delta)],
+    }
+}
+
+/// Refuse a new reconstruction while the tenant has [`MAX_ACTIVE_RECONSTRUCTIONS`]
+/// unfinished ones (`kinds`: the job kinds reconstructions are submitted as).
+pub async fn check_active_reconstructions(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    kinds: &[&str],
+) -> Result<(), CatalogError> {
+    let mut q = Query::partition(
+        Index::ByParent,
+        crate::records::tenant_jobs_partition(tenant),
+        500,
+    );
+    q.descending = true;
+    let page = store.query(&q).await?;
+    let active = page
+        .items
+        .iter()
+        .filter_map(|i| crate::records::job_from(i).ok())
+        .filter(|j| {
+            kinds.contains(&j.kind.as_str()) && !(j.sealed && j.finished() >= j.tasks_total)
+        })
+        .count();
+    if active >= MAX_ACTIVE_RECONSTRUCTIONS {
+        return Err(CatalogError::Quota(format!(
+            "tenant {tenant} has {active} reconstructions queued or running, its quota; wait for one to finish or cancel one"
+        )));
+    }
+    Ok(())
+}
