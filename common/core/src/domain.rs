@@ -31,6 +31,11 @@ pub struct Project {
     /// location).
     #[serde(default)]
     pub keep_metadata: crate::photo::KeepMetadata,
+    /// Days a photo's original upload (and its unblurred thumbnail) is kept after the
+    /// photo was ingested; `None` keeps it (needed to re-blur after a subject change —
+    /// a photo whose original is gone is unpublished when it would need re-deciding).
+    #[serde(default)]
+    pub upload_retention_days: Option<u32>,
     /// Created.
     pub created_at: Millis,
 }

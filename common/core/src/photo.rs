@@ -143,6 +143,10 @@ pub struct Photo {
     pub replaced_keys: Vec<String>,
     /// Written last; `None` while unpublished.
     pub published_at: Option<Millis>,
+    /// When the original upload was deleted under the project's retention: the photo can
+    /// no longer be re-decided, only unpublished.
+    #[serde(default)]
+    pub original_deleted_at: Option<Millis>,
     /// When the row was created.
     pub created_at: Millis,
 }

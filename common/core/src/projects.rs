@@ -68,6 +68,7 @@ pub async fn create(
         subjects_rev: 0,
         opted_out: 0,
         keep_metadata: Default::default(),
+        upload_retention_days: None,
         created_at: Millis::now(),
     };
     let name_item = Item::new(
@@ -156,6 +157,35 @@ pub fn check_name(name: &str) -> Result<(), ProjectError> {
         )));
     }
     Ok(())
+}
+
+/// Set how many days a project keeps its photos' originals (`None`: for ever). Applies
+/// to photos ingested from now on.
+pub async fn set_upload_retention(
+    store: &dyn StateStore,
+    id: ProjectId,
+    days: Option<u32>,
+) -> Result<(), ProjectError> {
+    // At least a day: an original must outlive its own processing.
+    if days.is_some_and(|d| !(1..=36_500).contains(&d)) {
+        return Err(ProjectError::Invalid(
+            "upload_retention_days must be 1 to 36500 days, or null to keep originals".into(),
+        ));
+    }
+    store
+        .transact(vec![Write::Set {
+            key: records::project_key(id),
+            fields: vec![("upload_retention_days".into(), json!(days))],
+            condition: Condition::Exists,
+        }])
+        .await
+        .map_err(|e| {
+            if e.is_conflict() {
+                ProjectError::NotFound(format!("project {id} does not exist"))
+            } else {
+                e.into()
+            }
+        })
 }
 
 /// Rename a project and/or change its description; the name stays unique per tenant.

@@ -493,7 +493,7 @@ impl Engine {
         }
         if next.state.is_terminal() {
             let compensations = match (next.state, self.registry.get(&claimed.kind)) {
-                (TaskState::Dead, Some(h)) => h.compensate(claimed),
+                (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(claimed),
                 _ => Vec::new(),
             };
             if self

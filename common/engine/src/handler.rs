@@ -110,8 +110,9 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// and runs subprocesses through the context so cancel can stop them.
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError>;
 
-    /// Writes that undo what must not stay visible when the task ends as dead (for
-    /// example unpublishing a photo). They commit in the same transaction as `dead`.
+    /// Writes that undo what must not stay visible when the task ends without success —
+    /// failed permanently or dead after its last attempt (for example unpublishing a
+    /// photo). They commit in the same transaction as that final state.
     fn compensate(&self, _task: &Task) -> Vec<Write> {
         Vec::new()
     }

@@ -48,7 +48,7 @@ impl Engine {
         )
         .await
         {
-            Ok(c) => report.collected = c.uploads + c.records + c.blobs + c.erasures,
+            Ok(c) => report.collected = c.uploads + c.records + c.blobs + c.erasures + c.originals,
             Err(e) => tracing::warn!(error = %e, "collecting expired uploads failed"),
         }
         let due_before = |at: Millis| {

@@ -318,6 +318,48 @@ async fn the_attempt_ceiling_ends_in_dead_with_compensation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permanent_failure_commits_the_compensation_too() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let engine = h
+        .engine(
+            registry_with(
+                "flaky",
+                Flaky {
+                    class: ErrorClass::Permanent,
+                    times: 1,
+                    runs: runs.clone(),
+                },
+            ),
+            LEASE,
+        )
+        .await;
+    let job = engine
+        .submit(plan(
+            "permanent",
+            vec![TaskPlan::new("f", "flaky", json!(null))],
+        ))
+        .await
+        .unwrap();
+    run_until_done(&engine, job.job_id, WAIT).await;
+    let t = task_named(&engine, job.job_id, "f").await;
+    assert_eq!(
+        (t.state, runs.load(Ordering::SeqCst)),
+        (TaskState::Failed, 1)
+    );
+    assert!(
+        engine
+            .ports()
+            .store
+            .get(&ItemKey::new(format!("UNPUBLISHED#{}", t.id), "X"))
+            .await
+            .unwrap()
+            .is_some(),
+        "a step that cannot finish undoes what must not stay visible"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_presumed_dead_is_fenced_out() {
     let h = Harness::new();
     let a = h

@@ -38,7 +38,7 @@ pub fn view(p: &Project) -> Value {
         "name": p.name,
         "description": p.description,
         "created_at": p.created_at.to_rfc3339(),
-        "x-tessera": { "match_threshold": p.match_threshold, "opted_out_subjects": p.opted_out },
+        "x-tessera": { "match_threshold": p.match_threshold, "opted_out_subjects": p.opted_out, "upload_retention_days": p.upload_retention_days },
         "_links": links(&href, &[("datasets", format!("{href}/datasets")), ("pipelines", format!("{href}/pipelines"))]),
     })
 }
@@ -156,9 +156,15 @@ pub struct PatchProject {
     /// New description (`null` clears it).
     #[serde(default, deserialize_with = "some")]
     pub description: Option<Option<String>>,
+    /// Days originals are kept after ingest (`null`: for ever), for photos ingested from
+    /// now on.
+    #[serde(default, deserialize_with = "some")]
+    pub upload_retention_days: Option<Option<u32>>,
 }
 
-fn some<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+fn some<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
     Ok(Some(Option::deserialize(d)?))
 }
 
@@ -172,9 +178,12 @@ pub async fn patch(
     let p = owned(&s, &caller, &id).await?;
     let Json(b) = body.map_err(|e| {
         Problem::bad_request(format!(
-            "the body must be JSON {{\"name\"?, \"description\"?}}: {e}"
+            "the body must be JSON {{\"name\"?, \"description\"?, \"upload_retention_days\"?}}: {e}"
         ))
     })?;
+    if let Some(days) = b.upload_retention_days {
+        projects::set_upload_retention(s.engine.ports().store.as_ref(), p.id, days).await?;
+    }
     let p = projects::update(
         s.engine.ports().store.as_ref(),
         p.id,

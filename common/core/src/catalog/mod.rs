@@ -9,6 +9,7 @@ pub mod erasure;
 pub mod idempotency;
 pub mod incoming;
 pub mod quotas;
+pub mod retention;
 pub mod source_grants;
 pub mod uploads;
 

@@ -478,6 +478,8 @@ pub struct Collected {
     pub blobs: usize,
     /// Erasures given their second sweep.
     pub erasures: usize,
+    /// Photo originals deleted under their project's retention.
+    pub originals: usize,
 }
 
 /// Remove what expired by `now`: up to `limit` items of the expiry index. Safe to run
@@ -502,6 +504,9 @@ pub async fn collect_expired(
                 done.records += 1;
             }
             drop_if_unchanged(store, &item).await?;
+        } else if item.key.pk.starts_with("RETAIN#") {
+            super::retention::expire_original(store, objects, &item).await?;
+            done.originals += 1;
         } else if item.key.pk.starts_with("ERASED#") {
             super::erasure::final_sweep(store, objects, &item).await?;
             done.erasures += 1;

@@ -130,18 +130,22 @@ impl TaskHandler for Ingest {
                     staged_keys: Vec::new(),
                     replaced_keys: Vec::new(),
                     published_at: None,
+                    original_deleted_at: None,
                     created_at: Millis::now(),
                 };
                 super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await;
                 // An erased photo stays erased, whatever event arrives late.
-                ctx.commit(vec![
+                let mut writes = vec![
                     Write::Put {
                         item: records::photo_item(&row),
                         condition: Condition::Absent,
                     },
                     tessera_core::catalog::erasure::not_erased(&format!("photo/{photo_id}")),
-                ])
-                .await?;
+                ];
+                if let Some(days) = project.upload_retention_days {
+                    writes.push(tessera_core::catalog::retention::marker(&row, days));
+                }
+                ctx.commit(writes).await?;
                 row
             }
         };

@@ -154,6 +154,12 @@ impl TaskHandler for Process {
             .collect();
         let policy = MatchPolicy::from_threshold(proj.match_threshold);
 
+        if let Some(at) = photo.original_deleted_at {
+            return Err(TaskError::permanent(format!(
+                "the original of photo {id} was deleted on {} under the project's retention, so it cannot be decided again; it stays unpublished — upload it again to publish it",
+                at.to_rfc3339()
+            )));
+        }
         let bytes = ports.objects.get(&photo.upload_key).await?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         if sha256 != photo.sha256 {
