@@ -52,17 +52,11 @@ pub fn not_erased(target: &str) -> Write {
 
 /// The marker write, due for its second sweep after [`FINAL_SWEEP_AFTER`].
 pub fn marker(e: &Erasure) -> Write {
-    let due = e.erased_at.plus(FINAL_SWEEP_AFTER);
-    let key = marker_key(&e.target);
-    let mut item = Item::new(key.clone(), serde_json::to_value(e).expect("serializable"));
-    item.by_due = Some(ItemKey::new(
-        "DUE#expiry",
-        format!("{}#{}", due.sort_key(), key.pk),
-    ));
-    Write::Put {
-        item,
-        condition: Condition::None,
-    }
+    super::due_item(
+        marker_key(&e.target),
+        serde_json::to_value(e).expect("serializable"),
+        e.erased_at.plus(FINAL_SWEEP_AFTER),
+    )
 }
 
 /// How much one sweep removed.

@@ -15,7 +15,7 @@ pub mod uploads;
 
 use crate::error::{Classify, ErrorClass};
 use crate::ports::object_store::ObjectStoreError;
-use crate::ports::state_store::StoreError;
+use crate::ports::state_store::{Condition, Item, ItemKey, StoreError, Write};
 
 /// Why a catalog request was refused. Each variant is one answer a client can act on.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +56,37 @@ pub enum CatalogError {
     /// The object store failed.
     #[error(transparent)]
     Objects(#[from] ObjectStoreError),
+}
+
+/// The write that stores `body` under `key`, due for the collector at `due` (the expiry
+/// index `DUE#expiry`, which [`uploads::collect_expired`] walks).
+pub(crate) fn due_item(key: ItemKey, body: serde_json::Value, due: crate::Millis) -> Write {
+    let mut item = Item::new(key.clone(), body);
+    item.by_due = Some(ItemKey::new(
+        "DUE#expiry",
+        format!("{}#{}", due.sort_key(), key.pk),
+    ));
+    Write::Put {
+        item,
+        condition: Condition::None,
+    }
+}
+
+/// Delete a collected item unless it changed since it was read (a later writer wins).
+pub(crate) async fn drop_if_unchanged(
+    store: &dyn crate::ports::StateStore,
+    item: &Item,
+) -> Result<(), CatalogError> {
+    match store
+        .transact(vec![Write::Delete {
+            key: item.key.clone(),
+            condition: Condition::Rev(item.rev),
+        }])
+        .await
+    {
+        Err(e) if e.is_conflict() => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 impl CatalogError {

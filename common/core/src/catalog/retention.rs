@@ -19,17 +19,11 @@ fn marker_key(photo: PhotoId) -> ItemKey {
 
 /// The marker for `row`, due `days` after now.
 pub fn marker(row: &Photo, days: u32) -> Write {
-    let due = Millis::now().plus(std::time::Duration::from_secs(u64::from(days) * 86_400));
-    let key = marker_key(row.id);
-    let mut item = Item::new(key.clone(), serde_json::json!({ "photo": row.id }));
-    item.by_due = Some(ItemKey::new(
-        "DUE#expiry",
-        format!("{}#{}", due.sort_key(), key.pk),
-    ));
-    Write::Put {
-        item,
-        condition: Condition::None,
-    }
+    super::due_item(
+        marker_key(row.id),
+        serde_json::json!({ "photo": row.id }),
+        Millis::now().plus(std::time::Duration::from_secs(u64::from(days) * 86_400)),
+    )
 }
 
 /// Delete the original of the photo a due marker names (idempotent), then the marker.
@@ -62,14 +56,5 @@ pub async fn expire_original(
             objects.delete(key).await?;
         }
     }
-    match store
-        .transact(vec![Write::Delete {
-            key: marker.key.clone(),
-            condition: Condition::Rev(marker.rev),
-        }])
-        .await
-    {
-        Err(e) if e.is_conflict() => Ok(()),
-        other => Ok(other?),
-    }
+    super::drop_if_unchanged(store, marker).await
 }

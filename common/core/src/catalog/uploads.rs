@@ -503,7 +503,7 @@ pub async fn collect_expired(
             } else {
                 done.records += 1;
             }
-            drop_if_unchanged(store, &item).await?;
+            super::drop_if_unchanged(store, &item).await?;
         } else if item.key.pk.starts_with("RETAIN#") {
             super::retention::expire_original(store, objects, &item).await?;
             done.originals += 1;
@@ -553,19 +553,6 @@ async fn delete_chunks(objects: &dyn ObjectStore, id: &str) -> Result<(), Catalo
             Some(n) => after = Some(n),
             None => return Ok(()),
         }
-    }
-}
-
-async fn drop_if_unchanged(store: &dyn StateStore, item: &Item) -> Result<(), CatalogError> {
-    match store
-        .transact(vec![Write::Delete {
-            key: item.key.clone(),
-            condition: Condition::Rev(item.rev),
-        }])
-        .await
-    {
-        Err(e) if e.is_conflict() => Ok(()),
-        other => Ok(other.map(|_| ())?),
     }
 }
 
