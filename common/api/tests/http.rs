@@ -2176,6 +2176,33 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
     );
     assert!(!rows.iter().any(|r| r.starts_with("PHOTO#")), "{rows:#?}");
 
+    // Removing the subject takes their reference upload with their embeddings.
+    let reference = format!("blobs/local/{astronaut}");
+    assert!(all_objects(&s).await.contains(&reference));
+    let sid = c
+        .get(format!("{x}/subjects"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["items"][0]["subject_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .delete(format!("{x}/subjects/{sid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+    assert!(!all_objects(&s).await.contains(&reference));
+    assert!(
+        !all_items(&s)
+            .iter()
+            .any(|i| i.contains(sid.as_str()) && i.starts_with("PROJECT#"))
+    );
+
     // Erase the project with everything in it.
     let r = c
         .delete(format!("{}/v1/projects/{pid}", s.base))
