@@ -61,9 +61,10 @@ impl Caller {
     pub async fn still_valid(&self, store: &dyn StateStore) -> bool {
         match &self.key_id {
             None => true,
+            // Fail closed: a stream whose key cannot be checked ends (the client resumes).
             Some(id) => api_keys::still_valid(store, &self.tenant, id)
                 .await
-                .unwrap_or(true),
+                .unwrap_or(false),
         }
     }
 }

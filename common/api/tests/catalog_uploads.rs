@@ -336,3 +336,42 @@ async fn another_tenants_upload_and_malformed_ids_do_not_exist() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_item_that_cannot_be_collected_does_not_hold_up_the_rest() {
+    let w = world();
+    // A damaged record, due first.
+    let mut damaged = tessera_core::ports::state_store::Item::new(
+        ItemKey::new("BLOB#tenant-a#not-hex", "BLOB"),
+        serde_json::json!({"tenant": "tenant-a", "sha": "not-hex", "state": "live"}),
+    );
+    damaged.by_due = Some(ItemKey::new(
+        "DUE#expiry",
+        "000000000000001#BLOB#tenant-a#not-hex",
+    ));
+    w.store
+        .transact(vec![Write::Put {
+            item: damaged,
+            condition: Condition::None,
+        }])
+        .await
+        .unwrap();
+    let (u, _) = uploads::create(&w.store, &tenant(), 10, None, None)
+        .await
+        .unwrap();
+    let later = Millis::now().plus(uploads::UPLOAD_LIFETIME + Duration::from_secs(60));
+    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+        .await
+        .unwrap();
+    assert_eq!((c.uploads, c.failed), (1, 1), "{c:?}");
+    assert!(
+        uploads::get(&w.store, &tenant(), &u.upload_id)
+            .await
+            .is_err()
+    );
+    // The damaged one waits an hour before it is tried again.
+    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+        .await
+        .unwrap();
+    assert_eq!(c.failed, 0, "{c:?}");
+}

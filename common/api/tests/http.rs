@@ -2092,7 +2092,7 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
             added["photo_id"].as_str().unwrap()
         );
         let v = photo_when(&c, &url, |v| v["status"] == "published").await;
-        photos.push((v["photo_id"].as_str().unwrap().to_string(), url, v));
+        photos.push((v["photo_id"].as_str().unwrap().to_string(), url, v, sha));
     }
     // A read of the subject's own (unblurred) variant goes on record.
     let own = photos[0].2["variants"]
@@ -2142,8 +2142,8 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
         assert_eq!(thumb.status(), 200);
         (did, img)
     };
-    let (gone, gone_url, _) = &photos[0];
-    let (kept, kept_url, _) = &photos[1];
+    let (gone, gone_url, _, gone_blob) = &photos[0];
+    let (kept, kept_url, _, _) = &photos[1];
     let before = all_objects(&s).await;
     assert!(before.iter().any(|k| k.contains(gone.as_str())));
     // Erase one photo.
@@ -2152,8 +2152,10 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
     problem(c.get(gone_url).send().await.unwrap(), StatusCode::NOT_FOUND).await;
     let after = all_objects(&s).await;
     assert!(
-        !after.iter().any(|k| k.contains(gone.as_str())),
-        "objects of the erased photo remain: {after:?}"
+        !after
+            .iter()
+            .any(|k| k.contains(gone.as_str()) || k.contains(gone_blob.as_str())),
+        "objects of the erased photo remain (its upload blob included): {after:?}"
     );
     assert_eq!(
         before.iter().filter(|k| k.contains(kept.as_str())).count(),

@@ -48,7 +48,12 @@ impl Engine {
         )
         .await
         {
-            Ok(c) => report.collected = c.uploads + c.records + c.blobs + c.erasures + c.originals,
+            Ok(c) => {
+                report.collected = c.uploads + c.records + c.blobs + c.erasures + c.originals;
+                if c.failed > 0 {
+                    tracing::warn!(failed = c.failed, last_error = ?c.last_error, "some expired items could not be collected; retried in an hour");
+                }
+            }
             Err(e) => tracing::warn!(error = %e, "collecting expired uploads failed"),
         }
         let due_before = |at: Millis| {

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 use tessera_api::problem::Problem;
-use tessera_api::sources::{ImageSource, MAX_SOURCE_FILES, SourceFile, is_image_name, s3_location};
+use tessera_api::sources::{
+    ImageSource, MAX_SOURCE_FILE, MAX_SOURCE_FILES, SourceFile, is_image_name, s3_location,
+};
 use tessera_core::TenantId;
 use tessera_core::catalog::source_grants;
 use tessera_core::ports::StateStore;
@@ -116,6 +118,16 @@ impl ImageSource for S3Source {
             .send()
             .await
             .map_err(|e| refused(&bucket, aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        // The size listed when the dataset was created may have changed since: check the
+        // object actually returned before reading it.
+        let size = out.content_length().unwrap_or(0).max(0) as u64;
+        if size > MAX_SOURCE_FILE {
+            return Err(Problem::validation(format!(
+                "s3://{bucket}/{key} is {} MiB now, more than the {} MiB an image may be",
+                size >> 20,
+                MAX_SOURCE_FILE >> 20
+            )));
+        }
         let data = out
             .body
             .collect()

@@ -154,12 +154,6 @@ async fn submit_plan(
     tessera_core::catalog::quotas::check_active_reconstructions(
         s.engine.ports().store.as_ref(),
         &caller.tenant,
-        &[
-            tessera_jobs::reconstruct::KIND,
-            "features",
-            "matches",
-            "verify",
-        ],
     )
     .await?;
     let project = Some(d.project_id);
@@ -182,6 +176,14 @@ async fn submit_plan(
         plan.tasks.truncate(end + 1);
     }
     let submitted = s.engine.submit(plan).await?;
+    s.engine
+        .ports()
+        .store
+        .transact(vec![tessera_core::catalog::quotas::record_reconstruction(
+            &caller.tenant,
+            submitted.job_id,
+        )])
+        .await?;
     let tasks = s.engine.job_tasks(submitted.job_id).await?;
     let recon = last_stage.is_none().then_some(submitted.job_id);
     let mut r = (

@@ -144,6 +144,10 @@ fn subject_view(pid: &str, sub: &tessera_core::photo::Subject) -> Value {
 
 /// Most reference photos one enrolment takes (each is decoded and searched for its face).
 pub const MAX_REFERENCES: usize = 20;
+/// Largest reference photo.
+pub const MAX_REFERENCE_BYTES: u64 = 25 << 20;
+/// Most bytes of reference photos one enrolment takes.
+pub const MAX_REFERENCES_TOTAL: u64 = 100 << 20;
 
 /// `POST /v1/x-tessera/projects/{pid}/subjects`: enrol, then re-blur every photo.
 pub async fn enrol(
@@ -180,16 +184,31 @@ pub async fn enrol(
     let models = faces
         .models()
         .map_err(|e| Problem::unavailable(e.message))?;
+    // One enrolment at a time per server, with bounded references: each is decoded
+    // and searched for its face, which is what costs memory.
+    static ENROLMENTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let _one = ENROLMENTS
+        .get_or_init(|| tokio::sync::Semaphore::new(1))
+        .acquire()
+        .await
+        .map_err(Problem::internal)?;
     let mut refs = Vec::new();
+    let mut total = 0u64;
     for sha in &b.blob_shas {
-        let bytes = super::uploads::read_blob(
-            &s,
-            &caller.tenant,
-            "blob_shas",
-            sha,
-            tessera_imaging::decode::MAX_BYTES,
-        )
-        .await?;
+        let bytes =
+            super::uploads::read_blob(&s, &caller.tenant, "blob_shas", sha, MAX_REFERENCE_BYTES)
+                .await?;
+        total += bytes.len() as u64;
+        if total > MAX_REFERENCES_TOTAL {
+            return Err(Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                format!(
+                    "blob_shas: the reference photos add up to more than {} MiB; send fewer or smaller ones",
+                    MAX_REFERENCES_TOTAL >> 20
+                ),
+            ));
+        }
         refs.push((sha.to_ascii_lowercase(), bytes.to_vec()));
     }
     let (sub, change) = project::enrol(&s.engine, models, p.id, &b.label, refs, &caller.actor())
@@ -278,6 +297,23 @@ pub async fn add_photo(
             // Only the caller's own incoming folder: never another tenant's object, nor
             // anything Tessera writes.
             tessera_core::catalog::incoming::check_incoming_key(&caller.tenant, k)?;
+            let size = objects
+                .head(k)
+                .await
+                .map_err(Problem::internal)?
+                .ok_or_else(|| Problem::validation(format!("s3_key `{k}`: no object there")))?
+                .size;
+            if size > tessera_imaging::decode::MAX_BYTES {
+                return Err(Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "quota_exceeded",
+                    format!(
+                        "s3_key `{k}` is {} MiB, more than the {} MiB a photo may be",
+                        size >> 20,
+                        tessera_imaging::decode::MAX_BYTES >> 20
+                    ),
+                ));
+            }
             let bytes = objects.get(k).await.map_err(|e| match e {
                 tessera_core::ports::ObjectStoreError::NotFound(_)
                 | tessera_core::ports::ObjectStoreError::InvalidKey { .. } => {
@@ -418,7 +454,9 @@ async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<Str
         return out;
     }
     let objects = s.engine.ports().objects.clone();
-    for r in &p.renditions {
+    // Only the public file: a subject's own variant shows their face unblurred, and is
+    // read through `/files/{variant}`, where every read is audited.
+    for r in p.renditions.iter().filter(|r| r.variant.is_none()) {
         for k in [&r.key, &r.thumb_key] {
             if let Ok(Some(url)) = objects.presigned_get(k, PRESIGNED_FOR).await {
                 out.insert(k.clone(), url);

@@ -159,6 +159,13 @@ pub async fn finalize(
                 .map_err(|_| Problem::validation("X-Content-SHA256 must be 64 hex characters"))
         })
         .transpose()?;
+    // Joining chunks takes scratch space the size of the upload: two at a time per server.
+    static JOINS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let _join = JOINS
+        .get_or_init(|| tokio::sync::Semaphore::new(2))
+        .acquire()
+        .await
+        .map_err(Problem::internal)?;
     let u = uploads::finalize(
         s.engine.ports().store.as_ref(),
         s.engine.ports().objects.as_ref(),

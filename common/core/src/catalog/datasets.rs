@@ -501,11 +501,6 @@ pub async fn erase(
 ) -> Result<super::erasure::Swept, CatalogError> {
     use super::erasure::{self, Erasure};
     let id = dataset.dataset_id;
-    let freed: u64 = all_images(store, id)
-        .await?
-        .iter()
-        .map(|i| i.byte_size)
-        .sum();
     super::quotas::ensure_usage(store, &dataset.tenant).await?;
     let e = Erasure {
         target: format!("dataset/{id}"),
@@ -527,7 +522,6 @@ pub async fn erase(
                 condition: Condition::Exists,
             },
             erasure::marker(&e),
-            super::quotas::add_stored(&dataset.tenant, -(freed as i64)),
             crate::audit::entry(
                 actor,
                 "dataset.erase",
@@ -543,5 +537,35 @@ pub async fn erase(
                 err.into()
             }
         })?;
+    // Image records go a page at a time, each page with its bytes off the tenant's
+    // counter in the same transaction: an image deleted meanwhile is never counted off
+    // twice (its record's `Exists` condition fails and the page is read again).
+    loop {
+        let page = store
+            .query(&Query::partition(Index::ByParent, images_partition(id), 10))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        let mut writes = Vec::new();
+        let mut freed = 0i64;
+        for item in &page.items {
+            let img: Image = crate::records::decode(item)?;
+            freed += img.byte_size as i64;
+            writes.push(Write::Delete {
+                key: image_key(img.image_id),
+                condition: Condition::Exists,
+            });
+            writes.push(Write::Delete {
+                key: image_name_key(id, &img.name),
+                condition: Condition::None,
+            });
+        }
+        writes.push(super::quotas::add_stored(&dataset.tenant, -freed));
+        match store.transact(writes).await {
+            Err(err) if err.is_conflict() => continue,
+            other => other?,
+        }
+    }
     erasure::sweep(store, objects, &e).await
 }

@@ -6,10 +6,10 @@
 //! Images per dataset and datasets per project are counted where they are reserved
 //! (`datasets`). The byte counter is updated in the same transaction as the image
 //! records, with additions that never conflict; two registrations racing at the limit
-//! may pass it by one image, never more.
+//! may pass it by as many images as are being registered at that moment, never more.
 
 use super::CatalogError;
-use crate::ids::TenantId;
+use crate::ids::{JobId, TenantId};
 use crate::ports::StateStore;
 use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
 
@@ -78,28 +78,54 @@ pub fn add_stored(tenant: &TenantId, delta: i64) -> Write {
     }
 }
 
+fn reconstructions_partition(tenant: &TenantId) -> String {
+    format!("TENANT#{tenant}#RECONS")
+}
+
+/// The write that counts `job` among the tenant's reconstructions (committed right
+/// after the job is submitted; finished ones are dropped by the next check).
+pub fn record_reconstruction(tenant: &TenantId, job: JobId) -> Write {
+    Write::Put {
+        item: Item::new(
+            ItemKey::new(reconstructions_partition(tenant), job.to_string()),
+            serde_json::json!({ "job": job }),
+        ),
+        condition: Condition::None,
+    }
+}
+
 /// Refuse a new reconstruction while the tenant has [`MAX_ACTIVE_RECONSTRUCTIONS`]
-/// unfinished ones (`kinds`: the job kinds reconstructions are submitted as).
+/// unfinished ones. Reconstructions are listed apart from the tenant's other jobs (a
+/// thousand photo ingests cannot hide them), and entries of finished jobs are dropped
+/// as they are seen. Submissions racing each other at the limit may each pass.
 pub async fn check_active_reconstructions(
     store: &dyn StateStore,
     tenant: &TenantId,
-    kinds: &[&str],
 ) -> Result<(), CatalogError> {
-    let mut q = Query::partition(
-        Index::ByParent,
-        crate::records::tenant_jobs_partition(tenant),
-        500,
-    );
-    q.descending = true;
-    let page = store.query(&q).await?;
-    let active = page
-        .items
-        .iter()
-        .filter_map(|i| crate::records::job_from(i).ok())
-        .filter(|j| {
-            kinds.contains(&j.kind.as_str()) && !(j.sealed && j.finished() >= j.tasks_total)
-        })
-        .count();
+    let page = store
+        .query(&Query::partition(
+            Index::Table,
+            reconstructions_partition(tenant),
+            MAX_ACTIVE_RECONSTRUCTIONS * 4,
+        ))
+        .await?;
+    let mut active = 0;
+    for entry in &page.items {
+        let job: Option<JobId> = entry.body["job"].as_str().and_then(|j| j.parse().ok());
+        let live = match job {
+            Some(id) => store
+                .get(&crate::records::job_key(id))
+                .await?
+                .and_then(|i| crate::records::job_from(&i).ok())
+                .is_some_and(|j| !(j.sealed && j.finished() >= j.tasks_total)),
+            None => false,
+        };
+        if live {
+            active += 1;
+        } else {
+            super::drop_if_unchanged(store, entry).await?;
+        }
+    }
     if active >= MAX_ACTIVE_RECONSTRUCTIONS {
         return Err(CatalogError::Quota(format!(
             "tenant {tenant} has {active} reconstructions queued or running, its quota; wait for one to finish or cancel one"

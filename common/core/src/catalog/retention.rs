@@ -55,6 +55,11 @@ pub async fn expire_original(
         for key in std::iter::once(&row.upload_key).chain(row.upload_thumb_key.as_ref()) {
             objects.delete(key).await?;
         }
+        // A finalized upload it was added from holds the same bytes.
+        if let Some(p) = store.get(&records::project_key(row.project)).await? {
+            let project: crate::domain::Project = records::decode(&p)?;
+            super::uploads::erase_blob(store, objects, &project.tenant, &row.sha256).await?;
+        }
     }
     super::drop_if_unchanged(store, marker).await
 }

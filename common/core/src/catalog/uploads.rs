@@ -480,6 +480,10 @@ pub struct Collected {
     pub erasures: usize,
     /// Photo originals deleted under their project's retention.
     pub originals: usize,
+    /// Items that could not be collected now (tried again in an hour).
+    pub failed: usize,
+    /// What the last of those said.
+    pub last_error: Option<String>,
 }
 
 /// Remove what expired by `now`: up to `limit` items of the expiry index. Safe to run
@@ -495,49 +499,78 @@ pub async fn collect_expired(
     let page = store.query(&q).await?;
     let mut done = Collected::default();
     for item in page.items {
-        if item.key.pk.starts_with("UPLOAD#") {
-            let u: Upload = crate::records::decode(&item)?;
-            if u.state != UploadState::Finalized {
-                delete_chunks(objects, &u.upload_id).await?;
-                done.uploads += 1;
-            } else {
-                done.records += 1;
-            }
-            super::drop_if_unchanged(store, &item).await?;
-        } else if item.key.pk.starts_with("RETAIN#") {
-            super::retention::expire_original(store, objects, &item).await?;
-            done.originals += 1;
-        } else if item.key.pk.starts_with("ERASED#") {
-            super::erasure::final_sweep(store, objects, &item).await?;
-            done.erasures += 1;
-        } else if item.key.pk.starts_with("BLOB#") {
-            let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
-                .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
-            let sha = item.body["sha"].as_str().unwrap_or_default().to_string();
-            // Mark first: a finalize that comes now is told to retry, and one that
-            // marked the blob after this page was read makes this condition fail.
-            let marked = store
-                .transact(vec![Write::Set {
-                    key: item.key.clone(),
-                    fields: vec![("state".into(), "collecting".into())],
+        // One item that cannot be collected now (a store error, a damaged record) must
+        // not hold up the deletions due behind it: it is tried again in an hour.
+        if let Err(e) = collect_one(store, objects, &item, &mut done).await {
+            done.failed += 1;
+            done.last_error = Some(format!("{} / {}: {e}", item.key.pk, item.key.sk));
+            let mut later = item.clone();
+            later.by_due = Some(ItemKey::new(
+                EXPIRY_PARTITION,
+                format!("{}#{}", now.plus(RETRY_AFTER).sort_key(), item.key.pk),
+            ));
+            let _ = store
+                .transact(vec![Write::Put {
+                    item: later,
                     condition: Condition::Rev(item.rev),
                 }])
                 .await;
-            match marked {
-                Err(e) if e.is_conflict() => continue,
-                other => other?,
-            };
-            objects.delete(&blob_key(&tenant, &sha)).await?;
-            store
-                .transact(vec![Write::Delete {
-                    key: item.key.clone(),
-                    condition: Condition::field_eq("state", "collecting"),
-                }])
-                .await?;
-            done.blobs += 1;
         }
     }
     Ok(done)
+}
+
+/// How long an item that could not be collected waits before the next try.
+const RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+async fn collect_one(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    item: &Item,
+    done: &mut Collected,
+) -> Result<(), CatalogError> {
+    if item.key.pk.starts_with("UPLOAD#") {
+        let u: Upload = crate::records::decode(item)?;
+        if u.state != UploadState::Finalized {
+            delete_chunks(objects, &u.upload_id).await?;
+            done.uploads += 1;
+        } else {
+            done.records += 1;
+        }
+        super::drop_if_unchanged(store, item).await?;
+    } else if item.key.pk.starts_with("RETAIN#") {
+        super::retention::expire_original(store, objects, item).await?;
+        done.originals += 1;
+    } else if item.key.pk.starts_with("ERASED#") {
+        super::erasure::final_sweep(store, objects, item).await?;
+        done.erasures += 1;
+    } else if item.key.pk.starts_with("BLOB#") {
+        let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
+            .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
+        let sha = check_sha("blob record", item.body["sha"].as_str().unwrap_or_default())?;
+        // Mark first: a finalize that comes now is told to retry, and one that marked
+        // the blob after this page was read makes this condition fail.
+        let marked = store
+            .transact(vec![Write::Set {
+                key: item.key.clone(),
+                fields: vec![("state".into(), "collecting".into())],
+                condition: Condition::Rev(item.rev),
+            }])
+            .await;
+        match marked {
+            Err(e) if e.is_conflict() => return Ok(()),
+            other => other?,
+        };
+        objects.delete(&blob_key(&tenant, &sha)).await?;
+        store
+            .transact(vec![Write::Delete {
+                key: item.key.clone(),
+                condition: Condition::field_eq("state", "collecting"),
+            }])
+            .await?;
+        done.blobs += 1;
+    }
+    Ok(())
 }
 
 async fn delete_chunks(objects: &dyn ObjectStore, id: &str) -> Result<(), CatalogError> {

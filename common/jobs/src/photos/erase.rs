@@ -62,6 +62,10 @@ pub async fn erase_photo(
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
+    // The finalized upload it may have been added from holds the same bytes.
+    tessera_core::catalog::uploads::erase_blob(store, objects, &actor.tenant, &photo.sha256)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
     tracing::info!(photo = %photo.id, project = %photo.project, objects = swept.objects, "photo erased");
     Ok(swept)
 }

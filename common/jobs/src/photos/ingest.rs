@@ -43,10 +43,22 @@ impl TaskHandler for Ingest {
             .await
             .map_err(|e| refuse(&key, e.to_string()))?;
         let objects = ctx.ports().objects.as_ref();
-        if objects.head(&key).await?.is_none() {
+        let Some(meta) = objects.head(&key).await? else {
             return Err(TaskError::poison(format!(
                 "upload `{key}` is not in the object store (deleted, or the event is stale)"
             )));
+        };
+        // Refused before it is read: a 5 GB object put through a presigned URL must not
+        // take the function (and the other messages of its batch) down.
+        if meta.size > tessera_imaging::decode::MAX_BYTES {
+            return Err(refuse(
+                &key,
+                format!(
+                    "`{name}` is {} MiB, more than the {} MiB a photo may be; upload a smaller export",
+                    meta.size >> 20,
+                    tessera_imaging::decode::MAX_BYTES >> 20
+                ),
+            ));
         }
         let existing: Option<Photo> = match store.get(&records::photo_key(photo_id)).await? {
             Some(item) => Some(records::decode(&item)?),
