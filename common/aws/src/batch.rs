@@ -42,7 +42,7 @@ pub struct BatchJobRequest {
 pub enum BatchError {
     /// No job queue is configured for the task's class.
     #[error(
-        "no Batch job queue for resource class {0:?}; set TESSERA_BATCH_QUEUE_{1} and TESSERA_BATCH_DEFINITION_{1}"
+        "no Batch worker in this stack for resource class {0:?}: deploy it with the WorkerImage parameter set (locally: set TESSERA_BATCH_QUEUE_{1} and TESSERA_BATCH_DEFINITION_{1})"
     )]
     NoTarget(ResourceClass, String),
     /// Batch refused or could not be reached.
@@ -84,11 +84,21 @@ impl BatchLauncher {
     /// Targets from `TESSERA_BATCH_QUEUE_<CLASS>` / `TESSERA_BATCH_DEFINITION_<CLASS>`
     /// for the heavy classes (`LARGE`, `XLARGE`); a class without both is left out.
     pub fn targets_from_env() -> BTreeMap<ResourceClass, BatchTarget> {
+        Self::targets_from(|name| std::env::var(name).ok())
+    }
+
+    /// Targets from variables looked up with `var`. An empty value is unset: a stack
+    /// deployed without a worker image passes `""`, and a task sent to a queue named
+    /// `""` would be retried until it is dead-lettered instead of failing at once.
+    pub fn targets_from(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> BTreeMap<ResourceClass, BatchTarget> {
+        let set = |name: String| var(&name).filter(|v| !v.trim().is_empty());
         [ResourceClass::Large, ResourceClass::Xlarge]
             .into_iter()
             .filter_map(|c| {
-                let q = std::env::var(format!("TESSERA_BATCH_QUEUE_{}", class_env(c))).ok()?;
-                let d = std::env::var(format!("TESSERA_BATCH_DEFINITION_{}", class_env(c))).ok()?;
+                let q = set(format!("TESSERA_BATCH_QUEUE_{}", class_env(c)))?;
+                let d = set(format!("TESSERA_BATCH_DEFINITION_{}", class_env(c)))?;
                 Some((
                     c,
                     BatchTarget {
@@ -236,5 +246,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("TESSERA_BATCH_QUEUE_LARGE"), "{e}");
+        assert!(e.contains("WorkerImage"), "{e}");
+    }
+
+    #[test]
+    fn empty_variables_mean_no_worker_and_a_permanent_failure() {
+        use tessera_core::Classify;
+        // As the template sets them for a stack without WorkerImage.
+        let empty = BatchLauncher::targets_from(|_| Some(String::new()));
+        assert!(empty.is_empty());
+        let set = BatchLauncher::targets_from(|name| {
+            name.ends_with("XLARGE").then(|| format!("q-{name}"))
+        });
+        assert_eq!(set.len(), 1);
+        let none = launcher(&[]);
+        let e = none.request(&task(ResourceClass::Large)).unwrap_err();
+        assert_eq!(e.class(), tessera_core::ErrorClass::Permanent);
     }
 }

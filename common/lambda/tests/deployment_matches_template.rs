@@ -77,3 +77,53 @@ fn the_api_function_url_leaves_cors_to_the_app() {
         "the default (an empty list joined) allows no other origin"
     );
 }
+
+/// `sam build --cached` keys each function on its own folder: a change in `common/`
+/// would deploy stale binaries. The architecture CI builds is the default.
+#[test]
+fn sam_builds_are_not_cached_and_the_default_architecture_is_the_one_ci_builds() {
+    let samconfig = std::fs::read_to_string(repo().join("samconfig.toml")).unwrap();
+    assert!(samconfig.contains("cached = false"), "{samconfig}");
+    assert!(samconfig.contains("Architecture=x86_64"), "{samconfig}");
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    assert!(
+        template.contains("  Architecture:\n    Type: String\n    Default: x86_64\n"),
+        "the template's default architecture is not x86_64"
+    );
+    assert!(
+        !template.contains("DeletionPolicy: Retain\n"),
+        "a first deploy that rolls back must not leave a fixed-name bucket or table behind"
+    );
+}
+
+/// Batch state changes are matched by this stack's own job queues (two stacks would
+/// otherwise receive each other's), and dead-letter alarms watch what the archiver cannot
+/// hide: messages received, not messages visible.
+#[test]
+fn batch_events_are_the_stacks_own_and_dead_letter_alarms_can_fire() {
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    assert!(
+        template.contains("jobQueue: [!Ref CpuJobQueue, !Ref GpuJobQueue]"),
+        "the Batch rule does not name the stack's job queues"
+    );
+    assert!(!template.contains("ApproximateNumberOfMessagesVisible"));
+    assert_eq!(
+        template
+            .matches("MetricName: NumberOfMessagesReceived")
+            .count(),
+        routes::ALL.len(),
+        "one alarm per dead-letter queue"
+    );
+}
+
+/// The api function's `/metrics` reads queue depths: its role may.
+#[test]
+fn the_api_role_may_read_queue_depths() {
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    let start = template.find("\n  ApiFunction:\n").unwrap();
+    let api = &template[start
+        ..template[start + 1..]
+            .find("\n  ReaperFunction:")
+            .map_or(template.len(), |e| start + 1 + e)];
+    assert!(api.contains("sqs:GetQueueAttributes"), "{api}");
+}
