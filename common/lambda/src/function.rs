@@ -30,8 +30,9 @@ pub enum SetupError {
 }
 
 /// The face models for a function that detects or matches faces. With
-/// `TESSERA_PRELOAD_FACES=1` (the template sets it for face-process, reprocess and
-/// api) they load during the function's init phase, so a missing runtime or model ends
+/// `TESSERA_PRELOAD_FACES=1` (the template sets it for face-process and reprocess, never
+/// for the api, whose every route would go down with a broken layer) they load during
+/// the function's init phase, so a missing runtime or model ends
 /// the cold start with the path named, and the first photo does not pay for loading;
 /// otherwise they load on the first photo task.
 pub fn face_service() -> Result<Arc<tessera_jobs::photos::FaceService>, SetupError> {

@@ -126,4 +126,6 @@ fn the_api_role_may_read_queue_depths() {
             .find("\n  ReaperFunction:")
             .map_or(template.len(), |e| start + 1 + e)];
     assert!(api.contains("sqs:GetQueueAttributes"), "{api}");
+    // A broken face layer must not take every route down: models load on first use.
+    assert!(api.contains("TESSERA_PRELOAD_FACES: \"0\""), "{api}");
 }
