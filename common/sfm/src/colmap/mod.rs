@@ -343,16 +343,22 @@ pub fn detect() -> Result<BackendInfo, DetectError> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let (version, cuda) = parse_banner(&text).ok_or_else(|| DetectError::Unrecognised {
-        program: program.clone(),
-        banner: text
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(200)
-            .collect(),
-    })?;
+    let (version, built_with_cuda) =
+        parse_banner(&text).ok_or_else(|| DetectError::Unrecognised {
+            program: program.clone(),
+            banner: text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect(),
+        })?;
+    let cuda = use_cuda(
+        built_with_cuda,
+        std::env::var("TESSERA_GPU").ok().as_deref(),
+        nvidia_device_present(),
+    );
     Ok(BackendInfo {
         name: "colmap".into(),
         capabilities: capabilities(&version, cuda),
@@ -361,9 +367,44 @@ pub fn detect() -> Result<BackendInfo, DetectError> {
     })
 }
 
+/// Whether COLMAP may use the GPU: it must be built with CUDA *and* a GPU must be there.
+/// The worker image is CUDA-built, and the CPU Batch queue runs it on machines without a
+/// GPU, where `use_gpu 1` aborts. `TESSERA_GPU=0|1` overrides what the device check finds.
+pub fn use_cuda(built_with_cuda: bool, override_: Option<&str>, device_present: bool) -> bool {
+    built_with_cuda
+        && match override_.map(str::trim) {
+            Some("0") => false,
+            Some("1") => true,
+            _ => device_present,
+        }
+}
+
+/// Whether an NVIDIA GPU is visible: the driver's device nodes exist (as they do in a
+/// Batch GPU container or on a GPU host).
+fn nvidia_device_present() -> bool {
+    std::path::Path::new("/dev/nvidiactl").exists()
+        || std::fs::read_dir("/proc/driver/nvidia/gpus").is_ok_and(|mut d| d.next().is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gpu_is_used_only_when_built_for_it_and_present() {
+        assert!(use_cuda(true, None, true));
+        assert!(
+            !use_cuda(true, None, false),
+            "a CUDA build on a CPU machine"
+        );
+        assert!(!use_cuda(false, None, true), "a CPU build on a GPU machine");
+        assert!(!use_cuda(true, Some("0"), true));
+        assert!(use_cuda(true, Some("1"), false));
+        assert!(
+            !use_cuda(false, Some("1"), true),
+            "no override makes a CPU build use CUDA"
+        );
+    }
 
     #[test]
     fn banners_are_parsed() {
