@@ -129,3 +129,44 @@ fn the_api_role_may_read_queue_depths() {
     // A broken face layer must not take every route down: models load on first use.
     assert!(api.contains("TESSERA_PRELOAD_FACES: \"0\""), "{api}");
 }
+
+/// Every default GPU instance type can hold the GPU job (with room for the ECS agent),
+/// and the GPU machines run the Amazon Linux 2023 image, not Amazon Linux 2.
+#[test]
+fn the_gpu_queue_s_instances_can_hold_its_job() {
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    // Memory of the g5 sizes, MiB (EC2 instance types).
+    let memory = |t: &str| match t {
+        "g5.xlarge" => 16 * 1024,
+        "g5.2xlarge" => 32 * 1024,
+        "g5.4xlarge" => 64 * 1024,
+        "g5.8xlarge" => 128 * 1024,
+        "g5.12xlarge" => 192 * 1024,
+        "g5.16xlarge" => 256 * 1024,
+        other => panic!("add the memory of {other}"),
+    };
+    let defaults = template
+        .split("  GpuInstanceTypes:")
+        .nth(1)
+        .and_then(|s| s.lines().find_map(|l| l.trim().strip_prefix("Default: ")))
+        .unwrap();
+    let gpu_job = template.split("  GpuJobDefinition:").nth(1).unwrap();
+    let job_mib: u64 = gpu_job
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("- {Type: MEMORY, Value: \"")
+                .and_then(|v| v.strip_suffix("\"}"))
+        })
+        .unwrap()
+        .parse()
+        .unwrap();
+    for t in defaults.split(',') {
+        assert!(
+            memory(t.trim()) >= job_mib + 2048,
+            "{t} cannot hold the GPU job of {job_mib} MiB"
+        );
+    }
+    assert!(template.contains("ImageType: ECS_AL2023_NVIDIA"));
+    assert!(!template.contains("ECS_AL2_NVIDIA"));
+}
