@@ -2,29 +2,36 @@
 # workspace. Batch runs `tessera stage --task <id>` (the job definition's command), which
 # claims, heartbeats, fences and completes one heavy task against the AWS adapters.
 #
-#   docker build -f infra/worker.Dockerfile -t tessera-worker .
+#   docker build -f infra/worker.Dockerfile \
+#     --build-arg COLMAP_IMAGE=colmap/colmap@sha256:<digest of the CUDA image you tested> \
+#     -t tessera-worker .
 #   docker tag tessera-worker <account>.dkr.ecr.<region>.amazonaws.com/tessera-worker:<tag>
 #   docker push …   then deploy with WorkerImage=<that image>
 #
 # The runtime image is COLMAP's own CUDA image (Ubuntu 22.04, glibc 2.35). The binary is
 # built on Debian bullseye (glibc 2.31) so that it runs there unchanged.
 
-ARG COLMAP_IMAGE=colmap/colmap:latest
+# No default: a floating tag (`latest`) would change the engine under a deployed stack
+# without anyone noticing (its version is in every job fingerprint). Pin by digest, and
+# set the stack's WorkerColmapVersion to the COLMAP version it holds.
+ARG COLMAP_IMAGE
 
-FROM rust:1.95-bullseye AS build
+# x86_64, the architecture the Batch compute environments' instance types (g5, c6i, m6i)
+# have, whatever machine builds the image.
+FROM --platform=linux/amd64 rust:1.95-bullseye AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p tessera-cli \
  && strip target/release/tessera \
  && cp target/release/tessera /tessera
 
-FROM ${COLMAP_IMAGE}
+FROM --platform=linux/amd64 ${COLMAP_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /tessera /usr/local/bin/tessera
-# The COLMAP backend reads COLMAP's banner ("with CUDA") and then runs SIFT extraction
-# and matching on the GPU.
+# The COLMAP backend reads COLMAP's banner ("with CUDA") and runs SIFT extraction and
+# matching on the GPU where one is present (the CPU queue runs this image too).
 ENV TESSERA_COLMAP=colmap \
     TESSERA_LOG=info \
     TESSERA_LOG_JSON=1

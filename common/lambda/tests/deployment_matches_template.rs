@@ -170,3 +170,26 @@ fn the_gpu_queue_s_instances_can_hold_its_job() {
     assert!(template.contains("ImageType: ECS_AL2023_NVIDIA"));
     assert!(!template.contains("ECS_AL2_NVIDIA"));
 }
+
+/// The worker image is built for the Batch instances' architecture and on a pinned
+/// COLMAP, never a floating tag.
+#[test]
+fn the_worker_image_is_pinned_and_built_for_x86_64() {
+    let dockerfile = std::fs::read_to_string(repo().join("infra/worker.Dockerfile")).unwrap();
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert!(!froms.is_empty());
+    for f in &froms {
+        assert!(f.contains("--platform=linux/amd64"), "{f}");
+    }
+    assert!(
+        !dockerfile.contains(":latest"),
+        "a floating tag in the worker image"
+    );
+    assert!(
+        dockerfile.contains("\nARG COLMAP_IMAGE\n"),
+        "COLMAP_IMAGE must be given, pinned"
+    );
+}
