@@ -1,7 +1,7 @@
 //! What every Tessera Lambda handler shares, so that each `functions/<name>/main.rs`
 //! is a few lines: the queue routes of the AWS deployment ([`routes`]), recognising
-//! message bodies ([`body`]), the engine built from the environment and one SQS batch
-//! with partial batch failures ([`function`]), JSON logs ([`logging`]), and the runtime
+//! message bodies ([`body`]), the engine built from the environment ([`function`]), one
+//! SQS batch with partial batch failures over the ports ([`sqs_batch`]), JSON logs ([`logging`]), and the runtime
 //! loop with graceful shutdown ([`serve_sqs`]).
 #![deny(missing_docs)]
 
@@ -13,6 +13,7 @@ pub mod launch;
 pub mod logging;
 pub mod routes;
 pub mod s3_source;
+pub mod sqs_batch;
 
 pub use function::{Function, Role, face_service};
 
