@@ -274,7 +274,7 @@ fn load(path: &Path) -> anyhow::Result<RgbImage> {
 }
 
 /// A portrait and its one face, as the product's detector finds it.
-fn portrait(models: &FaceModels, dir: &Path, file: &str, label: &str) -> anyhow::Result<Portrait> {
+fn portrait(models: &FaceModels, dir: &Path, file: &str) -> anyhow::Result<Portrait> {
     let pixels = load(&dir.join(file))?;
     let face = models
         .detect_once(&pixels)?
@@ -282,11 +282,7 @@ fn portrait(models: &FaceModels, dir: &Path, file: &str, label: &str) -> anyhow:
         .next()
         .with_context(|| format!("no face in {file}"))?
         .bbox;
-    Ok(Portrait {
-        label: label.into(),
-        pixels,
-        face,
-    })
+    Ok(Portrait { pixels, face })
 }
 
 fn heic_of(jpeg: &[u8]) -> anyhow::Result<Vec<u8>> {
@@ -416,9 +412,9 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
         let product = FaceService::load_from_env(a.detector, 1)?;
         let judge_models = FaceService::load_from_env(judge_kind, 1)?;
         let portraits = vec![
-            portrait(&product, &a.faces, "astronaut.png", "astronaut")?,
-            portrait(&product, &a.faces, "grace_hopper.jpg", "hopper")?,
-            portrait(&product, &a.faces, "camera.png", "cameraman")?,
+            portrait(&product, &a.faces, "astronaut.png")?,
+            portrait(&product, &a.faces, "grace_hopper.jpg")?,
+            portrait(&product, &a.faces, "camera.png")?,
         ];
         // Astronaut and Hopper opted out; the cameraman is a bystander.
         let opted = [true, true, false];

@@ -135,13 +135,25 @@ impl FaceModels {
     /// and, for a photo larger than the detector's input, in full-resolution tiles
     /// ([`crate::search`]).
     pub fn detect(&self, img: &RgbImage) -> Result<Vec<Detection>, FaceError> {
-        Ok(self.search(img)?.faces)
+        // The boxes only: second looks would cost three passes per face for views
+        // nobody reads here.
+        Ok(self.run_search(img, false)?.faces)
     }
 
-    /// [`Self::detect`] with what the search did.
+    /// [`Self::detect`] with what the search did, and every face's second looks.
     pub fn search(&self, img: &RgbImage) -> Result<crate::search::Found, FaceError> {
+        self.run_search(img, true)
+    }
+
+    fn run_search(
+        &self,
+        img: &RgbImage,
+        second_looks: bool,
+    ) -> Result<crate::search::Found, FaceError> {
         let mut s = self.detector.lock().unwrap_or_else(|p| p.into_inner());
-        crate::search::search(img, |part| detect::run(&mut s, self.detector_kind, part))
+        crate::search::search(img, second_looks, |part| {
+            detect::run(&mut s, self.detector_kind, part)
+        })
     }
 
     /// One detector pass over `img` as it is (scaled to the detector's input size): what

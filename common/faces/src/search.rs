@@ -102,14 +102,15 @@ pub struct Found {
     pub views: Vec<Vec<Landmarks>>,
     /// Detector runs.
     pub passes: usize,
-    /// Faces each turn's scaled pass found, upright first.
-    pub per_turn: [usize; 4],
 }
 
 /// Search `img` with `pass` (one detector run on an image no larger than [`MAX_SIDE`],
 /// returning boxes in that image's pixels).
+/// With `second_looks`, every face also gets its [`SECOND_LOOKS`] views (three more
+/// detector passes each); a caller that only wants the boxes skips them.
 pub fn search<E>(
     img: &RgbImage,
+    second_looks: bool,
     mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
 ) -> Result<Found, E> {
     let (w, h) = img.dimensions();
@@ -134,13 +135,12 @@ pub fn search<E>(
     let mut found = Found::default();
     let mut all = Vec::new();
     let mut per_turn: Vec<Vec<Detection>> = Vec::new();
-    for (i, turn) in Turn::ALL.into_iter().enumerate() {
+    for turn in Turn::ALL {
         let mut dets = pass(&turn.apply(&scaled))?;
         found.passes += 1;
         if turn != Turn::Upright {
             dets.retain(|d| d.score >= TURNED_MIN_SCORE);
         }
-        found.per_turn[i] = dets.len();
         let back: Vec<Detection> = dets
             .iter()
             .map(|d| {
@@ -203,7 +203,7 @@ pub fn search<E>(
     }
     all.retain(|d| d.bbox[2] - d.bbox[0] >= 1.0 && d.bbox[3] - d.bbox[1] >= 1.0);
     let (faces, mut views) = merge(all);
-    for (d, v) in faces.iter().zip(views.iter_mut()) {
+    for (d, v) in faces.iter().zip(views.iter_mut()).filter(|_| second_looks) {
         let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
         if fh < 4.0 {
             continue;

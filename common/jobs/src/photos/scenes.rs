@@ -13,8 +13,6 @@ use tessera_imaging::Orientation;
 /// A portrait to place: its pixels and its face box (`[x1, y1, x2, y2]`).
 #[derive(Debug, Clone)]
 pub struct Portrait {
-    /// Whose face (a label the caller gives).
-    pub label: String,
     /// Pixels.
     pub pixels: RgbImage,
     /// The face box in `pixels`.
@@ -221,7 +219,6 @@ mod tests {
             }
         }
         Portrait {
-            label: "square".into(),
             pixels,
             face: [40.0, 40.0, 60.0, 60.0],
         }
