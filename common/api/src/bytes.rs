@@ -9,7 +9,8 @@ use tessera_core::ports::{ObjectStore, ObjectStoreError};
 
 /// Answer a GET for the stored object `key`, reading only what is asked: nothing for a
 /// 304, the requested bytes for a range (a `Range: bytes=0-0` of a 200 MB image costs one
-/// byte of memory, not 200 MB), the whole object otherwise.
+/// byte of memory, not 200 MB; only a range needs the object's size first), the whole
+/// object otherwise.
 pub async fn serve_object(
     req: &HeaderMap,
     objects: &dyn ObjectStore,
@@ -17,9 +18,6 @@ pub async fn serve_object(
     content_type: &str,
     etag: &str,
 ) -> Result<Response, ObjectStoreError> {
-    let Some(meta) = objects.head(key).await? else {
-        return Err(ObjectStoreError::NotFound(key.to_string()));
-    };
     let (etag, mut base) = validators(etag);
     if not_modified(req, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, base).into_response());
@@ -29,11 +27,15 @@ pub async fn serve_object(
         HeaderValue::from_str(content_type)
             .unwrap_or(HeaderValue::from_static("application/octet-stream")),
     );
-    let len = meta.size;
     let Some(range) = req.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         let bytes = objects.get(key).await?;
         return Ok((StatusCode::OK, base, Body::from(bytes)).into_response());
     };
+    let len = objects
+        .head(key)
+        .await?
+        .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
+        .size;
     Ok(match parse_range(range, len) {
         Some((a, b)) => {
             let part = objects.get_range(key, a..b + 1).await?;

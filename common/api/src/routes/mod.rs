@@ -60,6 +60,24 @@ pub async fn page_of<T: serde::de::DeserializeOwned>(
     ))
 }
 
+/// The `Idempotency-Key` header, checked, if sent.
+pub fn idempotency(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<tessera_core::catalog::idempotency::IdempotencyKey>, crate::Problem> {
+    headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| crate::Problem::validation("Idempotency-Key must be printable ASCII"))
+                .and_then(|k| {
+                    Ok(tessera_core::catalog::idempotency::IdempotencyKey::parse(
+                        k,
+                    )?)
+                })
+        })
+        .transpose()
+}
+
 /// A `_links` block with `self` and named links.
 pub fn links(self_href: &str, more: &[(&str, String)]) -> serde_json::Value {
     let mut m = serde_json::Map::new();

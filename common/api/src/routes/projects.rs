@@ -72,7 +72,7 @@ pub async fn create(
     let Json(body) = body
         .map_err(|e| Problem::bad_request(format!("the body must be JSON {{\"name\": …}}: {e}")))?;
     let store = s.engine.ports().store.as_ref();
-    let idem = super::uploads::idempotency(&headers)?;
+    let idem = super::idempotency(&headers)?;
     if let Some(k) = &idem
         && let Some(id) = k.earlier(store, &caller.tenant, "projects").await?
     {

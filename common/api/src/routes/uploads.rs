@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use tessera_core::TenantId;
-use tessera_core::catalog::idempotency::IdempotencyKey;
 use tessera_core::catalog::uploads::{self, MAX_CHUNK, MAX_CHUNKS, Upload, UploadState};
 
 fn view(u: &Upload) -> serde_json::Value {
@@ -41,18 +40,6 @@ pub async fn read_blob(
     Ok(uploads::read_blob(s.engine.ports().objects.as_ref(), tenant, field, sha, max).await?)
 }
 
-/// The `Idempotency-Key` header, checked, if sent.
-pub fn idempotency(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Problem> {
-    headers
-        .get("idempotency-key")
-        .map(|v| {
-            v.to_str()
-                .map_err(|_| Problem::validation("Idempotency-Key must be printable ASCII"))
-                .and_then(|k| Ok(IdempotencyKey::parse(k)?))
-        })
-        .transpose()
-}
-
 /// The body of `POST /v1/uploads`.
 #[derive(Debug, Deserialize)]
 pub struct CreateUpload {
@@ -75,7 +62,7 @@ pub async fn create(
             "the body must be JSON {{\"expected_size\": N}}: {e}"
         ))
     })?;
-    let idem = idempotency(&headers)?;
+    let idem = super::idempotency(&headers)?;
     let (u, created) = uploads::create(
         s.engine.ports().store.as_ref(),
         &caller.tenant,
