@@ -314,13 +314,6 @@ async fn reserve(
                 dataset.dataset_id
             )));
         }
-        if store
-            .get(&image_name_key(img.dataset_id, &img.name))
-            .await?
-            .is_some()
-        {
-            return Err(name_taken(img));
-        }
         let result = store
             .transact(vec![
                 Write::Set {

@@ -22,14 +22,15 @@ fn usage_key(tenant: &TenantId) -> ItemKey {
     ItemKey::new(format!("TENANT#{tenant}"), "USAGE")
 }
 
+fn bytes_of(item: Option<&Item>) -> u64 {
+    item.and_then(|i| i.body["stored_bytes"].as_i64())
+        .unwrap_or(0)
+        .max(0) as u64
+}
+
 /// Bytes of dataset images the tenant stores.
 pub async fn stored_bytes(store: &dyn StateStore, tenant: &TenantId) -> Result<u64, CatalogError> {
-    Ok(store
-        .get(&usage_key(tenant))
-        .await?
-        .and_then(|i| i.body["stored_bytes"].as_i64())
-        .unwrap_or(0)
-        .max(0) as u64)
+    Ok(bytes_of(store.get(&usage_key(tenant)).await?.as_ref()))
 }
 
 /// Refuse `adding` more bytes if they would take the tenant past its quota; make sure
@@ -39,8 +40,7 @@ pub async fn check_stored(
     tenant: &TenantId,
     adding: u64,
 ) -> Result<(), CatalogError> {
-    ensure_usage(store, tenant).await?;
-    let used = stored_bytes(store, tenant).await?;
+    let used = ensure_usage(store, tenant).await?;
     if used.saturating_add(adding) > MAX_STORED_BYTES {
         return Err(CatalogError::TooLarge(format!(
             "tenant {tenant} stores {} MiB of images; {} MiB more would pass its quota of {} GiB; delete datasets or images first",
@@ -53,21 +53,22 @@ pub async fn check_stored(
 }
 
 /// Create the tenant's usage record if it has none (counter writes need it; images
-/// stored before quotas were counted start it at 0).
-pub async fn ensure_usage(store: &dyn StateStore, tenant: &TenantId) -> Result<(), CatalogError> {
-    if store.get(&usage_key(tenant)).await?.is_none() {
-        match store
-            .transact(vec![Write::Put {
-                item: Item::new(usage_key(tenant), serde_json::json!({ "stored_bytes": 0 })),
-                condition: Condition::Absent,
-            }])
-            .await
-        {
-            Err(e) if e.is_conflict() => {}
-            other => other?,
-        }
+/// stored before quotas were counted start it at 0); the bytes it counts.
+pub async fn ensure_usage(store: &dyn StateStore, tenant: &TenantId) -> Result<u64, CatalogError> {
+    if let Some(item) = store.get(&usage_key(tenant)).await? {
+        return Ok(bytes_of(Some(&item)));
     }
-    Ok(())
+    match store
+        .transact(vec![Write::Put {
+            item: Item::new(usage_key(tenant), serde_json::json!({ "stored_bytes": 0 })),
+            condition: Condition::Absent,
+        }])
+        .await
+    {
+        // Created meanwhile by a racing request: read what it holds.
+        Err(e) if e.is_conflict() => stored_bytes(store, tenant).await,
+        other => other.map(|_| 0).map_err(Into::into),
+    }
 }
 
 /// The counter write for `delta` bytes (negative when images go).
