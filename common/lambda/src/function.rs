@@ -52,14 +52,12 @@ pub enum Role {
 /// One function: its engine and adapters.
 #[derive(Clone)]
 pub struct Function {
-    /// The engine, consuming `queue`.
+    /// The engine, consuming its task queue.
     pub engine: Engine,
     /// The adapters it runs on.
     pub adapters: AwsAdapters,
-    /// Its task queue (port name, without the deployment prefix).
-    pub queue: String,
-    /// What it does with task messages.
-    pub role: Role,
+    /// How its SQS batches are handled: its task queue, its role, over the ports.
+    pub batch: SqsBatch,
 }
 
 impl Function {
@@ -101,26 +99,22 @@ impl Function {
             scratch: std::env::temp_dir().join("tessera"),
             ..EngineConfig::default()
         };
-        Function {
-            engine: Engine::new(ports, config, registry),
-            adapters,
+        let engine = Engine::new(ports, config, registry);
+        let batch = SqsBatch {
+            engine: engine.clone(),
             queue: queue.to_string(),
+            queue_prefix: adapters.queue.sqs_name(""),
             role,
+        };
+        Function {
+            engine,
+            adapters,
+            batch,
         }
     }
 
     /// Handle one SQS batch (see [`SqsBatch`]).
     pub async fn handle_sqs(&self, event: SqsEvent) -> SqsBatchResponse {
-        self.batch().handle_sqs(event).await
-    }
-
-    /// The SQS batch handling of this function, over its engine's ports.
-    pub fn batch(&self) -> SqsBatch {
-        SqsBatch {
-            engine: self.engine.clone(),
-            queue: self.queue.clone(),
-            queue_prefix: self.adapters.queue.sqs_name(""),
-            role: self.role.clone(),
-        }
+        self.batch.handle_sqs(event).await
     }
 }

@@ -33,7 +33,7 @@ pub async fn on_shutdown() {
 /// Serve SQS batches until the runtime stops. A setup error (missing environment
 /// variable) ends the process with the variable named in the log.
 pub async fn serve_sqs(function: Function) -> Result<(), lambda_runtime::Error> {
-    tracing::info!(queue = %function.queue, "function ready");
+    tracing::info!(queue = %function.batch.queue, "function ready");
     on_shutdown().await;
     let f = &function;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
