@@ -12,8 +12,9 @@
 # built on Debian bullseye (glibc 2.31) so that it runs there unchanged.
 
 # No default: a floating tag (`latest`) would change the engine under a deployed stack
-# without anyone noticing (its version is in every job fingerprint). Pin by digest, and
-# set the stack's WorkerColmapVersion to the COLMAP version it holds.
+# without anyone noticing (its version is in every job fingerprint). Pin by digest. It
+# must hold COLMAP 3.8, the version of the stage-runner image (infra/stage-runner.Dockerfile)
+# that runs the same jobs' small stages; the stack's WorkerColmapVersion says so.
 ARG COLMAP_IMAGE
 
 # x86_64, the architecture the Batch compute environments' instance types (g5, c6i, m6i)

@@ -6,14 +6,92 @@ itself serialises them. The port conformance suite catches this (a concurrent co
 lost 13 of 60 increments), so this launcher runs DynamoDB requests one at a time and
 everything else (S3, SQS long polls) concurrently, as moto_server does.
 
+With TESSERA_MOTO_UNCHECKED=svc,svc (moto's service names), requests to those services
+skip moto's IAM checks once they are turned on (POST /moto-api/reset-auth): the deploy
+rehearsal turns them on for S3 and SQS, whose resource-level checks moto implements, and
+lists the services it cannot check (moto compares DynamoDB grants against resource "*",
+so a table-scoped grant is refused; its Lambda and STS checks fail on valid signatures).
+
 Usage: python moto_serve.py HOST PORT
 """
+
+import os
 
 import sys
 import threading
 
 from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
+
+from moto.core.authorization import ActionAuthenticatorMixin
+
+UNCHECKED = {s for s in os.environ.get("TESSERA_MOTO_UNCHECKED", "").split(",") if s}
+_checked = ActionAuthenticatorMixin._authenticate_and_authorize_normal_action
+
+
+def _normal_action(self, resource="*"):
+    if getattr(self, "service_name", None) in UNCHECKED:
+        return None
+    self.checking_iam = True
+    try:
+        return _checked(self, resource)
+    finally:
+        self.checking_iam = False
+
+
+ActionAuthenticatorMixin._authenticate_and_authorize_normal_action = _normal_action
+
+# moto checks GetQueueUrl against resource "*" (it reads the queue from QueueUrl, which
+# GetQueueUrl has not got), so a queue-scoped grant is refused; AWS checks the named queue.
+from moto.sqs.responses import SQSResponse  # noqa: E402
+
+_queue_name = SQSResponse._get_queue_name
+
+
+def _named_queue(self):
+    name = self._get_param("QueueName")
+    return name if name and not self._get_param("QueueUrl") else _queue_name(self)
+
+
+SQSResponse._get_queue_name = _named_queue
+
+# AWS authorises SQS's batch actions by the single action's permission (DeleteMessageBatch
+# needs sqs:DeleteMessage); moto asks for sqs:DeleteMessageBatch, which no policy grants.
+_sqs_action = SQSResponse._get_action
+
+
+def _iam_action(self):
+    action = _sqs_action(self)
+    if getattr(self, "checking_iam", False) and action in (
+        "SendMessageBatch", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"
+    ):
+        return action[: -len("Batch")]
+    return action
+
+
+SQSResponse._get_action = _iam_action
+
+# moto's S3 checks read the Authorization header, which a presigned URL has not got (its
+# signature is in the query string): it fails with a KeyError. Such a request is let
+# through; what the URL may do was decided when the api function presigned it.
+_s3_checked = ActionAuthenticatorMixin._authenticate_and_authorize_s3_action
+
+
+def _s3_action(self, bucket_name=None, key_name=None):
+    if "Authorization" not in self.headers and "X-Amz-Signature" in getattr(self, "querystring", {}):
+        return None
+    return _s3_checked(self, bucket_name, key_name)
+
+
+ActionAuthenticatorMixin._authenticate_and_authorize_s3_action = _s3_action
+
+# With TESSERA_MOTO_EXTERNAL_LAMBDA=1 moto does not run event source mappings itself (it
+# would receive each message on send and try to invoke the function in Docker): the deploy
+# rehearsal is the Lambda service, polling as the mapping says.
+if os.environ.get("TESSERA_MOTO_EXTERNAL_LAMBDA") == "1":
+    from moto.sqs.models import Queue
+
+    Queue.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)
 
 app = DomainDispatcherApplication(create_backend_app)
 dynamodb = threading.Lock()

@@ -42,6 +42,10 @@ pub enum AwsCommand {
         #[arg(long)]
         revoke: bool,
     },
+    /// Where every task kind runs on AWS in each resource class (its queue, so its
+    /// function or the Batch orchestrator), and what it needs there (COLMAP, the face
+    /// runtime). Reads no AWS resource.
+    Routes,
 }
 
 /// Run it.
@@ -55,6 +59,7 @@ pub async fn run(json: bool, cmd: AwsCommand) -> anyhow::Result<ExitCode> {
             prefix,
             revoke,
         } => grant_source(json, &tenant, &bucket, &prefix, revoke).await,
+        AwsCommand::Routes => routes_table(json),
     }
 }
 
@@ -97,6 +102,31 @@ async fn init(json: bool) -> anyhow::Result<ExitCode> {
             a.queue.sqs_name(routes::UPLOADS),
             queues.join(", ")
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn routes_table(json: bool) -> anyhow::Result<ExitCode> {
+    let placements = routes::placements(&tessera_jobs::registry());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&placements)?);
+    } else {
+        for p in placements {
+            let queues: Vec<String> = p
+                .queues
+                .iter()
+                .map(|(class, q)| {
+                    format!(
+                        "{}={q}",
+                        serde_json::to_value(class)
+                            .unwrap_or_default()
+                            .as_str()
+                            .unwrap_or("?")
+                    )
+                })
+                .collect();
+            println!("{:<24} needs {:?}: {}", p.kind, p.needs, queues.join(" "));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -64,6 +64,9 @@ where
         Some("AWS.SimpleQueueService.NonExistentQueue" | "QueueDoesNotExist") => {
             QueueError::NoSuchQueue(msg)
         }
+        Some("AccessDenied" | "AccessDeniedException" | "AuthorizationError") => {
+            QueueError::Denied(msg)
+        }
         _ => match sdk_error::classify(&e) {
             Failure::Invalid => QueueError::Invalid(msg),
             Failure::Transient => QueueError::Unavailable(msg),

@@ -103,9 +103,27 @@ impl TaskOutput {
     }
 }
 
+/// What a task kind needs from the machine that runs it, beyond the Tessera binary. On
+/// AWS each queue's function has a package (a zip with its layers, or a container image)
+/// that provides some of these; a kind must only be routed where its needs are met, since
+/// a missing engine fails the task permanently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Need {
+    /// The COLMAP executable (every reconstruction stage reads its version).
+    Colmap,
+    /// ONNX Runtime and the face models (detection, recognition).
+    FaceRuntime,
+}
+
 /// What a task kind does.
 #[async_trait]
 pub trait TaskHandler: Send + Sync + 'static {
+    /// What the machine must provide to run this kind (see [`Need`]).
+    fn needs(&self) -> &'static [Need] {
+        &[]
+    }
+
     /// Do the work. Long work calls [`TaskContext::checkpoint`] at phase boundaries
     /// and runs subprocesses through the context so cancel can stop them.
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError>;
@@ -139,6 +157,12 @@ impl Registry {
     /// The handler for `kind`.
     pub fn get(&self, kind: &str) -> Option<Arc<dyn TaskHandler>> {
         self.handlers.get(kind).cloned()
+    }
+
+    /// What running `kind` needs (nothing for an unknown kind: it is archived as poison
+    /// wherever it lands).
+    pub fn needs(&self, kind: &str) -> &'static [Need] {
+        self.handlers.get(kind).map_or(&[], |h| h.needs())
     }
 
     /// Registered kinds, sorted.

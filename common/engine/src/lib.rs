@@ -35,7 +35,7 @@ use tessera_core::ports::{Compute, EventLog, ObjectStore, Queue, StateStore};
 
 pub use context::TaskContext;
 pub use error::EngineError;
-pub use handler::{Registry, TaskError, TaskHandler, TaskOutput};
+pub use handler::{Need, Registry, TaskError, TaskHandler, TaskOutput};
 pub use plan::{JobPlan, PREPARED_RESERVE, Prepared, Submitted, TaskPlan};
 pub use retry::RetryPolicy;
 pub use worker::Worker;
@@ -124,13 +124,23 @@ pub struct QueueRoutes {
 impl QueueRoutes {
     /// The queue `task` is offered on; `own` is the engine's queue.
     pub fn queue_for<'a>(&'a self, task: &tessera_core::task::Task, own: &'a str) -> &'a str {
-        if task.resource_class.is_heavy()
+        self.queue_for_kind(&task.kind, task.resource_class, own)
+    }
+
+    /// The queue a task of `kind` in resource class `class` is offered on.
+    pub fn queue_for_kind<'a>(
+        &'a self,
+        kind: &str,
+        class: tessera_core::task::ResourceClass,
+        own: &'a str,
+    ) -> &'a str {
+        if class.is_heavy()
             && let Some(q) = &self.heavy
         {
             return q;
         }
         self.by_kind
-            .get(&task.kind)
+            .get(kind)
             .or(self.fallback.as_ref())
             .map_or(own, String::as_str)
     }

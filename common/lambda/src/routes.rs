@@ -3,7 +3,8 @@
 //! the two agree.
 
 use std::collections::BTreeMap;
-use tessera_engine::QueueRoutes;
+use tessera_core::task::ResourceClass;
+use tessera_engine::{Need, QueueRoutes, Registry};
 use tessera_jobs::photos::kinds;
 
 /// S3 object-created notifications for `uploads/` (consumed by the ingest function).
@@ -49,5 +50,75 @@ pub fn routes() -> QueueRoutes {
         ),
         heavy: Some(ORCHESTRATOR.into()),
         fallback: Some(STAGE_RUNNER.into()),
+    }
+}
+
+/// Where a task kind lands on AWS in each resource class, and what it needs there.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Placement {
+    /// The task kind.
+    pub kind: String,
+    /// What the function (or Batch job) that runs it must provide.
+    pub needs: &'static [Need],
+    /// Resource class → queue.
+    pub queues: BTreeMap<ResourceClass, String>,
+}
+
+/// Every kind of `registry` in every resource class, routed as the deployment routes it:
+/// what the deploy rehearsal checks against each function's package.
+pub fn placements(registry: &Registry) -> Vec<Placement> {
+    let routes = routes();
+    registry
+        .kinds()
+        .into_iter()
+        .map(|kind| Placement {
+            needs: registry.needs(&kind),
+            queues: [
+                ResourceClass::Small,
+                ResourceClass::Medium,
+                ResourceClass::Large,
+                ResourceClass::Xlarge,
+            ]
+            .into_iter()
+            .map(|class| {
+                (
+                    class,
+                    routes
+                        .queue_for_kind(&kind, class, STAGE_RUNNER)
+                        .to_string(),
+                )
+            })
+            .collect(),
+            kind,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reconstruction stages need COLMAP and photo processing needs the face runtime;
+    /// a kind that forgets to say so would be routed anywhere.
+    #[test]
+    fn engine_and_face_kinds_say_what_they_need() {
+        let placements = placements(&tessera_jobs::registry());
+        let needs = |k: &str| {
+            placements
+                .iter()
+                .find(|p| p.kind == k)
+                .unwrap_or_else(|| panic!("no kind {k}"))
+                .needs
+        };
+        for k in ["sfm.extract", "sfm.map", "sfm.bundle_adjust", "sfm.export"] {
+            assert_eq!(needs(k), &[Need::Colmap], "{k}");
+        }
+        for k in [kinds::FACE_PROCESS, kinds::REPROCESS, kinds::THUMBNAIL_DIMS] {
+            assert_eq!(needs(k), &[Need::FaceRuntime], "{k}");
+        }
+        assert!(needs(kinds::INGEST).is_empty());
+        let extract = placements.iter().find(|p| p.kind == "sfm.extract").unwrap();
+        assert_eq!(extract.queues[&ResourceClass::Small], STAGE_RUNNER);
+        assert_eq!(extract.queues[&ResourceClass::Large], ORCHESTRATOR);
     }
 }

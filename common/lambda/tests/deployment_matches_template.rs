@@ -40,11 +40,37 @@ fn every_routed_queue_and_function_is_in_the_template() {
             continue;
         }
         let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        let package = format!("-p tessera-fn-{name} ");
+        let in_an_image = template
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Dockerfile: "))
+            .any(|d| {
+                std::fs::read_to_string(repo().join(d))
+                    .is_ok_and(|dockerfile| dockerfile.contains(&package))
+            });
         assert!(
-            template.contains(&format!("CodeUri: ../functions/{name}\n")),
+            template.contains(&format!("CodeUri: ../functions/{name}\n")) || in_an_image,
             "functions/{name} is not deployed by infra/template.yaml"
         );
     }
+}
+
+/// A job pins one COLMAP version for all its stages, and its small stages run in the
+/// stage-runner image (Debian bookworm's COLMAP 3.8) while its large ones run in the
+/// worker image: the stack's declared worker version must be the stage-runner's.
+#[test]
+fn the_stage_runner_image_and_the_worker_run_one_colmap_version() {
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    let image = std::fs::read_to_string(repo().join("infra/stage-runner.Dockerfile")).unwrap();
+    assert!(image.contains("\nFROM debian:bookworm-slim\n"), "{image}");
+    assert!(
+        image.contains(" colmap "),
+        "the stage-runner image installs no COLMAP"
+    );
+    assert!(
+        template.contains("  WorkerColmapVersion:\n    Type: String\n    Default: \"3.8\"\n"),
+        "WorkerColmapVersion's default is not Debian bookworm's COLMAP 3.8"
+    );
 }
 
 /// The function URL must not answer CORS itself: its `AllowOrigins: ["*"]` overrode the
@@ -85,6 +111,18 @@ fn sam_builds_are_not_cached_and_the_default_architecture_is_the_one_ci_builds()
     let samconfig = std::fs::read_to_string(repo().join("samconfig.toml")).unwrap();
     assert!(samconfig.contains("cached = false"), "{samconfig}");
     assert!(samconfig.contains("Architecture=x86_64"), "{samconfig}");
+    let deploy = samconfig
+        .split("[default.deploy.parameters]")
+        .nth(1)
+        .expect("deploy parameters");
+    assert!(
+        !deploy.contains("template_file"),
+        "sam deploy would read the source template, not the one sam build wrote"
+    );
+    assert!(
+        deploy.contains("resolve_image_repos = true"),
+        "the stage-runner image has no repository to be pushed to"
+    );
     let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
     assert!(
         template.contains("  Architecture:\n    Type: String\n    Default: x86_64\n"),

@@ -49,6 +49,11 @@ pub enum QueueError {
     /// was received by someone else); the action was not applied.
     #[error("receipt is stale: message {0} was delivered again since")]
     StaleReceipt(String),
+    /// The caller's credentials may not do this to the queue (on AWS: the function's
+    /// role lacks the permission). Said apart from a missing queue, which it would
+    /// otherwise look like to an operator reading the log.
+    #[error("not allowed: {0}; grant the permission to the caller's role")]
+    Denied(String),
     /// The request is invalid (body too large, delay too long, bad name).
     #[error("invalid queue request: {0}")]
     Invalid(String),
@@ -61,7 +66,9 @@ impl Classify for QueueError {
     fn class(&self) -> ErrorClass {
         match self {
             QueueError::Unavailable(_) | QueueError::StaleReceipt(_) => ErrorClass::Transient,
-            QueueError::NoSuchQueue(_) | QueueError::Invalid(_) => ErrorClass::Permanent,
+            QueueError::NoSuchQueue(_) | QueueError::Denied(_) | QueueError::Invalid(_) => {
+                ErrorClass::Permanent
+            }
         }
     }
 }

@@ -34,7 +34,7 @@ use tessera_core::ports::state_store::{Condition, Write};
 use tessera_core::privacy::{FaceDecision, MatchPolicy, SubjectEmbeddings};
 use tessera_core::records;
 use tessera_core::task::Task;
-use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
+use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
 /// Which job this is.
@@ -122,6 +122,12 @@ fn migration(photo: &Photo, orientation: Orientation) -> Option<Migration> {
 
 #[async_trait]
 impl TaskHandler for Process {
+    /// Every mode may detect: a publish without detection detects after all when someone
+    /// opted out meanwhile, and a re-blur re-detects photos whose orientation rules changed.
+    fn needs(&self) -> &'static [Need] {
+        &[Need::FaceRuntime]
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let id = payload_photo(ctx.task())?;
         let ports = ctx.ports();

@@ -215,6 +215,10 @@ struct Relocalize;
 
 #[async_trait]
 impl TaskHandler for Relocalize {
+    fn needs(&self) -> &'static [tessera_engine::Need] {
+        &[tessera_engine::Need::Colmap]
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: RelocalizeSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
         let Workspace { base, work, images } = workspace(ctx, &spec.base_job, "relocalize").await?;
@@ -373,6 +377,10 @@ struct Triangulate;
 
 #[async_trait]
 impl TaskHandler for Triangulate {
+    fn needs(&self) -> &'static [tessera_engine::Need] {
+        &[tessera_engine::Need::Colmap]
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: TriangulateSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
         let Workspace { base, work, images } =

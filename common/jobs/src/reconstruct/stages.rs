@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tessera_core::event::{EventKind, Phase};
 use tessera_core::ports::compute::{KillReason, ProcessReport, ProcessSpec, Stream};
 use tessera_core::spec::{BaMode, BackendSpec, Georef, PairStrategy, ReconstructionSpec};
-use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
+use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_sfm::backend::{EngineBackend, Invocation};
 use tessera_sfm::colmap::ColmapBackend;
 use tessera_sfm::{metrics, model_bin, model_text};
@@ -85,6 +85,11 @@ struct Run<'a> {
 
 #[async_trait]
 impl TaskHandler for StageHandler {
+    /// Every stage keys its cache on the installed COLMAP's version.
+    fn needs(&self) -> &'static [Need] {
+        &[Need::Colmap]
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let spec: ReconstructionSpec = tessera_core::spec::parse(ctx.job().spec.clone())?;
         let run = Run {

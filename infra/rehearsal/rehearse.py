@@ -1,0 +1,528 @@
+"""Deploy rehearsal: infra/template.yaml as `sam deploy` would create it, on moto, with
+every function run from the workspace's binaries as the Lambda service would run it.
+
+  1. SAM's translator turns the template into CloudFormation; moto's CloudFormation
+     creates it (what moto skips is created through the APIs from the same properties).
+  2. Every function's configuration, role, layers and event source mappings are read
+     back from the deployed stack; each function gets its own role's credentials
+     (sts:AssumeRole) while moto enforces IAM.
+  3. Each function's binary runs behind a Runtime API, in a sandbox holding only what its
+     package holds (a zip: its bootstrap and its layers; an image: what its Dockerfile
+     installs), killed at its timeout and at its memory size, fed by a poller that honours
+     its event source mapping; scheduled rules fire at their rate; the api function sits
+     behind its function URL.
+  4. Scenarios, as a client would drive them: a photo upload published; a subject enrolled
+     and every photo re-blurred; a function killed at its timeout mid-task and the task
+     redelivered to one result; poison and dead letters archived; a 6-photo
+     reconstruction with the routing as deployed.
+
+Usage: python rehearse.py --target-dir DIR [--profile debug] [--report OUT.json]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+
+import boto3
+from botocore.config import Config
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lambda_service import Function, FunctionUrl, Schedule, SqsPoller  # noqa: E402
+from stack import Stack  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
+CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
+STACK = "tessera"
+# moto's services whose IAM checks the rehearsal cannot use (see scripts/moto_serve.py);
+# S3 and SQS are checked, resource by resource, against each function's own role.
+UNCHECKED = ("dynamodb", "awslambda", "sts", "events", "cloudwatch", "batch", "iam", "cloudformation")
+
+
+def log(msg):
+    print(f"[rehearsal {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Clients:
+    def __init__(self, endpoint, key, secret, token=None):
+        kw = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
+                  aws_secret_access_key=secret, aws_session_token=token,
+                  config=Config(retries={"max_attempts": 2}, s3={"addressing_style": "path"}))
+        self.s3 = boto3.client("s3", **kw)
+        self.sqs = boto3.client("sqs", **kw)
+        self.ddb = boto3.client("dynamodb", **kw)
+        self.lam = boto3.client("lambda", **kw)
+        self.cfn = boto3.client("cloudformation", **kw)
+        self.cw = boto3.client("cloudwatch", **kw)
+        self.events = boto3.client("events", **kw)
+        self.iam = boto3.client("iam", **kw)
+        self.sts = boto3.client("sts", **kw)
+
+
+def cargo_bin(crate_dir):
+    text = open(os.path.join(REPO, crate_dir, "Cargo.toml")).read()
+    m = re.search(r'\[\[bin\]\]\s*name\s*=\s*"([^"]+)"', text)
+    return m.group(1) if m else re.search(r'name\s*=\s*"([^"]+)"', text).group(1)
+
+
+def crate_of_package(package):
+    for d in sorted(os.listdir(os.path.join(REPO, "functions"))):
+        toml = os.path.join(REPO, "functions", d, "Cargo.toml")
+        if os.path.exists(toml) and f'name = "{package}"' in open(toml).read():
+            return f"functions/{d}"
+    raise SystemExit(f"no crate for package {package}")
+
+
+def image_contents(dockerfile):
+    """What a container image holds beyond its bootstrap, from its Dockerfile: the crate it
+    builds and the executables of the Debian packages it installs (taken from this
+    machine's packages of the same names: Debian's COLMAP stands in for the image's)."""
+    text = open(os.path.join(REPO, dockerfile)).read().replace("\\\n", " ")
+    package = re.search(r"cargo build [^\n]*-p ([\w-]+)", text).group(1)
+    installs = []
+    for m in re.finditer(r"apt-get install ([^&\n]+)", text):
+        installs += [w for w in m.group(1).split() if not w.startswith("-")]
+    executables = []
+    for pkg in installs:
+        files = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True)
+        if files.returncode != 0:
+            raise SystemExit(f"{dockerfile} installs {pkg}, which this machine lacks (apt-get install {pkg})")
+        executables += [f for f in files.stdout.split() if f.startswith("/usr/bin/") and os.access(f, os.X_OK)]
+    return crate_of_package(package), installs, executables
+
+
+class Rehearsal:
+    def __init__(self, args):
+        self.args = args
+        self.work = tempfile.mkdtemp(prefix="tessera-rehearsal-")
+        self.failures = []
+        self.report = {"functions": {}, "scenarios": {}}
+
+    # -- set up ----------------------------------------------------------------------------
+
+    def deploy(self):
+        a = self.args
+        translated = os.path.join(self.work, "template.json")
+        packages_json = os.path.join(self.work, "packages.json")
+        subprocess.run([os.path.join(CACHE, "venv-sam/bin/python"), os.path.join(REPO, "scripts/translate_template.py"),
+                        os.path.join(REPO, "infra/template.yaml"), translated, packages_json], check=True,
+                       env=dict(os.environ, AWS_DEFAULT_REGION="us-east-1"))
+        template = json.load(open(translated))
+        self.packages = json.load(open(packages_json))
+        arch = template["Parameters"]["Architecture"]["Default"]
+        layer_zip = os.path.join(self.work, f"face-runtime-{arch}.zip")
+        subprocess.run([os.path.join(REPO, "scripts/build-face-layer"), arch, layer_zip], check=True,
+                       stdout=subprocess.DEVNULL)
+
+        port = free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.moto = subprocess.Popen([sys.executable, os.path.join(REPO, "scripts/moto_serve.py"), "127.0.0.1", str(port)],
+                                     stdout=open(os.path.join(self.work, "moto.log"), "wb"), stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, TESSERA_MOTO_UNCHECKED=",".join(UNCHECKED), TESSERA_MOTO_EXTERNAL_LAMBDA="1",
+                                              # AWS managed policies (AWSLambdaSQSQueueExecutionRole …)
+                                              MOTO_IAM_LOAD_MANAGED_POLICIES="true"))
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        boot = Clients(self.endpoint, "rehearsal", "rehearsal")
+        # The operator deploying: an IAM user allowed everything, since moto checks IAM.
+        boot.iam.create_user(UserName="operator")
+        boot.iam.put_user_policy(UserName="operator", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        k = boot.iam.create_access_key(UserName="operator")["AccessKey"]
+        self.op = Clients(self.endpoint, k["AccessKeyId"], k["SecretAccessKey"])
+        self.op_env = {"AWS_ACCESS_KEY_ID": k["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": k["SecretAccessKey"]}
+
+        self.stack = Stack(self.op, STACK, template, {"Subnets": "subnet-0rehearsal", "SecurityGroups": "sg-0rehearsal"})
+        t0 = time.time()
+        self.layer_arn = self.stack.create(layer_zip)
+        log(f"stack created in {time.time() - t0:.1f}s; applied through APIs: "
+            f"{sorted({r['Type'] for r in template['Resources'].values() if r['Type'] in __import__('stack').APPLIED_BY_API})}")
+        # From here on moto checks every request's signature and IAM permissions.
+        urllib.request.urlopen(urllib.request.Request(
+            self.endpoint + "/moto-api/reset-auth", data=b"0", method="POST", headers={"content-type": "text/plain"}))
+        self.opt = os.path.join(self.work, "opt")
+        with zipfile.ZipFile(layer_zip) as z:
+            z.extractall(self.opt)
+        os.chmod(os.path.join(self.opt, "lib"), 0o755)
+
+    def start_functions(self):
+        target = os.path.join(self.args.target_dir, self.args.profile)
+        self.functions = {}
+        confs = self.stack.functions()
+        for logical, conf in confs.items():
+            pkg = self.packages[logical]
+            root = os.path.join(self.work, logical, "task")
+            os.makedirs(root)
+            if "zip" in pkg:
+                crate = pkg["zip"]
+                if conf.get("PackageType", "Zip") != "Zip":
+                    self.fail(f"{logical}: deployed as {conf.get('PackageType')} but built as a zip")
+                layers = [l["Arn"] for l in conf.get("Layers", [])]
+                path = f"{root}:{self.opt}/bin" if layers else root
+                provides = {"face_runtime"} if self.layer_arn in layers and "ORT_DYLIB_PATH" in conf["Environment"]["Variables"] else set()
+                opt = self.opt if layers else os.path.join(self.work, "no-layers")
+            else:
+                crate, installs, executables = image_contents(pkg["image"])
+                if conf.get("PackageType") != "Image":
+                    self.fail(f"{logical}: built as an image but deployed as {conf.get('PackageType')}")
+                image_bin = os.path.join(self.work, logical, "image-bin")
+                os.makedirs(image_bin)
+                for e in executables:
+                    os.symlink(e, os.path.join(image_bin, os.path.basename(e)))
+                path = f"{root}:{image_bin}"
+                provides = {"colmap"} if "colmap" in installs else set()
+                opt = os.path.join(self.work, "no-layers")
+            binary = os.path.join(target, cargo_bin(crate))
+            if not os.path.exists(binary):
+                raise SystemExit(f"{binary} is not built: cargo build -p <{crate}>")
+            os.symlink(binary, os.path.join(root, "bootstrap"))
+            creds = self.op.sts.assume_role(RoleArn=conf["Role"], RoleSessionName=conf["FunctionName"][:64])["Credentials"]
+            env = {
+                "AWS_ACCESS_KEY_ID": creds["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
+                "AWS_SESSION_TOKEN": creds["SessionToken"], "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                # The one thing Lambda would not set: where AWS is.
+                "AWS_ENDPOINT_URL": self.endpoint,
+            }
+            f = Function(conf, os.path.join(root, "bootstrap"), root, path, env, opt)
+            f.provides = provides
+            f.role_clients = Clients(self.endpoint, creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
+            self.functions[logical] = f
+        by_arn = {f.arn: f for f in self.functions.values()}
+        self.pollers = []
+        for m in self.stack.mappings():
+            f = by_arn[m["FunctionArn"]]
+            queue_name = m["EventSourceArn"].rsplit(":", 1)[1]
+            # The mapping reads its queue with the function's role, as Lambda does.
+            account = m["EventSourceArn"].split(":")[4]
+            url = f"{self.endpoint}/{account}/{queue_name}"
+            p = SqsPoller(m, f, f.role_clients.sqs, url)
+            p.queue_name = queue_name
+            p.start()
+            self.pollers.append(p)
+        self.schedules = []
+        for rule, seconds, arn in self.stack.schedules():
+            s = Schedule(rule, seconds, by_arn[arn])
+            s.start()
+            self.schedules.append(s)
+        api = self.functions["ApiFunction"]
+        mode = self.op.lam.get_function_url_config(FunctionName=api.name).get("InvokeMode", "BUFFERED")
+        self.url = FunctionUrl(api, mode)
+        threading.Thread(target=self.url.serve_forever, daemon=True).start()
+        log(f"{len(self.functions)} functions, {len(self.pollers)} event source mappings, "
+            f"{len(self.schedules)} schedules, function URL {self.url.url} ({mode})")
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def fail(self, msg):
+        log(f"FAIL: {msg}")
+        self.failures.append(msg)
+
+    def check(self, cond, msg):
+        if not cond:
+            self.fail(msg)
+        return cond
+
+    def check_placements(self):
+        """No task kind is routed to a function (or Batch) lacking what it needs."""
+        out = subprocess.run([os.path.join(self.args.target_dir, self.args.profile, "tessera"), "aws", "routes", "--json"],
+                             capture_output=True, text=True, check=True)
+        by_queue = {p.queue_name: p.f for p in self.pollers}
+        worker = self.stack._condition_holds({"Condition": "HasWorker"})
+        checked = 0
+        for place in json.loads(out.stdout):
+            for klass, queue in place["queues"].items():
+                needs = set(place["needs"])
+                name = f"{STACK}-{queue}"
+                if queue == "orchestrator":
+                    # The orchestrator hands the task to Batch: the worker image (COLMAP
+                    # from its base image) or, in a stack without one, a permanent failure
+                    # that says so.
+                    provides = {"colmap"} if worker else needs
+                else:
+                    f = by_queue.get(name)
+                    if not self.check(f is not None, f"{place['kind']} ({klass}) goes to {name}, which no function consumes"):
+                        continue
+                    provides = f.provides
+                self.check(needs <= provides,
+                           f"{place['kind']} ({klass}) goes to {name}, whose package lacks {sorted(needs - provides)}")
+                checked += 1
+        log(f"placements: {checked} (kind, class) routes checked against the deployed packages")
+
+    # -- a client of the deployed API ----------------------------------------------------------
+
+    def http(self, method, path, body=None, headers=None, raw=False, key=True):
+        h = dict(headers or {})
+        if key:
+            h["authorization"] = f"Bearer {self.api_key}"
+        data = body
+        if body is not None and not isinstance(body, bytes):
+            data = json.dumps(body).encode()
+            h.setdefault("content-type", "application/json")
+        req = urllib.request.Request(self.url.url + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                status, payload = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, payload = e.code, e.read()
+        if raw:
+            return status, payload
+        try:
+            return status, json.loads(payload or b"null")
+        except ValueError:
+            return status, payload
+
+    def upload_blob(self, data):
+        import hashlib
+        sha = hashlib.sha256(data).hexdigest()
+        s, u = self.http("POST", "/v1/uploads", {"expected_size": len(data), "expected_sha": sha})
+        assert s == 201, (s, u)
+        url = f"/v1/uploads/{u['upload_id']}"
+        chunk = 256 * 1024
+        for a in range(0, len(data), chunk):
+            b = min(a + chunk, len(data)) - 1
+            s, r = self.http("PATCH", url, data[a:b + 1], {"content-range": f"bytes {a}-{b}/{len(data)}",
+                                                             "content-type": "application/octet-stream"})
+            assert s == 200, (s, r)
+        s, r = self.http("POST", url + ":finalize")
+        assert s in (200, 201), (s, r)
+        return r["blob_sha"]
+
+    def wait(self, what, cond, timeout):
+        until = time.time() + timeout
+        last = None
+        while time.time() < until:
+            last = cond()
+            if last:
+                return last
+            time.sleep(0.5)
+        self.fail(f"timed out after {timeout}s waiting for {what}")
+        return None
+
+    # -- scenarios -------------------------------------------------------------------------
+
+    def scenario_photos(self):
+        t0 = time.time()
+        s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-photos"})
+        assert s == 201, (s, p)
+        pid = p["project_id"]
+        # The operator's calibrated threshold (the face models' README): without one every
+        # face is blurred, fail closed, and nothing tells a match from a stranger.
+        s, r = self.http("PUT", f"/v1/x-tessera/projects/{pid}/privacy", {"match_threshold": 0.363, "blur_expand": 0.35})
+        self.check(s in (200, 202), f"privacy settings: {s} {r}")
+        files = ["grace_hopper.jpg", "astronaut.png", "composite_pd_1280x896.jpg"]
+
+        def put_photo(name):
+            s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign",
+                               {"name": name, "content_type": "image/png" if name.endswith(".png") else "image/jpeg"})
+            assert s == 201, (s, pre)
+            data = open(os.path.join(SHARED, "testdata/faces", name), "rb").read()
+            req = urllib.request.Request(pre["upload"]["url"], data=data, method="PUT", headers=pre["upload"]["headers"])
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert r.status == 200, r.status
+            return pre["photo_id"]
+
+        def privacy():
+            return self.http("GET", f"/v1/x-tessera/projects/{pid}/privacy")[1]
+
+        photos = [put_photo(f) for f in files]
+        ok = self.wait("3 uploads published", lambda: privacy()["photos_published"] == 3, 240)
+        self.check(ok, "S3 upload → ingest → publish did not publish 3 photos")
+        log(f"photos: 3 S3 uploads published in {time.time() - t0:.1f}s")
+
+        # Enrol a subject: every photo is re-decided and re-blurred.
+        t1 = time.time()
+        rev = privacy()["subjects_rev"]
+        sha = self.upload_blob(open(os.path.join(SHARED, "testdata/faces/grace_hopper.jpg"), "rb").read())
+        s, sub = self.http("POST", f"/v1/x-tessera/projects/{pid}/subjects", {"label": "grace", "blob_shas": [sha]})
+        self.check(s in (200, 201), f"enrol: {s} {sub}")
+        current = self.wait("every photo re-blurred", lambda: (lambda v: v["subjects_rev"] > rev and v["photos_not_current"] == 0
+                                                                and v["photos_published"] == 3)(privacy()), 240)
+        self.check(current, f"after enrolment not every photo was re-blurred: {privacy()}")
+        s, grace = self.http("GET", f"/v1/x-tessera/photos/{photos[0]}")
+        decisions = [(f.get("decision") or {}).get("decision") for f in grace.get("faces", [])]
+        self.check("subject" in decisions, f"grace's photo, re-decided after her enrolment: {decisions}")
+        s, other = self.http("GET", f"/v1/x-tessera/photos/{photos[1]}")
+        others = [(f.get("decision") or {}).get("decision") for f in other.get("faces", [])]
+        self.check(others and "subject" not in others, f"a stranger's photo after grace's enrolment: {others}")
+        log(f"photos: enrolment re-blurred every photo in {time.time() - t1:.1f}s")
+
+        # A function killed at its timeout mid-task: the task is redelivered and ends once.
+        fp = self.functions["FaceProcessFunction"]
+        put_photo("camera.png")  # warms face-process with the deployed timeout
+        self.wait("a first face-process photo", lambda: privacy()["photos_published"] == 4, 180)
+        deployed = fp.timeout_s
+        self.op.lam.update_function_configuration(FunctionName=fp.name, Timeout=1)
+        fp.update_timeout(self.op.lam.get_function_configuration(FunctionName=fp.name)["Timeout"])
+        t2 = time.time()
+        killed = put_photo("astronaut.png")
+        self.wait("face-process killed at its timeout", lambda: fp.timeouts > 0, 120)
+        self.op.lam.update_function_configuration(FunctionName=fp.name, Timeout=deployed)
+        fp.update_timeout(self.op.lam.get_function_configuration(FunctionName=fp.name)["Timeout"])
+        done = self.wait("the killed photo published after redelivery", lambda: self.http(
+            "GET", f"/v1/x-tessera/photos/{killed}")[1].get("status") == "published", 200)
+        self.check(done, f"the photo whose face-process was killed never published: {self.http('GET', f'/v1/x-tessera/photos/{killed}')[1]}")
+        s, row = self.http("GET", f"/v1/x-tessera/photos/{killed}")
+        self.check(row.get("variant_version") == 1, f"the redelivered task published more than once: {row.get('variant_version')}")
+        self.check(fp.timeouts >= 1, "face-process was never killed at its timeout")
+        keys = self.op.s3.list_objects_v2(Bucket=self.stack.physical["PhotoBucket"], Prefix="public/").get("Contents", [])
+        self.check(privacy()["photos_published"] == 5, f"not 5 photos published: {privacy()}")
+        self.report["scenarios"]["timeout_kill"] = {"timeouts": fp.timeouts, "seconds_to_publish": round(time.time() - t2, 1),
+                                                    "public_objects": len(keys), "photo": row.get("status"),
+                                                    "variant_version": row.get("variant_version")}
+        log(f"photos: face-process killed at 1 s ({fp.timeouts}×), the task redelivered and published in {time.time() - t2:.1f}s")
+
+    def scenario_dead_letters(self):
+        bucket = self.stack.physical["PhotoBucket"]
+        s3 = self.op.s3
+        before = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="archive/").get("Contents", [])}
+        ingest_url = self.op.sqs.get_queue_url(QueueName=f"{STACK}-ingest")["QueueUrl"]
+        self.op.sqs.send_message(QueueUrl=ingest_url, MessageBody='{"task_id": "not a task"')
+        # What SQS does after maxReceiveCount: the message moves to the dead-letter queue.
+        dlq = self.op.sqs.get_queue_url(QueueName=f"{STACK}-face-process-dlq")["QueueUrl"]
+        self.op.sqs.send_message(QueueUrl=dlq, MessageBody='{"task_id": "00000000-0000-0000-0000-000000000000"}')
+
+        def archived():
+            keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="archive/").get("Contents", [])} - before
+            return keys if len(keys) >= 2 else None
+        keys = self.wait("poison and the dead letter archived", archived, 60)
+        self.check(keys and any("face-process-dlq" in k or "face-process" in k for k in keys), f"archive keys: {keys}")
+        self.report["scenarios"]["dead_letters"] = sorted(keys or [])
+        log(f"dead letters: archived {sorted(keys or [])}")
+
+    def scenario_reconstruction(self):
+        t0 = time.time()
+        s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-sfm"})
+        pid = p["project_id"]
+        s, d = self.http("POST", f"/v1/projects/{pid}/datasets", {"name": "six"})
+        did = d["dataset_id"]
+        images = sorted(os.listdir(os.path.join(REPO, "sample/images")))[:6]
+        for name in images:
+            sha = self.upload_blob(open(os.path.join(REPO, "sample/images", name), "rb").read())
+            s, r = self.http("POST", f"/v1/datasets/{did}/images", {"name": name, "blob_sha": sha})
+            assert s == 201, (s, r)
+        # The recipe with its defaults: the routing decides where each stage runs.
+        s, lro = self.http("POST", f"/v1/projects/{pid}/pipelines/incremental",
+                               {"dataset_id": did, "spec": {"kind": "incremental"}})
+        if not self.check(s == 202, f"recipe: {s} {lro}"):
+            return
+        job = lro["job_id"]
+        detail = self.wait("the reconstruction to end", lambda: (lambda d: d if d.get("status") in (
+            "succeeded", "failed", "cancelled", "cancelled_dirty") else None)(self.http("GET", f"/v1/jobs/{job}")[1]), 600)
+        if not self.check(detail and detail["status"] == "succeeded", f"reconstruction: {json.dumps(detail)[:2000]}"):
+            return
+        s, snaps = self.http("GET", f"/v1/reconstructions/{job}/snapshots")
+        seq = snaps["seqs"][-1]
+        s, pts = self.http("GET", f"/v1/reconstructions/{job}/snapshots/{seq}/points.bin", raw=True)
+        n = int.from_bytes(pts[12:20], "little") if s == 200 and pts[:8] == b"SFMP3D\0\0" else 0
+        self.check(n > 0 and len(pts) == 44 + 26 * n, f"points.bin: status {s}, {len(pts)} bytes")
+        runner = self.functions["StageRunnerFunction"]
+        self.report["scenarios"]["reconstruction"] = {"images": len(images), "points": n, "seconds": round(time.time() - t0, 1),
+                                                      "stage_runner_invocations": len(runner.invocations)}
+        log(f"reconstruction: 6 photos → {n} points in {time.time() - t0:.1f}s "
+            f"({len(runner.invocations)} stage-runner invocations)")
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run(self):
+        self.deploy()
+        self.start_functions()
+        self.check_placements()
+        tessera = os.path.join(self.args.target_dir, self.args.profile, "tessera")
+        env = dict(os.environ, **self.op_env, AWS_ENDPOINT_URL=self.endpoint, AWS_REGION="us-east-1",
+                   TESSERA_TABLE=self.stack.physical["StateTable"], TESSERA_BUCKET=self.stack.physical["PhotoBucket"])
+        self.api_key = subprocess.run([tessera, "aws", "create-key", "--admin"], env=env, capture_output=True,
+                                      text=True, check=True).stdout.strip()
+        s, h = self.http("GET", "/healthz", key=False)
+        self.check(s == 200, f"/healthz through the function URL: {s} {h}")
+        errors = []
+
+        def guarded(fn):
+            def go():
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - a scenario's crash is a failure, reported
+                    import traceback
+                    errors.append(f"{fn.__name__}: {e!r}\n{traceback.format_exc()}")
+            return go
+        threads = [threading.Thread(target=guarded(f)) for f in (self.scenario_reconstruction, self.scenario_photos)]
+        for t in threads:
+            t.start()
+        guarded(self.scenario_dead_letters)()
+        for t in threads:
+            t.join()
+        for e in errors:
+            self.fail(e)
+        for logical, f in self.functions.items():
+            durations = [d for _, d, o in f.invocations if o == "ok"]
+            self.report["functions"][logical] = {
+                "memory_mb": f.memory_mb, "timeout_s": f.timeout_s, "invocations": len(f.invocations),
+                "failed": [o for _, _, o in f.invocations if o != "ok"][:5], "timeouts": f.timeouts,
+                "peak_rss_mb": round(f.peak_kib / 1024, 1),
+                "mean_ms": round(1000 * sum(durations) / len(durations)) if durations else None,
+            }
+
+    def stop(self):
+        for p in self.pollers if hasattr(self, "pollers") else []:
+            p.stopping = True
+        for s in self.schedules if hasattr(self, "schedules") else []:
+            s.stopping = True
+        for f in getattr(self, "functions", {}).values():
+            f.stop()
+        if hasattr(self, "moto"):
+            self.moto.kill()
+        if self.failures:
+            log(f"logs kept in {self.work}")
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target-dir", default=os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target")))
+    ap.add_argument("--profile", default="debug")
+    ap.add_argument("--report")
+    args = ap.parse_args()
+    r = Rehearsal(args)
+    t0 = time.time()
+    try:
+        r.run()
+    except BaseException:
+        r.failures.append("the rehearsal crashed")
+        raise
+    finally:
+        r.stop()
+    r.report["seconds"] = round(time.time() - t0, 1)
+    r.report["failures"] = r.failures
+    text = json.dumps(r.report, indent=1)
+    if args.report:
+        open(args.report, "w").write(text)
+    print(text)
+    if r.failures:
+        sys.exit(f"deploy rehearsal: {len(r.failures)} failure(s)")
+    log(f"passed in {r.report['seconds']}s")
+
+
+if __name__ == "__main__":
+    main()
