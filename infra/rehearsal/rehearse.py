@@ -130,6 +130,13 @@ class Rehearsal:
         layer_zip = os.path.join(self.work, f"face-runtime-{arch}.zip")
         subprocess.run([os.path.join(REPO, "scripts/build-face-layer"), arch, layer_zip], check=True,
                        stdout=subprocess.DEVNULL)
+        # The layer's ELF check is what stands between a wrong-architecture layer and
+        # every face function failing: it must refuse this layer for the other one.
+        other = "arm64" if arch == "x86_64" else "x86_64"
+        wrong = subprocess.run([sys.executable, os.path.join(REPO, "scripts/face_layer.py"), "--check-only", "--arch", other,
+                                "--wheel", "-", "--models", "-", "--out", layer_zip], capture_output=True, text=True)
+        self.check(wrong.returncode != 0 and f"not {other}" in wrong.stderr,
+                   f"the {arch} layer passed the {other} check: {wrong.stdout}{wrong.stderr}")
 
         port = free_port()
         self.endpoint = f"http://127.0.0.1:{port}"
