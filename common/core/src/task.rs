@@ -107,6 +107,19 @@ impl ResourceClass {
         }
     }
 
+    /// The CPU-seconds a task of this class may need: the light classes run in a Lambda
+    /// function (about 1.7 vCPU at 3 GB, killed at 15 minutes), so a stage that would run
+    /// longer must start in a container class whatever its memory. 600 CPU-s is about
+    /// six minutes there, leaving room for COLMAP's single-threaded phases and for moving
+    /// checkpoints in and out. `None`: no limit.
+    pub fn cpu_seconds(self) -> Option<f64> {
+        match self {
+            ResourceClass::Small => Some(120.0),
+            ResourceClass::Medium => Some(600.0),
+            ResourceClass::Large | ResourceClass::Xlarge => None,
+        }
+    }
+
     /// Heavy classes go through the memory gate locally and to Batch on AWS.
     pub fn is_heavy(self) -> bool {
         self >= ResourceClass::Large

@@ -115,7 +115,10 @@ pub fn plan(
         }
         let estimate = memory::estimate(*stage, images, megapixels, spec.max_image_size);
         t.memory_estimate = Some(estimate);
-        t.resource_class = memory::class_for(estimate);
+        t.resource_class = memory::class_for_stage(
+            estimate,
+            memory::cpu_seconds(*stage, spec, images, megapixels),
+        );
         t.max_attempts = Some(4);
         tasks.push(t);
     }
