@@ -113,6 +113,15 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
         "{report}"
     );
     assert_eq!(report["colmap_version"], "3.8");
+    // No --pairs: chosen from the photos. Six of them: every pair, not a window that
+    // suits video frames.
+    assert_eq!(report["pairs_auto"]["strategy"], "exhaustive", "{report}");
+    assert!(
+        report["pairs_auto"]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("every pair")),
+        "{report}"
+    );
     for s in [
         "ingest",
         "extract",

@@ -42,7 +42,7 @@ pub struct ReconstructBench {
     /// Folder of photos.
     pub images: PathBuf,
     /// Pairs for both runs.
-    #[arg(long, value_enum, default_value_t = super::reconstruct::Pairs::Sequential)]
+    #[arg(long, value_enum, default_value_t = super::reconstruct::Pairs::Auto)]
     pub pairs: super::reconstruct::Pairs,
     /// Sequential overlap.
     #[arg(long, default_value_t = 8)]
@@ -230,6 +230,8 @@ struct ReconstructReport {
     /// Per stage: wall time and peak RSS, for the memory model.
     tessera_stages: Vec<serde_json::Value>,
     colmap_version: String,
+    /// The pairs both runs matched (`--pairs auto` chooses from the photos).
+    pairs: tessera_jobs::reconstruct::pairing::Choice,
 }
 
 /// Run one COLMAP command bare, failing loudly.
@@ -288,7 +290,29 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
     }
     // The very spec Tessera runs below, so both sides run the same COLMAP options.
-    let spec = super::reconstruct::spec_from(&args, "bench".into())?;
+    let photos = files
+        .iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
+            std::fs::read(f)
+                .map(|b| (name, b))
+                .with_context(|| format!("cannot read {}", f.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let auto = super::reconstruct::choose_pairs(&photos);
+    let spec = super::reconstruct::spec_from(&args, "bench".into(), Some(&auto))?;
+    let pairs = tessera_jobs::reconstruct::pairing::Choice {
+        strategy: spec.pairs.clone(),
+        why: if b.pairs == Pairs::Auto {
+            auto.why.clone()
+        } else {
+            "given with --pairs".into()
+        },
+    };
     use tessera_sfm::colmap::commands;
     let db = bare_dir.join("database.db");
     let (sparse, adjusted) = (bare_dir.join("sparse"), bare_dir.join("adjusted"));
@@ -358,6 +382,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
             .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "peak_rss_bytes": s["peak_rss_bytes"] }))
             .collect(),
         colmap_version: backend.info().version.clone(),
+        pairs,
     };
     emit(json, &r, || {
         format!(

@@ -19,7 +19,7 @@ use tessera_core::spec::{
     ReconstructionSpec,
 };
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::reconstruct::{self, Stage, checkpoint};
+use tessera_jobs::reconstruct::{self, Stage, checkpoint, pairing};
 use tokio_util::sync::CancellationToken;
 
 /// The project every embedded reconstruction belongs to.
@@ -27,6 +27,10 @@ pub const LOCAL_PROJECT: &str = "00000000000000000000000000";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pairs {
+    /// Chosen from the photos (tessera_jobs::reconstruct::pairing): every pair up to 60
+    /// photos, then neighbours by GPS, then by name order for frames, then every pair
+    /// again up to 200 unordered photos.
+    Auto,
     Exhaustive,
     Sequential,
     Spatial,
@@ -63,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// How image pairs are chosen.
-    #[arg(long, value_enum, default_value_t = Pairs::Sequential)]
+    #[arg(long, value_enum, default_value_t = Pairs::Auto)]
     pub pairs: Pairs,
     /// Sequential pairs: images matched with each following one.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=500))]
@@ -136,9 +140,27 @@ pub struct Report {
     pub stages_wall_s: f64,
     pub elapsed_s: f64,
     pub outputs: Vec<String>,
+    /// The pair strategy `--pairs auto` chose, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairs_auto: Option<pairing::Choice>,
 }
 
-pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<ReconstructionSpec> {
+/// What `--pairs auto` decides from: the photos' names and how many carry GPS.
+pub fn choose_pairs(photos: &[(String, Vec<u8>)]) -> pairing::Choice {
+    let names: Vec<&str> = photos.iter().map(|(n, _)| n.as_str()).collect();
+    let with_gps = photos
+        .iter()
+        .filter(|(_, b)| reconstruct::images::exif_facts(b).1.is_some())
+        .count();
+    pairing::choose(&names, Some(with_gps))
+}
+
+/// The spec `args` ask for; `auto` is the choice for `--pairs auto`.
+pub fn spec_from(
+    args: &Args,
+    image_set: String,
+    auto: Option<&pairing::Choice>,
+) -> anyhow::Result<ReconstructionSpec> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
         .map_err(|_| {
             anyhow::anyhow!(
@@ -159,6 +181,9 @@ pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<Reconstructio
         }
     }
     let pairs = match args.pairs {
+        Pairs::Auto => auto
+            .map(|c| c.strategy.clone())
+            .context("--pairs auto chooses from the photos, and none were given")?,
         Pairs::Exhaustive => PairStrategy::Exhaustive,
         Pairs::Sequential => PairStrategy::Sequential {
             overlap: args.overlap,
@@ -216,9 +241,21 @@ pub fn spec_from(args: &Args, image_set: String) -> anyhow::Result<Reconstructio
     Ok(spec)
 }
 
+/// Photos stored for a reconstruction.
+pub struct Uploaded {
+    /// Their image set (a content address of the whole set).
+    pub set: String,
+    /// How many.
+    pub count: usize,
+    /// Mean megapixels.
+    pub megapixels: f64,
+    /// What `--pairs auto` chooses for them.
+    pub pairs: pairing::Choice,
+}
+
 /// Upload the photos under a content address of the whole set, so the same photos make
 /// the same spec (and the same job).
-pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(String, usize, f64)> {
+pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Uploaded> {
     let mut entries = Vec::new();
     for path in files {
         let bytes =
@@ -257,15 +294,23 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<(Strin
             counted += 1;
         }
     }
-    Ok((
+    let count = entries.len();
+    let pairs = choose_pairs(
+        &entries
+            .into_iter()
+            .map(|(n, _, b)| (n, b))
+            .collect::<Vec<_>>(),
+    );
+    Ok(Uploaded {
         set,
-        entries.len(),
-        if counted > 0 {
+        count,
+        megapixels: if counted > 0 {
             mp / counted as f64
         } else {
             1.0
         },
-    ))
+        pairs,
+    })
 }
 
 /// Run (or continue) a reconstruction and write its outputs; `ui` shows progress bars.
@@ -275,8 +320,19 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     let backend =
         tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
-    let (set, count, megapixels) = upload(&engine, &files).await?;
-    let spec = spec_from(args, set)?;
+    let Uploaded {
+        set,
+        count,
+        megapixels,
+        pairs: choice,
+    } = upload(&engine, &files).await?;
+    let auto = (args.pairs == Pairs::Auto).then_some(choice);
+    if let Some(c) = &auto
+        && ui
+    {
+        eprintln!("pairs: {} ({})", pair_name(&c.strategy), c.why);
+    }
+    let spec = spec_from(args, set, auto.as_ref())?;
     backend.info().check_spec(&spec)?;
     let mut plan = reconstruct::plan(
         &spec,
@@ -326,7 +382,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     }
 
     let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
-    build_report(
+    let mut report = build_report(
         &engine,
         job_id,
         &job,
@@ -334,7 +390,21 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         started,
         args,
     )
-    .await
+    .await?;
+    report.pairs_auto = auto;
+    Ok(report)
+}
+
+/// A strategy's name as `--pairs` spells it.
+pub fn pair_name(s: &PairStrategy) -> String {
+    match s {
+        PairStrategy::Exhaustive => "exhaustive".into(),
+        PairStrategy::Sequential { overlap } => format!("sequential, overlap {overlap}"),
+        PairStrategy::Spatial { max_neighbors, .. } => {
+            format!("spatial, {max_neighbors} neighbours")
+        }
+        PairStrategy::VocabTree { .. } => "vocabtree".into(),
+    }
 }
 
 /// Run the job with in-process workers until it finishes, showing progress; the first
@@ -494,6 +564,7 @@ async fn build_report(
         stages_wall_s: wall,
         elapsed_s: started.elapsed().as_secs_f64(),
         outputs: Vec::new(),
+        pairs_auto: None,
     };
     if let Some(t) = tasks.iter().find(|t| t.name == Stage::Ingest.name())
         && let Some(r) = &t.result

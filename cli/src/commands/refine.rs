@@ -121,7 +121,7 @@ pub async fn relocalize(
     let files = crate::photos::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     finished_base(&engine, &args.base_job).await?;
-    let (set, _, _) = upload(&engine, &files).await?;
+    let set = upload(&engine, &files).await?.set;
     let spec = RelocalizeSpec {
         base_job: args.base_job.clone(),
         image_set: set,

@@ -94,8 +94,12 @@ async fn spec_for(
     }
     let pairs = pairs.cloned().unwrap_or(Value::Null);
     let pairs = match pairs["strategy"].as_str() {
-        None if images.len() <= 60 => PairStrategy::Exhaustive,
-        None => PairStrategy::Sequential { overlap: 10 },
+        // The rule the CLI's `--pairs auto` uses; a dataset's GPS is not read here, so
+        // it never chooses spatial pairs.
+        None | Some("auto") => {
+            let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
+            tessera_jobs::reconstruct::pairing::choose(&names, None).strategy
+        }
         Some("exhaustive") => PairStrategy::Exhaustive,
         Some("sequential") => PairStrategy::Sequential {
             overlap: pairs["overlap"].as_u64().unwrap_or(10).clamp(1, 1000) as u32,
