@@ -22,28 +22,55 @@ RUNTIME = "/2018-06-01/runtime"
 EXTENSION = "/2020-01-01/extension"
 
 
+# Lambda gives a runtime's initialisation its own limit; the function's timeout counts
+# from the moment the invocation is handed to the runtime.
+INIT_TIMEOUT_S = 10.0
+
+
 class Invocation:
     def __init__(self, payload, timeout_s):
         self.id = str(uuid.uuid4())
         self.payload = payload
-        self.deadline_ms = int((time.time() + timeout_s) * 1000)
+        self.timeout_s = timeout_s
+        self.delivered_at = None
+        self.deadline_ms = None
         self.done = threading.Event()
         self.body = None
         self.streaming = False
         self.error = None
 
+    def deliver(self):
+        self.delivered_at = time.time()
+        self.deadline_ms = int((self.delivered_at + self.timeout_s) * 1000)
 
-def read_body(handler):
-    """The request body, chunked (response streaming) or sized."""
+
+class Truncated(Exception):
+    """The sender hung up before the end of a chunked body."""
+
+
+def read_body(handler, trailers=None):
+    """The request body, chunked (response streaming) or sized; a chunked body's
+    trailers go into `trailers`."""
     if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
         out = bytearray()
         while True:
-            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            line = handler.rfile.readline()
+            if not line:
+                raise Truncated("the connection closed before the last chunk")
+            size = int(line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
-                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
+                while True:
+                    t = handler.rfile.readline()
+                    if t in (b"\r\n", b"\n", b""):
+                        break
+                    k, _, v = t.decode(errors="replace").partition(":")
+                    if trailers is not None:
+                        trailers[k.strip().lower()] = v.strip()
                 return bytes(out)
-            out += handler.rfile.read(size)
+            chunk = handler.rfile.read(size)
+            if len(chunk) < size:
+                raise Truncated("the connection closed inside a chunk")
+            out += chunk
             handler.rfile.readline()
     return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
 
@@ -90,6 +117,7 @@ class RuntimeHandler(http.server.BaseHTTPRequestHandler):
         if self.path != f"{RUNTIME}/invocation/next":
             return self.reply(404)
         inv = inst.pending.get()
+        inv.deliver()
         inst.current = inv
         self.reply(200, inv.payload, [
             ("Lambda-Runtime-Aws-Request-Id", inv.id),
@@ -101,7 +129,16 @@ class RuntimeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         inst = self.server.instance
-        body = read_body(self)
+        trailers = {}
+        try:
+            body = read_body(self, trailers)
+        except Truncated as e:
+            inv = inst.current
+            if inv is not None:
+                inv.error = f"response stream cut off: {e}"
+                inst.current = None
+                inv.done.set()
+            return
         if self.path == f"{EXTENSION}/register":
             return self.reply(200, json.dumps({"functionName": inst.function.name, "functionVersion": "$LATEST",
                                                "handler": inst.function.conf.get("Handler", "")}).encode(),
@@ -117,6 +154,9 @@ class RuntimeHandler(http.server.BaseHTTPRequestHandler):
             if parts[2] == "response":
                 inv.streaming = self.headers.get("Lambda-Runtime-Function-Response-Mode") == "streaming"
                 inv.body = body
+                if "lambda-runtime-function-error-type" in trailers:
+                    inv.error = (f"{trailers['lambda-runtime-function-error-type']}: "
+                                 f"{trailers.get('lambda-runtime-function-error-body', '')}")
             else:
                 inv.error = body.decode(errors="replace")
             inst.current = None
@@ -125,21 +165,20 @@ class RuntimeHandler(http.server.BaseHTTPRequestHandler):
         self.reply(404)
 
 
-def tree_rss_kib(pid):
-    """Resident memory of a process and all its descendants (COLMAP runs as a child)."""
-    children = {}
+def session_rss_kib(sid):
+    """Resident memory of every process of the environment's session (it starts one;
+    COLMAP and anything it starts stay in it, even when reparented)."""
+    members = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
+                    if int(f.read().rsplit(")", 1)[1].split()[3]) == sid:
+                        members.append(int(d))
             except (OSError, IndexError, ValueError):
                 pass
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        stack += children.get(p, [])
+    total = 0
+    for p in members:
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -174,30 +213,39 @@ class Instance:
         self.proc = subprocess.Popen(
             [function.bootstrap], env=env, cwd=function.task_root,
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started = time.time()
         self.peak_kib = 0
         self.killed_for = None
+        self.retired = False
+        self.kill_lock = threading.Lock()
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
     def _watch_memory(self):
         limit = self.function.memory_mb * 1024
         while self.proc.poll() is None:
-            rss = tree_rss_kib(self.proc.pid)
+            rss = session_rss_kib(self.proc.pid)
             self.peak_kib = max(self.peak_kib, rss)
             self.function.peak_kib = max(self.function.peak_kib, rss)
             if rss > limit:
                 self.kill(f"Runtime exited: memory {rss // 1024} MB over the function's {self.function.memory_mb} MB")
             time.sleep(0.1)
+        self.kill(f"Runtime exited with {self.proc.poll()}")
 
     def kill(self, why):
-        self.killed_for = why
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.stopped.set()
-        self.api.shutdown()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        """End the environment (its whole session: COLMAP too); the first reason stays."""
+        with self.kill_lock:
+            if self.killed_for is not None:
+                return
+            self.killed_for = why
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.stopped.set()
+            self.api.shutdown()
+            self.api.server_close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def alive(self):
         return self.proc.poll() is None and self.killed_for is None
@@ -234,44 +282,80 @@ class Function:
         })
         env.update(env_extra)
         self.env = env
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.busy = set()
         self.instances = []
         self.peak_kib = 0
         self.invocations = []  # (started, seconds, outcome)
         self.timeouts = 0
 
+    # Environments of one function at once (Lambda scales further; four is enough for
+    # the scenarios' concurrency and this machine's memory).
+    MAX_INSTANCES = 4
+
     def update_timeout(self, seconds):
-        self.timeout_s = seconds
+        """A configuration change: new invocations run in new environments, and running
+        ones keep the timeout they started with."""
+        with self.lock:
+            self.timeout_s = seconds
+            for i in self.instances:
+                i.retired = True
+                if i not in self.busy:
+                    i.kill("retired after a configuration change")
+
+    def _acquire(self):
+        with self.lock:
+            while True:
+                free = [i for i in self.instances if i.alive() and not i.retired and i not in self.busy]
+                if free:
+                    inst = free[0]
+                    break
+                live = [i for i in self.instances if i.alive() and not i.retired]
+                if len(live) < self.MAX_INSTANCES:
+                    inst = Instance(self, len(self.instances))
+                    self.instances.append(inst)
+                    break
+                self.lock.wait(0.5)
+            self.busy.add(inst)
+            return inst, self.timeout_s
+
+    def _release(self, inst):
+        with self.lock:
+            self.busy.discard(inst)
+            if inst.retired and inst.alive():
+                inst.kill("retired after a configuration change")
+            self.lock.notify_all()
 
     def invoke(self, payload: bytes):
         """Run one invocation; returns (ok, body, streaming, error)."""
-        with self.lock:
-            inst = next((i for i in self.instances if i.alive() and i.current is None and i.pending.empty()), None)
-            if inst is None:
-                inst = Instance(self, len(self.instances))
-                self.instances.append(inst)
-            inv = Invocation(payload, self.timeout_s)
+        inst, timeout_s = self._acquire()
+        try:
+            inv = Invocation(payload, timeout_s)
             inst.pending.put(inv)
             started = time.time()
             while not inv.done.wait(0.05):
-                if time.time() > started + self.timeout_s:
+                now = time.time()
+                if inv.delivered_at is None and now > inst.started + INIT_TIMEOUT_S and inst.alive():
+                    inst.kill(f"Runtime init did not finish within {INIT_TIMEOUT_S:.0f} s")
+                if inv.delivered_at is not None and now > inv.delivered_at + timeout_s:
                     self.timeouts += 1
-                    inst.kill(f"Task timed out after {self.timeout_s:.2f} seconds")
+                    inst.kill(f"Task timed out after {timeout_s:.2f} seconds")
                     break
                 if not inst.alive():
                     break
             seconds = time.time() - started
-            if inv.done.is_set() and inv.error is None:
+            if inv.done.is_set() and inv.error is None and inst.killed_for is None:
                 self.invocations.append((started, seconds, "ok"))
                 return True, inv.body, inv.streaming, None
             why = inv.error or inst.killed_for or inst.init_error or f"Runtime exited with {inst.proc.poll()}"
             self.invocations.append((started, seconds, why))
             return False, None, False, why
+        finally:
+            self._release(inst)
 
     def stop(self):
         for i in self.instances:
-            if i.alive():
-                i.kill("stopped")
+            i.kill("stopped")
 
 
 class SqsPoller(threading.Thread):
@@ -322,16 +406,15 @@ class SqsPoller(threading.Thread):
             self.batches += 1
             if not ok:
                 continue
-            failed = set()
-            if partial and body:
-                try:
-                    failed = {x["itemIdentifier"] for x in json.loads(body).get("batchItemFailures", [])}
-                except (ValueError, AttributeError):
-                    continue  # an unreadable response is a failed batch
+            failed = batch_item_failures(body, {m["MessageId"] for m in msgs}) if partial else set()
+            if failed is None:
+                continue  # the whole batch failed
             done = [m for m in msgs if m["MessageId"] not in failed]
             for i in range(0, len(done), 10):
-                self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
+                out = self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
                     {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done[i:i + 10])])
+                for f in out.get("Failed", []):
+                    self.errors.append(f"deleting a processed message: {f}")
 
     def _receive(self, n, wait):
         return self.sqs.receive_message(
@@ -347,6 +430,34 @@ class SqsPoller(threading.Thread):
             "md5OfBody": m["MD5OfBody"], "eventSource": "aws:sqs",
             "eventSourceARN": self.m["EventSourceArn"], "awsRegion": self.region,
         }
+
+
+def batch_item_failures(body, ids):
+    """The messages a partial batch response names, as Lambda reads it: no response, an
+    empty or null list is full success; anything unreadable, or an identifier that is
+    empty or not in the batch, fails the whole batch (`None`)."""
+    if not body or not body.strip():
+        return set()
+    try:
+        response = json.loads(body)
+    except ValueError:
+        return None
+    if response is None:
+        return set()
+    if not isinstance(response, dict):
+        return None
+    items = response.get("batchItemFailures")
+    if items is None:
+        return set()
+    if not isinstance(items, list):
+        return None
+    failed = set()
+    for x in items:
+        ident = x.get("itemIdentifier") if isinstance(x, dict) else None
+        if not ident or ident not in ids:
+            return None
+        failed.add(ident)
+    return failed
 
 
 class Schedule(threading.Thread):
@@ -425,23 +536,30 @@ class FunctionUrlHandler(http.server.BaseHTTPRequestHandler):
         ok, out, streaming, error = self.server.function.invoke(json.dumps(event).encode())
         if not ok:
             return self._send(502, {"content-type": "application/json"}, json.dumps({"Message": error}).encode())
-        if streaming:
-            prelude, _, payload = out.partition(b"\0" * 8)
+        # A RESPONSE_STREAM URL reads the prelude-and-body form; a BUFFERED one reads the
+        # JSON response object, whatever the function meant to send.
+        if self.server.invoke_mode == "RESPONSE_STREAM" and streaming:
+            prelude, sep, payload = out.partition(b"\0" * 8)
+            if not sep:
+                return self._send(502, {}, b"a streamed response without its prelude")
             meta = json.loads(prelude or b"{}")
-            headers = meta.get("headers", {})
-            for c in meta.get("cookies", []):
-                headers.setdefault("set-cookie", c)
-            return self._send(meta.get("statusCode", 200), headers, payload)
-        meta = json.loads(out)
-        payload = meta.get("body") or ""
-        payload = base64.b64decode(payload) if meta.get("isBase64Encoded") else payload.encode()
-        self._send(meta.get("statusCode", 200), meta.get("headers", {}), payload)
+        else:
+            try:
+                meta = json.loads(out)
+                payload = meta.get("body") or ""
+                payload = base64.b64decode(payload) if meta.get("isBase64Encoded") else payload.encode()
+            except (ValueError, AttributeError, TypeError):
+                return self._send(502, {}, b"the function's response is not a function URL response")
+        headers = [(k, v) for k, vs in (meta.get("headers") or {}).items()
+                   for v in (vs if isinstance(vs, list) else [vs])]
+        headers += [("set-cookie", c) for c in meta.get("cookies") or []]
+        self._send(meta.get("statusCode", 200), headers, payload)
 
     def _send(self, status, headers, body):
         self.send_response(status)
-        for k, v in headers.items():
+        for k, v in (headers.items() if isinstance(headers, dict) else headers):
             if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                self.send_header(k, v)
+                self.send_header(k, str(v))
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -494,6 +494,11 @@ class Rehearsal:
             t.join()
         for e in errors:
             self.fail(e)
+        # A mapping that cannot read or delete its queue would be refused by Lambda (or
+        # redeliver forever): any poller error fails the rehearsal.
+        for p in self.pollers:
+            for e in p.errors[:3]:
+                self.fail(f"event source mapping of {p.queue_name}: {e}")
         for logical, f in self.functions.items():
             durations = [d for _, d, o in f.invocations if o == "ok"]
             self.report["functions"][logical] = {
