@@ -122,6 +122,18 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             .is_some_and(|w| w.contains("every pair")),
         "{report}"
     );
+    let events = String::from_utf8_lossy(
+        &tessera(
+            &dir.path().join("state"),
+            &["--json", "events", report["job_id"].as_str().unwrap()],
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        events.contains("pairs: exhaustive (6 photos"),
+        "the choice is in the job's events: {events}"
+    );
     for s in [
         "ingest",
         "extract",

@@ -146,9 +146,14 @@ pub struct Report {
 }
 
 /// What `--pairs auto` decides from: the photos' names and how many carry GPS.
+/// Files that are not images (ingest rejects them) do not count.
 pub fn choose_pairs(photos: &[(String, Vec<u8>)]) -> pairing::Choice {
-    let names: Vec<&str> = photos.iter().map(|(n, _)| n.as_str()).collect();
-    let with_gps = photos
+    let images: Vec<&(String, Vec<u8>)> = photos
+        .iter()
+        .filter(|(_, b)| imagesize::blob_size(b).is_ok())
+        .collect();
+    let names: Vec<&str> = images.iter().map(|(n, _)| n.as_str()).collect();
+    let with_gps = images
         .iter()
         .filter(|(_, b)| reconstruct::images::exif_facts(b).1.is_some())
         .count();
@@ -330,7 +335,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     if let Some(c) = &auto
         && ui
     {
-        eprintln!("pairs: {} ({})", pair_name(&c.strategy), c.why);
+        eprintln!("pairs: {} ({})", c.strategy_name(), c.why);
     }
     let spec = spec_from(args, set, auto.as_ref())?;
     backend.info().check_spec(&spec)?;
@@ -355,6 +360,11 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     }
     let submitted = engine.submit(plan).await?;
     let job_id = submitted.job_id;
+    if let Some(c) = &auto
+        && !submitted.existing
+    {
+        c.announce(&engine, job_id).await;
+    }
     if submitted.existing {
         let released = engine
             .release_dead_leases(job_id, embedded::local_owner_is_dead)
@@ -393,18 +403,6 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     .await?;
     report.pairs_auto = auto;
     Ok(report)
-}
-
-/// A strategy's name as `--pairs` spells it.
-pub fn pair_name(s: &PairStrategy) -> String {
-    match s {
-        PairStrategy::Exhaustive => "exhaustive".into(),
-        PairStrategy::Sequential { overlap } => format!("sequential, overlap {overlap}"),
-        PairStrategy::Spatial { max_neighbors, .. } => {
-            format!("spatial, {max_neighbors} neighbours")
-        }
-        PairStrategy::VocabTree { .. } => "vocabtree".into(),
-    }
 }
 
 /// Run the job with in-process workers until it finishes, showing progress; the first

@@ -93,12 +93,16 @@ async fn spec_for(
         return Err(capability_missing(&format!("matchers.{t}")));
     }
     let pairs = pairs.cloned().unwrap_or(Value::Null);
+    let mut auto = None;
     let pairs = match pairs["strategy"].as_str() {
         // The rule the CLI's `--pairs auto` uses; a dataset's GPS is not read here, so
         // it never chooses spatial pairs.
         None | Some("auto") => {
             let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
-            tessera_jobs::reconstruct::pairing::choose(&names, None).strategy
+            let choice = tessera_jobs::reconstruct::pairing::choose(&names, None);
+            let strategy = choice.strategy.clone();
+            auto = Some(choice);
+            strategy
         }
         Some("exhaustive") => PairStrategy::Exhaustive,
         Some("sequential") => PairStrategy::Sequential {
@@ -135,6 +139,7 @@ async fn spec_for(
         dataset: d,
         images: images.len(),
         megapixels,
+        pairs_auto: auto,
     })
 }
 
@@ -144,6 +149,8 @@ struct Planned {
     dataset: super::datasets::Dataset,
     images: usize,
     megapixels: f64,
+    /// The pairs chosen from the photos, when the request named none.
+    pairs_auto: Option<tessera_jobs::reconstruct::pairing::Choice>,
 }
 
 /// Submit the reconstruction of `spec`, cut after `last_stage` if given; 202 + Location.
@@ -180,6 +187,11 @@ async fn submit_plan(
         plan.tasks.truncate(end + 1);
     }
     let submitted = s.engine.submit(plan).await?;
+    if let Some(c) = &p.pairs_auto
+        && !submitted.existing
+    {
+        c.announce(&s.engine, submitted.job_id).await;
+    }
     s.engine
         .ports()
         .store

@@ -30,6 +30,40 @@ pub struct Choice {
     pub why: String,
 }
 
+impl Choice {
+    /// `exhaustive`, `sequential, overlap 20`, …: the strategy as `--pairs` names it.
+    pub fn strategy_name(&self) -> String {
+        match &self.strategy {
+            PairStrategy::Exhaustive => "exhaustive".into(),
+            PairStrategy::Sequential { overlap } => format!("sequential, overlap {overlap}"),
+            PairStrategy::Spatial { max_neighbors, .. } => {
+                format!("spatial, {max_neighbors} neighbours")
+            }
+            PairStrategy::VocabTree { .. } => "vocabtree".into(),
+        }
+    }
+
+    /// Put the choice in the job's events, where a client following the job sees it.
+    /// Best effort: the job is already submitted and its report keeps the choice, so a
+    /// store that is busy right now costs the line, not the run.
+    pub async fn announce(&self, engine: &tessera_engine::Engine, job: tessera_core::JobId) {
+        let line = format!("pairs: {} ({})", self.strategy_name(), self.why);
+        if let Err(e) = engine
+            .ports()
+            .events
+            .append(
+                job,
+                None,
+                tessera_core::event::EventKind::LogLine { line },
+                None,
+            )
+            .await
+        {
+            tracing::warn!(job_id = %job, error = %e, "the pair choice could not be added to the job's events");
+        }
+    }
+}
+
 /// The strategy for photos named `names`, `with_gps` of which carry a GPS position
 /// (`None`: not known, as for an API dataset whose EXIF is not read at submission).
 pub fn choose(names: &[&str], with_gps: Option<usize>) -> Choice {
