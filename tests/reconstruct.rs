@@ -44,6 +44,12 @@ fn reconstruct(state: &Path, photos: &Path, out: &Path, extra: &[&str]) -> std::
     tessera(state, &args)
 }
 
+/// The events of the job a `--json reconstruct` report names, one JSON line each.
+fn job_events(state: &Path, report: &serde_json::Value) -> String {
+    let job = report["job_id"].as_str().expect("a job id in the report");
+    String::from_utf8_lossy(&tessera(state, &["--json", "events", job]).stdout).into_owned()
+}
+
 fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["stages"]
         .as_array()
@@ -122,14 +128,7 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             .is_some_and(|w| w.contains("every pair")),
         "{report}"
     );
-    let events = String::from_utf8_lossy(
-        &tessera(
-            &dir.path().join("state"),
-            &["--json", "events", report["job_id"].as_str().unwrap()],
-        )
-        .stdout,
-    )
-    .into_owned();
+    let events = job_events(&dir.path().join("state"), &report);
     assert!(
         events.contains("pairs: exhaustive (6 photos"),
         "the choice is in the job's events: {events}"
@@ -430,14 +429,7 @@ fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class
     assert_eq!(map["last_error"]["class"], "resource", "{map}");
     assert_eq!(map["resource_class"], "medium");
     assert_eq!(report["status"], "succeeded");
-    let events = String::from_utf8_lossy(
-        &tessera(
-            &dir.path().join("state"),
-            &["--json", "events", report["job_id"].as_str().unwrap()],
-        )
-        .stdout,
-    )
-    .into_owned();
+    let events = job_events(&dir.path().join("state"), &report);
     let ba_passes = events
         .lines()
         .filter(|l| l.contains("bundle_adjuster_peak_rss_bytes"))
