@@ -7,3 +7,5 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$HOME/.cache/tessera/onnxruntime/1.32.0/libonnxruntime.so.1.32.0}"
 export TESSERA_MODELS="${TESSERA_MODELS:-$HOME/.cache/tessera/models}"
 export TESSERA_MOTO_SERVER="${TESSERA_MOTO_SERVER:-$HOME/.cache/tessera/venv-aws/bin/moto_server}"
+# COLMAP 4 through pycolmap (scripts/setup-pycolmap): the default engine where installed.
+export TESSERA_PYCOLMAP_PYTHON="${TESSERA_PYCOLMAP_PYTHON:-$HOME/.cache/tessera/venv-pycolmap/bin/python}"

@@ -118,7 +118,9 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             .contains("notes.jpg"),
         "{report}"
     );
-    assert_eq!(report["colmap_version"], "3.8");
+    // pycolmap (COLMAP 4) is the default where installed, and the setup installs it.
+    assert_eq!(report["engine"], "pycolmap", "{report}");
+    assert_eq!(report["colmap_version"], "4.2.1");
     // No --pairs: chosen from the photos. Six of them: every pair, not a window that
     // suits video frames.
     assert_eq!(report["pairs_auto"]["strategy"], "exhaustive", "{report}");
@@ -210,8 +212,10 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             .starts_with("NVM_V3")
     );
 
-    // Quality against the same COLMAP commands run bare.
-    let b = json(&tessera(
+    // The engines a user would pick, on the same photos in one run: bare COLMAP 3.8
+    // (the baseline), Tessera on the COLMAP command line, on COLMAP 4 incremental (the
+    // default) and on COLMAP 4's global mapper.
+    let o = tessera(
         dir.path(),
         &[
             "--json",
@@ -222,15 +226,72 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             "640",
             "--max-features",
             "1024",
-            "--overlap",
-            "3",
         ],
-    ));
-    assert!(
-        b["tessera_registered"].as_u64().unwrap() >= b["bare_registered"].as_u64().unwrap(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let b = json(&o);
+    let runs = b["runs"].as_array().unwrap();
+    let run = |runner: &str, backend: &str, mapper: &str| {
+        runs.iter()
+            .find(|r| r["runner"] == runner && r["backend"] == backend && r["mapper"] == mapper)
+            .unwrap_or_else(|| panic!("no {runner} {backend} {mapper} run in {b}"))
+    };
+    let bare = run("bare colmap", "colmap", "incremental");
+    assert!(bare["wall_ratio"].as_f64().unwrap() == 1.0, "{b}");
+    for (backend, mapper) in [
+        ("colmap", "incremental"),
+        ("pycolmap", "incremental"),
+        ("pycolmap", "global"),
+    ] {
+        let r = run("tessera", backend, mapper);
+        assert!(r["error"].is_null(), "{r}");
+        assert!(
+            r["registered"].as_u64().unwrap() >= bare["registered"].as_u64().unwrap(),
+            "{b}"
+        );
+        assert!(r["cpu_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 1_000_000, "{r}");
+        assert!(r["mean_reprojection_error"].as_f64().unwrap() < 2.0, "{r}");
+        assert!(r["wall_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(run("tessera", "pycolmap", "incremental")["default"], true);
+    assert_eq!(
+        runs.iter().filter(|r| r["default"] == true).count(),
+        1,
         "{b}"
     );
-    assert!(b["ratio"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 6);
+    for (engine, mapper) in [("pycolmap", "global"), ("colmap", "incremental")] {
+        let out = dir.path().join(format!("out-{engine}"));
+        let o = reconstruct(
+            &dir.path().join(format!("state-{engine}")),
+            &photos,
+            &out,
+            &["--engine", engine, "--mapper", mapper],
+        );
+        assert!(o.status.success(), "{engine}: {}", stderr(&o));
+        let report = json(&o);
+        assert_eq!(report["status"], "succeeded", "{report}");
+        assert_eq!(report["engine"], engine);
+        assert_eq!(report["registered_images"], 6, "{report}");
+        let model = tessera_sfm::model_bin::read(&out.join("sparse/0")).unwrap();
+        assert_eq!(model.images.len(), 6);
+    }
+    // The command-line engine cannot run the global mapper (COLMAP 3.8 has none): refused
+    // by name before anything runs.
+    let o = reconstruct(
+        &dir.path().join("state-refused"),
+        &photos,
+        &dir.path().join("out-refused"),
+        &["--engine", "colmap", "--mapper", "global"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
 }
 
 fn wait_for_event(state: &Path, kind: &str, phase: &str, deadline: Duration) -> Option<String> {
@@ -420,7 +481,15 @@ fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class
         &dir.path().join("state"),
         &photos,
         &dir.path().join("out"),
-        &["--memory-limit", "map=8", "--ba", "two-stage"],
+        // The command line's pass names; the pycolmap engine's are covered elsewhere.
+        &[
+            "--engine",
+            "colmap",
+            "--memory-limit",
+            "map=8",
+            "--ba",
+            "two-stage",
+        ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let report = json(&o);
@@ -600,6 +669,8 @@ fn bad_inputs_give_clear_errors() {
             single.to_str().unwrap(),
             "--out",
             out.to_str().unwrap(),
+            "--engine",
+            "colmap",
             "--mapper",
             "global",
         ],
@@ -607,6 +678,22 @@ fn bad_inputs_give_clear_errors() {
     assert!(
         stderr(&o).contains("map.global"),
         "asking for a capability COLMAP 3.8 lacks names it: {}",
+        stderr(&o)
+    );
+    let o = tessera(
+        &state,
+        &[
+            "reconstruct",
+            single.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--mapper",
+            "hierarchical",
+        ],
+    );
+    assert!(
+        stderr(&o).contains("map.hierarchical"),
+        "asking for a capability the default engine lacks names it: {}",
         stderr(&o)
     );
 }

@@ -25,7 +25,8 @@ pub enum BenchCommand {
     },
     /// SIGKILL worker processes at random while tasks run, then check the invariants.
     Chaos(super::chaos::Args),
-    /// The same COLMAP commands run bare and through Tessera on the same photos.
+    /// The engines a user would pick, on the same photos in one run: bare COLMAP, and
+    /// Tessera on the COLMAP command line and on COLMAP 4 (incremental and global).
     Reconstruct(ReconstructBench),
     /// Face processing per photo on one core: decode, detect, embed, match, blur,
     /// encode variants and thumbnails.
@@ -53,6 +54,14 @@ pub struct ReconstructBench {
     /// Longest image side for features.
     #[arg(long, default_value_t = 1000)]
     pub max_image_size: u32,
+    /// The runs to compare, in order; the first `bare` is the baseline of the ratios.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "bare,colmap,pycolmap,pycolmap-global"
+    )]
+    pub engines: Vec<BenchEngine>,
 }
 
 pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -215,23 +224,67 @@ async fn engine(json: bool, tasks: usize, workers: usize) -> anyhow::Result<Exit
     })
 }
 
+/// One engine's run in the comparison.
+#[derive(Serialize, Clone)]
+struct EngineRun {
+    /// `bare colmap`, or `tessera` with the backend below.
+    runner: String,
+    backend: String,
+    version: String,
+    mapper: String,
+    /// Whether this is what `tessera reconstruct DIR` runs with no options.
+    default: bool,
+    wall_s: f64,
+    /// User + system CPU of the engine processes (and, for Tessera, its own process).
+    cpu_s: f64,
+    /// Largest resident set of one engine process.
+    peak_rss_bytes: u64,
+    registered: u64,
+    points: u64,
+    mean_reprojection_error: Option<f64>,
+    /// Wall and CPU time over the bare COLMAP baseline's, measured in this run.
+    wall_ratio: Option<f64>,
+    cpu_ratio: Option<f64>,
+    /// Per stage: wall time and peak RSS (Tessera runs), for the memory model.
+    stages: Vec<serde_json::Value>,
+    error: Option<String>,
+}
+
 #[derive(Serialize)]
 struct ReconstructReport {
     images: usize,
-    bare_s: f64,
-    tessera_s: f64,
-    ratio: f64,
-    bare_registered: usize,
-    tessera_registered: u64,
-    bare_points: usize,
-    tessera_points: u64,
-    /// Attempts over all stages (one each when nothing was retried).
-    tessera_attempts: u64,
-    /// Per stage: wall time and peak RSS, for the memory model.
-    tessera_stages: Vec<serde_json::Value>,
-    colmap_version: String,
-    /// The pairs both runs matched (`--pairs auto` chooses from the photos).
+    /// The pairs every run matched (`--pairs auto` chooses from the photos).
     pairs: tessera_jobs::reconstruct::pairing::Choice,
+    runs: Vec<EngineRun>,
+}
+
+/// Which runs the comparison makes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchEngine {
+    /// The COLMAP command line run bare, no Tessera: the baseline.
+    Bare,
+    /// Tessera driving the COLMAP command line.
+    Colmap,
+    /// Tessera driving COLMAP 4 through pycolmap, incremental mapper.
+    Pycolmap,
+    /// Tessera driving COLMAP 4 through pycolmap, global mapper.
+    PycolmapGlobal,
+}
+
+/// CPU seconds and the largest resident set of this process's reaped children so far.
+fn children_usage() -> (f64, u64) {
+    usage(libc::RUSAGE_CHILDREN)
+}
+
+fn usage(who: libc::c_int) -> (f64, u64) {
+    // SAFETY: getrusage writes one plain struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        secs(u.ru_utime) + secs(u.ru_stime),
+        u.ru_maxrss as u64 * 1024,
+    )
 }
 
 /// Run one COLMAP command bare, failing loudly.
@@ -253,20 +306,131 @@ fn bare(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The bare baseline: COLMAP's own commands in sequence (extract, match, mapper, bundle
+/// adjuster) with the spec's options, as a user would type them.
+fn bare_run(
+    spec: &tessera_core::spec::ReconstructionSpec,
+    files: &[PathBuf],
+    dir: &Path,
+) -> anyhow::Result<EngineRun> {
+    use tessera_sfm::colmap::commands;
+    let info = tessera_sfm::colmap::detect()?;
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images)?;
+    for f in files {
+        std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
+    }
+    let db = dir.join("database.db");
+    let (sparse, adjusted) = (dir.join("sparse"), dir.join("adjusted"));
+    std::fs::create_dir_all(&sparse)?;
+    std::fs::create_dir_all(&adjusted)?;
+    let (cpu0, _) = children_usage();
+    let t0 = Instant::now();
+    bare(&commands::extract(spec, &db, &images, info.cuda, true))?;
+    bare(&commands::match_pairs(&spec.pairs, &db, info.cuda, None))?;
+    bare(&commands::map(
+        false,
+        &db,
+        &images,
+        &sparse,
+        &dir.join("snapshots"),
+        1_000_000,
+        None,
+    ))?;
+    let best = std::fs::read_dir(&sparse)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
+        .max_by_key(|(_, r)| r.images.len())
+        .context("bare COLMAP registered no images")?;
+    for args in commands::bundle_adjust(
+        tessera_core::spec::BaMode::Standard,
+        &best.0,
+        &adjusted,
+        &adjusted,
+    ) {
+        bare(&args)?;
+    }
+    let wall_s = t0.elapsed().as_secs_f64();
+    let (cpu1, peak) = children_usage();
+    let model = tessera_sfm::model_bin::read(&adjusted)?;
+    let m = tessera_sfm::metrics::compute(&model);
+    Ok(EngineRun {
+        runner: "bare colmap".into(),
+        backend: info.name,
+        version: info.version,
+        mapper: "incremental".into(),
+        default: false,
+        wall_s,
+        cpu_s: cpu1 - cpu0,
+        peak_rss_bytes: peak,
+        registered: model.images.len() as u64,
+        points: model.points.len() as u64,
+        mean_reprojection_error: Some(m.mean_reprojection_error),
+        wall_ratio: None,
+        cpu_ratio: None,
+        stages: Vec::new(),
+        error: None,
+    })
+}
+
+/// One Tessera run with `args`, in its own state folder.
+async fn tessera_run(
+    args: &super::reconstruct::Args,
+    state: &Path,
+    default: bool,
+) -> anyhow::Result<EngineRun> {
+    let backend = args.engine.resolve()?;
+    let (self0, _) = usage(libc::RUSAGE_SELF);
+    let (cpu0, _) = children_usage();
+    let t0 = Instant::now();
+    let report = super::reconstruct::reconstruct(state, args, false).await?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let (self1, _) = usage(libc::RUSAGE_SELF);
+    let (cpu1, _) = children_usage();
+    let stages: Vec<serde_json::Value> = report
+        .stages
+        .iter()
+        .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "peak_rss_bytes": s["peak_rss_bytes"], "attempts": s["attempts"] }))
+        .collect();
+    Ok(EngineRun {
+        runner: "tessera".into(),
+        backend: backend.name,
+        version: backend.version.unwrap_or_default(),
+        mapper: format!("{:?}", args.mapper).to_lowercase(),
+        default,
+        wall_s,
+        cpu_s: (self1 - self0) + (cpu1 - cpu0),
+        peak_rss_bytes: stages
+            .iter()
+            .filter_map(|s| s["peak_rss_bytes"].as_u64())
+            .max()
+            .unwrap_or(0),
+        registered: report.registered_images,
+        points: report.points,
+        mean_reprojection_error: report.metrics["mean_reprojection_error"].as_f64(),
+        wall_ratio: None,
+        cpu_ratio: None,
+        stages,
+        error: (report.status != "succeeded").then(|| format!("job {}", report.status)),
+    })
+}
+
 async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
-    use super::reconstruct::{Args, Ba, GeorefArg, Mapper, Pairs};
+    use super::reconstruct::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
     let files = crate::photos::list_images(&b.images)?;
-    let backend =
-        tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
     let scratch = Scratch::new("bench-reconstruct")?;
-    let args = Args {
+    if matches!(b.pairs, Pairs::Vocabtree) {
+        anyhow::bail!("the bench runs exhaustive, sequential or spatial pairs");
+    }
+    let args = |engine: EngineArg, mapper: Mapper, name: &str| Args {
         images: b.images.clone(),
-        out: scratch.path().join("out"),
+        out: scratch.path().join(name).join("out"),
         pairs: b.pairs,
         overlap: b.overlap,
         neighbors: 8,
         vocab_tree: None,
-        mapper: Mapper::Incremental,
+        engine,
+        mapper,
         ba: Ba::Standard,
         georef: GeorefArg::None,
         export: vec!["colmap-bin".into()],
@@ -278,18 +442,6 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         workers: 1,
         memory_limit: Vec::new(),
     };
-    if matches!(b.pairs, Pairs::Vocabtree) {
-        anyhow::bail!("the bench runs exhaustive, sequential or spatial pairs");
-    }
-
-    // Bare: the same commands as a plain sequence, no Tessera.
-    let bare_dir = scratch.path().join("bare");
-    let images = bare_dir.join("images");
-    std::fs::create_dir_all(&images)?;
-    for f in &files {
-        std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
-    }
-    // The very spec Tessera runs below, so both sides run the same COLMAP options.
     let photos = files
         .iter()
         .map(|f| {
@@ -304,7 +456,17 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let auto = super::reconstruct::choose_pairs(&photos);
-    let spec = super::reconstruct::spec_from(&args, "bench".into(), Some(&auto))?;
+    let default_engine = EngineArg::Auto.resolve()?.name;
+    // The very spec Tessera runs, so the bare run uses the same COLMAP options.
+    let spec = super::reconstruct::spec_from(
+        &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
+        "bench".into(),
+        Some(&auto),
+        tessera_core::spec::BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+    )?;
     let pairs = tessera_jobs::reconstruct::pairing::Choice {
         strategy: spec.pairs.clone(),
         why: if b.pairs == Pairs::Auto {
@@ -313,91 +475,97 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
             "given with --pairs".into()
         },
     };
-    use tessera_sfm::colmap::commands;
-    let db = bare_dir.join("database.db");
-    let (sparse, adjusted) = (bare_dir.join("sparse"), bare_dir.join("adjusted"));
-    std::fs::create_dir_all(&sparse)?;
-    std::fs::create_dir_all(&adjusted)?;
-    let t0 = Instant::now();
-    bare(&commands::extract(
-        &spec,
-        &db,
-        &images,
-        backend.info().cuda,
-        true,
-    ))?;
-    bare(&commands::match_pairs(
-        &spec.pairs,
-        &db,
-        backend.info().cuda,
-        None,
-    ))?;
-    let map = vec![
-        "mapper".to_string(),
-        "--database_path".into(),
-        db.display().to_string(),
-        "--image_path".into(),
-        images.display().to_string(),
-        "--output_path".into(),
-        sparse.display().to_string(),
-    ];
-    bare(&map)?;
-    let best = std::fs::read_dir(&sparse)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
-        .max_by_key(|(_, r)| r.images.len())
-        .context("bare COLMAP registered no images")?;
-    for args in commands::bundle_adjust(
-        tessera_core::spec::BaMode::Standard,
-        &best.0,
-        &adjusted,
-        &adjusted,
-    ) {
-        bare(&args)?;
+    let mut runs = Vec::new();
+    for which in &b.engines {
+        let failed = |e: anyhow::Error, runner: &str, backend: &str, mapper: &str| EngineRun {
+            runner: runner.into(),
+            backend: backend.into(),
+            version: String::new(),
+            mapper: mapper.into(),
+            default: false,
+            wall_s: 0.0,
+            cpu_s: 0.0,
+            peak_rss_bytes: 0,
+            registered: 0,
+            points: 0,
+            mean_reprojection_error: None,
+            wall_ratio: None,
+            cpu_ratio: None,
+            stages: Vec::new(),
+            error: Some(format!("{e:#}")),
+        };
+        let run = match which {
+            BenchEngine::Bare => bare_run(&spec, &files, &scratch.path().join("bare"))
+                .unwrap_or_else(|e| failed(e, "bare colmap", "colmap", "incremental")),
+            BenchEngine::Colmap | BenchEngine::Pycolmap | BenchEngine::PycolmapGlobal => {
+                let (engine, mapper, name) = match which {
+                    BenchEngine::Colmap => (EngineArg::Colmap, Mapper::Incremental, "colmap"),
+                    BenchEngine::Pycolmap => (EngineArg::Pycolmap, Mapper::Incremental, "pycolmap"),
+                    _ => (EngineArg::Pycolmap, Mapper::Global, "pycolmap-global"),
+                };
+                let a = args(engine, mapper, name);
+                let default = mapper == Mapper::Incremental
+                    && default_engine == format!("{engine:?}").to_lowercase();
+                tessera_run(&a, &scratch.path().join(name).join("state"), default)
+                    .await
+                    .unwrap_or_else(|e| {
+                        failed(
+                            e,
+                            "tessera",
+                            &format!("{engine:?}").to_lowercase(),
+                            &format!("{mapper:?}").to_lowercase(),
+                        )
+                    })
+            }
+        };
+        runs.push(run);
     }
-    let bare_s = t0.elapsed().as_secs_f64();
-    let bare_model = tessera_sfm::model_bin::read(&adjusted)?;
-
-    let t1 = Instant::now();
-    let report =
-        super::reconstruct::reconstruct(&scratch.path().join("state"), &args, false).await?;
-    let tessera_s = t1.elapsed().as_secs_f64();
+    if let Some(base) = runs
+        .iter()
+        .find(|r| r.runner == "bare colmap" && r.error.is_none())
+        .cloned()
+    {
+        for r in runs.iter_mut().filter(|r| r.error.is_none()) {
+            r.wall_ratio = Some(r.wall_s / base.wall_s);
+            r.cpu_ratio = Some(r.cpu_s / base.cpu_s.max(1e-9));
+        }
+    }
     let r = ReconstructReport {
         images: files.len(),
-        bare_s,
-        tessera_s,
-        ratio: tessera_s / bare_s,
-        bare_registered: bare_model.images.len(),
-        tessera_registered: report.registered_images,
-        bare_points: bare_model.points.len(),
-        tessera_points: report.points,
-        tessera_attempts: report
-            .stages
-            .iter()
-            .filter_map(|s| s["attempts"].as_u64())
-            .sum(),
-        tessera_stages: report
-            .stages
-            .iter()
-            .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "peak_rss_bytes": s["peak_rss_bytes"] }))
-            .collect(),
-        colmap_version: backend.info().version.clone(),
         pairs,
+        runs,
     };
     emit(json, &r, || {
-        format!(
-            "{} photos: bare COLMAP {:.1} s ({} registered, {} points); Tessera {:.1} s ({} registered, {} points); ratio {:.3}",
+        let mut lines = vec![format!(
+            "{} photos, pairs {}",
             r.images,
-            r.bare_s,
-            r.bare_registered,
-            r.bare_points,
-            r.tessera_s,
-            r.tessera_registered,
-            r.tessera_points,
-            r.ratio
-        )
+            r.pairs.strategy_name()
+        )];
+        for run in &r.runs {
+            lines.push(match &run.error {
+                Some(e) => format!("{} {} {}: failed: {e}", run.runner, run.backend, run.mapper),
+                None => format!(
+                    "{} {} {} {}{}: {:.1} s (×{:.2}), CPU {:.1} s (×{:.2}), peak {} MB, {} of {} registered, {} points, reprojection {:.3} px",
+                    run.runner,
+                    run.backend,
+                    run.version,
+                    run.mapper,
+                    if run.default { " [default]" } else { "" },
+                    run.wall_s,
+                    run.wall_ratio.unwrap_or(f64::NAN),
+                    run.cpu_s,
+                    run.cpu_ratio.unwrap_or(f64::NAN),
+                    run.peak_rss_bytes >> 20,
+                    run.registered,
+                    r.images,
+                    run.points,
+                    run.mean_reprojection_error.unwrap_or(f64::NAN)
+                ),
+            });
+        }
+        lines.join("\n")
     });
-    Ok(if report.status == "succeeded" {
+    Ok(if r.runs.iter().all(|run| run.error.is_none()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

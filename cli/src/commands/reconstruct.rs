@@ -37,6 +37,40 @@ pub enum Pairs {
     Vocabtree,
 }
 
+/// The reconstruction engine.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineArg {
+    /// pycolmap (COLMAP 4) where installed, else the COLMAP command line.
+    Auto,
+    /// COLMAP 4 through pycolmap.
+    Pycolmap,
+    /// The COLMAP command line (Debian's 3.8 here; the worker image's CUDA build on AWS).
+    Colmap,
+}
+
+impl EngineArg {
+    /// The backend this names, its version resolved now, at submission.
+    pub fn resolve(self) -> anyhow::Result<BackendSpec> {
+        use tessera_jobs::reconstruct::stages;
+        let named = |name: &str| {
+            stages::backend_for(&BackendSpec {
+                name: name.into(),
+                version: None,
+            })
+            .map(|b| BackendSpec {
+                name: name.into(),
+                version: Some(b.info().version.clone()),
+            })
+        };
+        match self {
+            EngineArg::Auto => stages::default_backend(),
+            EngineArg::Pycolmap => named("pycolmap"),
+            EngineArg::Colmap => named("colmap"),
+        }
+        .map_err(|e| anyhow::anyhow!(e.message))
+    }
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mapper {
     Incremental,
@@ -78,7 +112,10 @@ pub struct Args {
     /// Vocabulary-tree pairs: the tree file.
     #[arg(long)]
     pub vocab_tree: Option<PathBuf>,
-    /// Mapper.
+    /// Engine: pycolmap (COLMAP 4) where installed, else the COLMAP command line.
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    pub engine: EngineArg,
+    /// Mapper (`global` needs the pycolmap engine, or a CUDA COLMAP >= 3.14).
     #[arg(long, value_enum, default_value_t = Mapper::Incremental)]
     pub mapper: Mapper,
     /// Bundle adjustment.
@@ -129,6 +166,9 @@ pub struct Report {
     pub job_id: String,
     pub status: String,
     pub fingerprint: String,
+    /// The engine backend that ran (`pycolmap` or `colmap`).
+    pub engine: String,
+    /// Its version (COLMAP's, or pycolmap's).
     pub colmap_version: String,
     pub images: usize,
     pub rejected: serde_json::Value,
@@ -165,6 +205,7 @@ pub fn spec_from(
     args: &Args,
     image_set: String,
     auto: Option<&pairing::Choice>,
+    backend: BackendSpec,
 ) -> anyhow::Result<ReconstructionSpec> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
         .map_err(|_| {
@@ -213,10 +254,7 @@ pub fn spec_from(
     let spec = ReconstructionSpec {
         project: LOCAL_PROJECT.into(),
         image_set,
-        backend: BackendSpec {
-            name: "colmap".into(),
-            version: None,
-        },
+        backend,
         camera_model,
         max_features: args.max_features,
         max_image_size: args.max_image_size,
@@ -323,8 +361,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let started = Instant::now();
     let files = crate::photos::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
-    let backend =
-        tessera_jobs::reconstruct::stages::backend().map_err(|e| anyhow::anyhow!(e.message))?;
+    let backend_spec = args.engine.resolve()?;
+    let backend = tessera_jobs::reconstruct::stages::backend_for(&backend_spec)
+        .map_err(|e| anyhow::anyhow!(e.message))?;
     let Uploaded {
         set,
         count,
@@ -337,7 +376,10 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     {
         eprintln!("pairs: {} ({})", c.strategy_name(), c.why);
     }
-    let spec = spec_from(args, set, auto.as_ref())?;
+    if ui {
+        eprintln!("engine: {} {}", backend.info().name, backend.info().version);
+    }
+    let spec = spec_from(args, set, auto.as_ref(), backend_spec)?;
     backend.info().check_spec(&spec)?;
     let mut plan = reconstruct::plan(
         &spec,
@@ -392,15 +434,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     }
 
     let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
-    let mut report = build_report(
-        &engine,
-        job_id,
-        &job,
-        backend.info().version.clone(),
-        started,
-        args,
-    )
-    .await?;
+    let mut report = build_report(&engine, job_id, &job, backend.info(), started, args).await?;
     report.pairs_auto = auto;
     Ok(report)
 }
@@ -522,7 +556,7 @@ async fn build_report(
     engine: &Engine,
     job_id: tessera_core::JobId,
     job: &tessera_core::job::Job,
-    version: String,
+    backend: &tessera_sfm::backend::BackendInfo,
     started: Instant,
     args: &Args,
 ) -> anyhow::Result<Report> {
@@ -552,7 +586,8 @@ async fn build_report(
         job_id: job_id.to_string(),
         status: job.status().to_string(),
         fingerprint: job.fingerprint.clone(),
-        colmap_version: version,
+        engine: backend.name.clone(),
+        colmap_version: backend.version.clone(),
         images: 0,
         rejected: serde_json::Value::Null,
         registered_images: 0,

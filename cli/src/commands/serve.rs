@@ -49,13 +49,18 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
     // One set of face models for the photo tasks and for enrolment, loaded on first use.
     let faces = std::sync::Arc::new(tessera_jobs::photos::FaceService::from_env());
     let (_dir, engine) = embedded::engine_with(state, None, faces.clone()).await?;
-    let (backend, capabilities) = match tessera_sfm::colmap::detect() {
-        Ok(info) => (
-            (info.name, info.version),
-            info.capabilities.into_iter().collect(),
-        ),
+    // The engine a reconstruction gets here: pycolmap (COLMAP 4) where installed, else
+    // the COLMAP command line (`TESSERA_ENGINE` chooses).
+    let (backend, capabilities) = match tessera_jobs::reconstruct::stages::backend() {
+        Ok(b) => {
+            let info = b.info().clone();
+            (
+                (info.name, info.version),
+                info.capabilities.into_iter().collect(),
+            )
+        }
         Err(e) => {
-            tracing::warn!(error = %e, "no COLMAP: reconstruction capabilities are off");
+            tracing::warn!(error = %e.message, "no engine: reconstruction capabilities are off");
             (("none".to_string(), String::new()), Vec::new())
         }
     };

@@ -174,11 +174,14 @@ pub enum ExportFormat {
     PointsBin,
 }
 
+/// The engine backends Tessera can drive.
+pub const BACKENDS: &[&str] = &["pycolmap", "colmap"];
+
 /// The engine backend and the version the job was planned for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSpec {
-    /// Backend name (`colmap`).
+    /// Backend name (`pycolmap` or `colmap`).
     pub name: String,
     /// Version requirement (`3.8`), or `None` for whatever is installed.
     pub version: Option<String>,
@@ -251,11 +254,11 @@ impl ReconstructionSpec {
         {
             p.add("image_set", format!("`{}` is neither a dataset id nor a valid object-store prefix (relative, no `..`)", self.image_set));
         }
-        if self.backend.name != "colmap" {
+        if !BACKENDS.contains(&self.backend.name.as_str()) {
             p.add(
                 "backend.name",
                 format!(
-                    "unknown backend `{}`; the available backend is `colmap`",
+                    "unknown backend `{}`; use `pycolmap` (COLMAP 4) or `colmap` (the command line)",
                     self.backend.name
                 ),
             );

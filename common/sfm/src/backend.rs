@@ -102,12 +102,15 @@ pub struct Invocation {
 }
 
 impl Invocation {
-    /// A short name for logs and metrics (`feature_extractor`).
+    /// A short name for logs and metrics (`feature_extractor`): the first argument, or
+    /// the one after it when the first is a script the program runs (`stage.py map`).
     pub fn name(&self) -> &str {
-        self.args
-            .first()
-            .map(String::as_str)
-            .unwrap_or(&self.program)
+        let mut args = self.args.iter().map(String::as_str);
+        match args.next() {
+            Some(script) if script.ends_with(".py") => args.next().unwrap_or(script),
+            Some(first) => first,
+            None => &self.program,
+        }
     }
 }
 

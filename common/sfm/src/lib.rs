@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod model;
 pub mod model_bin;
 pub mod model_text;
+pub mod pycolmap;
 
 pub use error::ModelError;
 pub use model::{Camera, Image, Observation, Point2D, Point3D, Reconstruction};

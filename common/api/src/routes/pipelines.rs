@@ -113,9 +113,11 @@ async fn spec_for(
     let spec = ReconstructionSpec {
         project: d.project_id.to_string(),
         image_set: super::datasets::images_prefix(d.dataset_id),
+        // The engine this server plans for, its version pinned at submission so the
+        // fingerprint names the engine that runs.
         backend: BackendSpec {
-            name: "colmap".into(),
-            version: None,
+            name: s.backend.0.clone(),
+            version: Some(s.backend.1.clone()).filter(|v| !v.is_empty()),
         },
         camera_model: serde_json::from_value(json!(d.camera_model))
             .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,

@@ -114,7 +114,8 @@ pub fn plan(
         if i > 0 {
             t = t.after([stages[i - 1].name()]);
         }
-        let estimate = memory::estimate(*stage, images, megapixels, spec.max_image_size);
+        let estimate = memory::estimate(*stage, images, megapixels, spec.max_image_size)
+            + memory::engine_overhead(&spec.backend.name, *stage);
         t.memory_estimate = Some(estimate);
         t.resource_class = memory::class_for_stage(
             estimate,

@@ -18,6 +18,7 @@ use tessera_core::spec::{BaMode, BackendSpec, Georef, PairStrategy, Reconstructi
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_sfm::backend::{EngineBackend, Invocation};
 use tessera_sfm::colmap::ColmapBackend;
+use tessera_sfm::pycolmap::PycolmapBackend;
 use tessera_sfm::{metrics, model_bin, model_text};
 
 /// Runs one stage.
@@ -33,36 +34,70 @@ impl StageHandler {
 }
 
 /// The engine backend a spec names, detected once per process. A version in the spec
-/// must match the installed engine's.
+/// must match the installed engine's, so a job never resumes on another engine's output.
 pub fn backend_for(spec: &BackendSpec) -> Result<&'static dyn EngineBackend, TaskError> {
     static COLMAP: OnceLock<Result<ColmapBackend, String>> = OnceLock::new();
-    if spec.name != "colmap" {
-        return Err(TaskError::permanent(format!(
-            "unknown engine backend `{}`; this worker has `colmap`",
-            spec.name
-        )));
-    }
-    let b = COLMAP
-        .get_or_init(|| ColmapBackend::detect().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| TaskError::permanent(e.clone()))?;
+    static PYCOLMAP: OnceLock<Result<PycolmapBackend, String>> = OnceLock::new();
+    let b: &'static dyn EngineBackend = match spec.name.as_str() {
+        "colmap" => COLMAP
+            .get_or_init(|| ColmapBackend::detect().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| TaskError::permanent(e.clone()))?,
+        "pycolmap" => PYCOLMAP
+            .get_or_init(|| PycolmapBackend::detect().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| TaskError::permanent(e.clone()))?,
+        other => {
+            return Err(TaskError::permanent(format!(
+                "unknown engine backend `{other}`; Tessera knows `pycolmap` (COLMAP 4) and `colmap` (the command line)"
+            )));
+        }
+    };
     if let Some(v) = &spec.version
         && !(b.info().version == *v || b.info().version.starts_with(&format!("{v}.")))
     {
         return Err(TaskError::permanent(format!(
-            "the job asks for COLMAP {v}, and this worker has COLMAP {}",
+            "the job asks for {} {v}, and this worker has {} {}",
+            spec.name,
+            spec.name,
             b.info().version
         )));
     }
     Ok(b)
 }
 
-/// The COLMAP backend of this machine.
+/// The backend a job gets when it names none, with its version resolved now, at
+/// submission, so the fingerprint names the engine that will run (a changed engine never
+/// reuses another engine's cached stages): pycolmap (COLMAP 4) where it is installed,
+/// for its faster matching and its global mapper; else the COLMAP command line.
+/// `TESSERA_ENGINE=colmap|pycolmap` chooses instead.
+pub fn default_backend() -> Result<BackendSpec, TaskError> {
+    let choose = |name: &str| {
+        backend_for(&BackendSpec {
+            name: name.into(),
+            version: None,
+        })
+        .map(|b| BackendSpec {
+            name: name.into(),
+            version: Some(b.info().version.clone()),
+        })
+    };
+    match std::env::var("TESSERA_ENGINE").ok().as_deref() {
+        Some(name) if !name.is_empty() && name != "auto" => choose(name),
+        _ => choose("pycolmap").or_else(|py| {
+            choose("colmap").map_err(|c| {
+                TaskError::permanent(format!(
+                    "no reconstruction engine is installed: {} / {}",
+                    py.message, c.message
+                ))
+            })
+        }),
+    }
+}
+
+/// The default backend of this machine (see [`default_backend`]).
 pub fn backend() -> Result<&'static dyn EngineBackend, TaskError> {
-    backend_for(&BackendSpec {
-        name: "colmap".into(),
-        version: None,
-    })
+    backend_for(&default_backend()?)
 }
 
 pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
@@ -953,6 +988,8 @@ impl Run<'_> {
 }
 
 /// Every model COLMAP wrote under `dir` (`0/`, `1/`, …) with its metrics.
+/// The models a mapper wrote into `dir`, largest first (most registered photos, then
+/// most points): COLMAP 4 does not number its largest model 0.
 fn read_models(dir: &Path) -> Result<Vec<(PathBuf, metrics::ModelMetrics)>, TaskError> {
     let mut models = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io("listing models"))? {
@@ -962,6 +999,12 @@ fn read_models(dir: &Path) -> Result<Vec<(PathBuf, metrics::ModelMetrics)>, Task
             models.push((path, metrics::compute(&rec)));
         }
     }
+    models.sort_by(|a, b| {
+        b.1.registered_images
+            .cmp(&a.1.registered_images)
+            .then(b.1.points.cmp(&a.1.points))
+            .then(a.0.cmp(&b.0))
+    });
     Ok(models)
 }
 

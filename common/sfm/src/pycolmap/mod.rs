@@ -1,0 +1,544 @@
+//! The COLMAP 4 backend, through pycolmap: the same stages as the command-line backend,
+//! each run as `python stage.py <stage> …` (the runner is embedded in this crate and
+//! written out once per version of its text). It speaks JSON lines; everything else it
+//! prints is log. As with the command line, the exit status is only one signal: the
+//! stages read the database and the models it wrote.
+//!
+//! Why a second backend: pycolmap 4.2 matches several times faster than Debian's
+//! COLMAP 3.8 on a CPU and brings the global mapper (`map.global`) without CUDA. The
+//! command-line backend stays for the worker container's CUDA COLMAP.
+
+use crate::backend::{BackendInfo, EngineBackend, Invocation, LineEvent, Unsupported};
+use crate::colmap::database;
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tessera_core::event::Phase;
+use tessera_core::spec::{BaMode, MapperKind, PairStrategy, ReconstructionSpec};
+
+/// The stage runner's source, shipped inside the binary so no checkout is needed at run
+/// time.
+pub const STAGE_RUNNER: &str = include_str!("stage.py");
+
+/// The pycolmap version Tessera is tested against; `scripts/setup-pycolmap` installs it.
+pub const PINNED_VERSION: &str = "4.2.1";
+
+/// Problems finding pycolmap.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    /// No Python with pycolmap.
+    #[error(
+        "`{python}` could not run the pycolmap stage runner ({why}); run scripts/setup-pycolmap, or set TESSERA_PYCOLMAP_PYTHON to a Python with pycolmap=={PINNED_VERSION}"
+    )]
+    Missing {
+        /// The interpreter tried.
+        python: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// The Python to run: `$TESSERA_PYCOLMAP_PYTHON`, else the venv the setup script makes.
+pub fn python() -> String {
+    std::env::var("TESSERA_PYCOLMAP_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+        format!("{home}/.cache/tessera/venv-pycolmap/bin/python")
+    })
+}
+
+/// What pycolmap can do through Tessera: what the command-line backend offers on a CPU,
+/// less the hierarchical mapper (not wired here), plus the global mapper, which COLMAP 4
+/// runs without CUDA.
+pub fn capabilities() -> BTreeSet<String> {
+    let mut caps = crate::colmap::capabilities("3.8", false);
+    caps.remove("map.hierarchical");
+    caps.insert("map.global".into());
+    caps
+}
+
+/// The pycolmap backend.
+#[derive(Debug, Clone)]
+pub struct PycolmapBackend {
+    info: BackendInfo,
+    python: String,
+    runner: PathBuf,
+}
+
+#[derive(Deserialize)]
+struct VersionLine {
+    tessera: String,
+    version: Option<String>,
+    cuda: Option<bool>,
+}
+
+/// Write the runner where every process of this user finds it: one file per text, so
+/// two Tessera versions on one machine never run each other's runner.
+fn write_runner() -> std::io::Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    STAGE_RUNNER.hash(&mut h);
+    let dir = std::env::temp_dir().join(format!("tessera-pycolmap-{:016x}", h.finish()));
+    let path = dir.join("stage.py");
+    if std::fs::read_to_string(&path).is_ok_and(|t| t == STAGE_RUNNER) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir)?;
+    // Written aside and renamed, so a concurrent start never runs half a file.
+    let tmp = dir.join(format!("stage.py.{}", std::process::id()));
+    std::fs::write(&tmp, STAGE_RUNNER)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+impl PycolmapBackend {
+    /// Find pycolmap (see [`python`]) and read its version.
+    pub fn detect() -> Result<Self, DetectError> {
+        let python = python();
+        let missing = |why: String| DetectError::Missing {
+            python: python.clone(),
+            why,
+        };
+        let runner = write_runner().map_err(|e| missing(format!("writing the runner: {e}")))?;
+        let out = Command::new(&python)
+            .arg(&runner)
+            .arg("version")
+            .output()
+            .map_err(|e| missing(e.to_string()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<VersionLine>(l).ok())
+            .find(|l| l.tessera == "version" || l.tessera == "error");
+        let (version, cuda) = match line {
+            Some(VersionLine {
+                version: Some(v),
+                cuda,
+                ..
+            }) => (v, cuda.unwrap_or(false)),
+            _ => {
+                let said = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+                return Err(missing(said.trim().chars().take(300).collect()));
+            }
+        };
+        let cuda = crate::colmap::use_cuda(
+            cuda,
+            std::env::var("TESSERA_GPU").ok().as_deref(),
+            Path::new("/dev/nvidiactl").exists(),
+        );
+        Ok(PycolmapBackend {
+            info: BackendInfo {
+                name: "pycolmap".into(),
+                capabilities: capabilities(),
+                version,
+                cuda,
+            },
+            python,
+            runner,
+        })
+    }
+
+    fn call(&self, stage: &str, flags: Vec<(&str, String)>) -> Invocation {
+        let mut args = vec![self.runner.display().to_string(), stage.to_string()];
+        for (k, v) in flags {
+            args.push(format!("--{k}"));
+            args.push(v);
+        }
+        Invocation {
+            program: self.python.clone(),
+            args,
+        }
+    }
+
+    fn gpu(&self) -> String {
+        u8::from(self.info.cuda).to_string()
+    }
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn pair_capability(pairs: &PairStrategy) -> &'static str {
+    match pairs {
+        PairStrategy::Exhaustive => "pairs.exhaustive",
+        PairStrategy::Sequential { .. } => "pairs.sequential",
+        PairStrategy::Spatial { .. } => "pairs.spatial",
+        PairStrategy::VocabTree { .. } => "pairs.vocabtree",
+    }
+}
+
+impl EngineBackend for PycolmapBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn extract(
+        &self,
+        spec: &ReconstructionSpec,
+        db: &Path,
+        images: &Path,
+        single_camera: bool,
+        image_list: Option<&Path>,
+        existing_camera: Option<u32>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("features.extract.sift", "")?;
+        let model = serde_json::to_value(spec.camera_model)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "SIMPLE_RADIAL".into());
+        let mut flags = vec![
+            ("database", p(db)),
+            ("images", p(images)),
+            ("camera-model", model),
+            ("single-camera", u8::from(single_camera).to_string()),
+            ("max-image-size", spec.max_image_size.to_string()),
+            ("max-features", spec.max_features.to_string()),
+            ("gpu", self.gpu()),
+        ];
+        if let Some(list) = image_list {
+            flags.push(("image-list", p(list)));
+        }
+        if let Some(cam) = existing_camera {
+            flags.push(("existing-camera", cam.to_string()));
+        }
+        Ok(vec![self.call("extract", flags)])
+    }
+
+    fn match_pairs(
+        &self,
+        pairs: &PairStrategy,
+        db: &Path,
+        vocab_tree: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require(pair_capability(pairs), "")?;
+        let mut flags = vec![("database", p(db)), ("gpu", self.gpu())];
+        match pairs {
+            PairStrategy::Exhaustive => flags.push(("strategy", "exhaustive".into())),
+            PairStrategy::Sequential { overlap } => {
+                flags.push(("strategy", "sequential".into()));
+                flags.push(("overlap", overlap.to_string()));
+            }
+            PairStrategy::Spatial {
+                max_neighbors,
+                max_distance_m,
+            } => {
+                flags.push(("strategy", "spatial".into()));
+                flags.push(("max-neighbors", max_neighbors.to_string()));
+                flags.push(("max-distance", max_distance_m.to_string()));
+            }
+            PairStrategy::VocabTree { num_images, .. } => {
+                flags.push(("strategy", "vocabtree".into()));
+                flags.push(("vocab-tree", vocab_tree.map(p).unwrap_or_default()));
+                flags.push(("num-images", num_images.to_string()));
+            }
+        }
+        Ok(vec![self.call("match", flags)])
+    }
+
+    fn map(
+        &self,
+        mapper: MapperKind,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        snapshots: &Path,
+        snapshot_every: u32,
+        input: Option<&Path>,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        let base = vec![
+            ("database", p(db)),
+            ("images", p(images)),
+            ("output", p(out)),
+        ];
+        match mapper {
+            MapperKind::Global => {
+                self.info.require("map.global", "")?;
+                Ok(vec![self.call("map_global", base)])
+            }
+            MapperKind::Hierarchical => Err(Unsupported {
+                backend: self.info.name.clone(),
+                version: self.info.version.clone(),
+                capability: "map.hierarchical".into(),
+                hint: "use `incremental` or `global`, or the `colmap` backend".into(),
+            }),
+            MapperKind::Incremental => {
+                self.info.require("map.incremental", "")?;
+                let mut flags = base;
+                flags.push(("snapshots", p(snapshots)));
+                flags.push(("snapshot-every", snapshot_every.to_string()));
+                if let Some(i) = input {
+                    flags.push(("input", p(i)));
+                }
+                Ok(vec![self.call("map", flags)])
+            }
+        }
+    }
+
+    fn map_relaxed(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("map.incremental", "")?;
+        Ok(vec![self.call(
+            "map",
+            vec![
+                ("database", p(db)),
+                ("images", p(images)),
+                ("output", p(out)),
+                ("relaxed", "1".into()),
+            ],
+        )])
+    }
+
+    fn bundle_adjust(
+        &self,
+        mode: BaMode,
+        input: &Path,
+        mid: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        let pass = |i: &Path, o: &Path, fix: bool| {
+            self.call(
+                "bundle_adjust",
+                vec![
+                    ("input", p(i)),
+                    ("output", p(o)),
+                    ("fix-intrinsics", u8::from(fix).to_string()),
+                ],
+            )
+        };
+        match mode {
+            BaMode::Standard => {
+                self.info.require("ba.standard", "")?;
+                Ok(vec![pass(input, out, false)])
+            }
+            BaMode::TwoStage => {
+                self.info.require("ba.two_stage", "")?;
+                Ok(vec![pass(input, mid, true), pass(mid, out, false)])
+            }
+        }
+    }
+
+    fn georegister_gps(
+        &self,
+        input: &Path,
+        out: &Path,
+        db: &Path,
+        ecef: bool,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("georegister.sim3", "")?;
+        Ok(vec![self.call(
+            "georegister",
+            vec![
+                ("input", p(input)),
+                ("output", p(out)),
+                ("database", p(db)),
+                ("ecef", u8::from(ecef).to_string()),
+                ("max-error", "50".into()),
+            ],
+        )])
+    }
+
+    fn register_images(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("relocalize.images", "")?;
+        Ok(vec![self.call(
+            "register",
+            vec![("database", p(db)), ("input", p(input)), ("output", p(out))],
+        )])
+    }
+
+    fn triangulate(
+        &self,
+        db: &Path,
+        images: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("triangulate.retri", "")?;
+        Ok(vec![self.call(
+            "triangulate",
+            vec![
+                ("database", p(db)),
+                ("images", p(images)),
+                ("input", p(input)),
+                ("output", p(out)),
+            ],
+        )])
+    }
+
+    fn parse_line(&self, line: &str, total: Option<u64>) -> Option<LineEvent> {
+        parse_line(line, total)
+    }
+
+    fn database_stats(
+        &self,
+        db: &Path,
+    ) -> Result<database::DatabaseStats, database::DatabaseError> {
+        database::stats(db)
+    }
+}
+
+#[derive(Deserialize)]
+struct Line {
+    tessera: String,
+    phase: Option<Phase>,
+    current: Option<u64>,
+    total: Option<u64>,
+    name: Option<String>,
+    value: Option<f64>,
+    message: Option<String>,
+}
+
+/// The figures the runner reports, by their names in Tessera's metrics.
+const FIGURES: &[&str] = &[
+    "models",
+    "registered_images",
+    "points",
+    "mean_reprojection_error",
+    "mean_reprojection_error_before",
+];
+
+/// Read one line of the runner's output: its JSON lines; COLMAP's own log is left to
+/// the caller's tail.
+pub fn parse_line(line: &str, total_images: Option<u64>) -> Option<LineEvent> {
+    let line = line.trim();
+    if !line.starts_with('{') {
+        return None;
+    }
+    let l: Line = serde_json::from_str(line).ok()?;
+    match l.tessera.as_str() {
+        "progress" => Some(LineEvent::Progress {
+            phase: l.phase?,
+            current: l.current?,
+            total: l.total.or(total_images),
+        }),
+        "started" => Some(LineEvent::Started(l.phase?)),
+        "figure" => {
+            let name = l.name?;
+            let name = FIGURES.iter().find(|f| **f == name)?;
+            Some(LineEvent::Figure(name, l.value?))
+        }
+        "warning" | "error" => Some(LineEvent::Warning(l.message?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_lines_become_events_and_the_rest_is_log() {
+        assert_eq!(
+            parse_line(
+                r#"{"phase": "matching", "current": 39, "total": 66, "tessera": "progress"}"#,
+                None
+            ),
+            Some(LineEvent::Progress {
+                phase: Phase::Matching,
+                current: 39,
+                total: Some(66)
+            })
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"phase": "incremental_register", "current": 3, "tessera": "progress"}"#,
+                Some(12)
+            ),
+            Some(LineEvent::Progress {
+                phase: Phase::IncrementalRegister,
+                current: 3,
+                total: Some(12)
+            })
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"tessera": "started", "phase": "global_positioning"}"#,
+                None
+            ),
+            Some(LineEvent::Started(Phase::GlobalPositioning))
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"tessera": "figure", "name": "registered_images", "value": 12}"#,
+                None
+            ),
+            Some(LineEvent::Figure("registered_images", 12.0))
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"tessera": "figure", "name": "anything", "value": 1}"#,
+                None
+            ),
+            None,
+            "unknown figures are not invented metrics"
+        );
+        assert!(matches!(
+            parse_line(r#"{"tessera": "error", "message": "no GPS"}"#, None),
+            Some(LineEvent::Warning(m)) if m == "no GPS"
+        ));
+        assert_eq!(
+            parse_line(
+                "I20261201 14:03:53.472660 139627558017920 timer.cc:90] Elapsed time",
+                None
+            ),
+            None
+        );
+        assert_eq!(parse_line("{not json", None), None);
+    }
+
+    #[test]
+    fn the_global_mapper_is_offered_without_cuda() {
+        let caps = capabilities();
+        assert!(caps.contains("map.global"));
+        assert!(caps.contains("pairs.exhaustive"));
+        assert!(!caps.contains("map.hierarchical"));
+    }
+
+    #[test]
+    fn invocations_are_named_by_their_stage_not_the_runner_path() {
+        let b = PycolmapBackend {
+            info: BackendInfo {
+                name: "pycolmap".into(),
+                version: PINNED_VERSION.into(),
+                cuda: false,
+                capabilities: capabilities(),
+            },
+            python: "python3".into(),
+            runner: "/tmp/x/stage.py".into(),
+        };
+        let inv = b
+            .map(
+                MapperKind::Global,
+                Path::new("db"),
+                Path::new("im"),
+                Path::new("out"),
+                Path::new("snap"),
+                5,
+                None,
+            )
+            .unwrap();
+        assert_eq!(inv[0].name(), "map_global");
+        assert_eq!(inv[0].program, "python3");
+        let err = b
+            .map(
+                MapperKind::Hierarchical,
+                Path::new("db"),
+                Path::new("im"),
+                Path::new("out"),
+                Path::new("snap"),
+                5,
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(err.capability, "map.hierarchical");
+    }
+}

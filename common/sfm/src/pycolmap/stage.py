@@ -1,0 +1,379 @@
+"""Tessera's COLMAP 4 stage runner: one reconstruction stage per process, through pycolmap.
+
+The Rust backend (`common/sfm/src/pycolmap/mod.rs`) embeds this file, writes it next to
+the job's scratch folder and starts it as `python stage.py <stage> --flag value ...`.
+It speaks to Tessera in JSON lines on stdout, each with a `tessera` key:
+
+    {"tessera": "started",  "phase": "global_positioning"}   (a phase within the stage's)
+    {"tessera": "progress", "phase": "...", "current": 3, "total": 12}
+    {"tessera": "figure",   "name": "registered_images", "value": 12}
+    {"tessera": "warning",  "message": "..."}
+    {"tessera": "done",     "stage": "extract"}
+
+Anything else (COLMAP's own log lines) is kept only as the tail shown on failure. The
+exit status is one signal among several: Tessera reads the database and the models this
+writes, exactly as it does after the COLMAP command line.
+"""
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+
+
+def emit(kind, **fields):
+    fields["tessera"] = kind
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message, code=2):
+    emit("error", message=message)
+    sys.exit(code)
+
+
+try:
+    import numpy as np
+    import pycolmap
+except ImportError as e:  # the venv is incomplete: say which one and how to mend it
+    fail(f"pycolmap is not importable from {sys.executable} ({e}); run scripts/setup-pycolmap")
+
+pycolmap.logging.minloglevel = 1  # warnings and errors only: the tail stays readable
+pycolmap.logging.logtostderr = True
+
+
+class Poller:
+    """Reports a count read from the database every half second, while COLMAP writes it.
+
+    COLMAP 4's extraction and matching calls report nothing to Python while they run;
+    the database is the only honest measure of how far they are.
+    """
+
+    def __init__(self, db, sql, phase, total):
+        self.db, self.sql, self.phase, self.total = db, sql, phase, total
+        self.stop = threading.Event()
+        self.last = -1
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def count(self):
+        try:
+            c = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=0.2)
+            try:
+                return int(c.execute(self.sql).fetchone()[0] or 0)
+            finally:
+                c.close()
+        except sqlite3.Error:
+            return None
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            self.report()
+
+    def report(self):
+        n = self.count()
+        if n is not None and n != self.last:
+            self.last = n
+            emit("progress", phase=self.phase, current=n, total=self.total)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.report()
+
+
+def settle(database):
+    """Leave the database one self-contained file: COLMAP 4 writes in WAL mode, and
+    Tessera stores `database.db` alone as the stage's checkpoint. A WAL still holding
+    pages (a reader was open when COLMAP closed) would make that copy malformed."""
+    c = sqlite3.connect(database)
+    try:
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        c.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        c.close()
+
+
+def device(args):
+    return pycolmap.Device.cuda if args.gpu else pycolmap.Device.cpu
+
+
+def extract(args):
+    names = []
+    if args.image_list:
+        with open(args.image_list) as f:
+            names = [line.strip() for line in f if line.strip()]
+    total = len(names) or sum(1 for e in os.scandir(args.images) if e.is_file())
+    reader = pycolmap.ImageReaderOptions()
+    reader.camera_model = args.camera_model
+    if args.existing_camera is not None:
+        reader.existing_camera_id = args.existing_camera
+    options = pycolmap.FeatureExtractionOptions()
+    options.max_image_size = args.max_image_size
+    options.sift.max_num_features = args.max_features
+    mode = pycolmap.CameraMode.SINGLE if args.single_camera else pycolmap.CameraMode.AUTO
+    sql = "SELECT count(*) FROM keypoints WHERE rows > 0"
+    with Poller(args.database, sql, "feature_extraction", total):
+        pycolmap.extract_features(
+            args.database,
+            args.images,
+            image_names=names,
+            camera_mode=mode,
+            reader_options=reader,
+            extraction_options=options,
+            device=device(args),
+        )
+    settle(args.database)
+
+
+def match(args):
+    db = pycolmap.Database.open(args.database)
+    n = db.num_images()
+    db.close()
+    matching = pycolmap.FeatureMatchingOptions()
+    dev = device(args)
+    if args.strategy == "exhaustive":
+        total = n * (n - 1) // 2
+        call = lambda: pycolmap.match_exhaustive(args.database, matching, device=dev)  # noqa: E731
+    elif args.strategy == "sequential":
+        pairing = pycolmap.SequentialPairingOptions()
+        pairing.overlap = args.overlap
+        total = None
+        call = lambda: pycolmap.match_sequential(args.database, matching, pairing, device=dev)  # noqa: E731
+    elif args.strategy == "spatial":
+        pairing = pycolmap.SpatialPairingOptions()
+        pairing.max_num_neighbors = args.max_neighbors
+        pairing.max_distance = args.max_distance
+        total = None
+        call = lambda: pycolmap.match_spatial(args.database, matching, pairing, device=dev)  # noqa: E731
+    elif args.strategy == "vocabtree":
+        pairing = pycolmap.VocabTreePairingOptions()
+        pairing.vocab_tree_path = args.vocab_tree
+        pairing.num_images = args.num_images
+        total = None
+        call = lambda: pycolmap.match_vocabtree(args.database, matching, pairing, device=dev)  # noqa: E731
+    else:
+        fail(f"unknown pair strategy `{args.strategy}`")
+    with Poller(args.database, "SELECT count(*) FROM two_view_geometries", "matching", total):
+        call()
+    settle(args.database)
+
+
+def incremental_options(args):
+    options = pycolmap.IncrementalPipelineOptions()
+    options.extract_colors = bool(args.images)
+    if getattr(args, "snapshots", None):
+        options.snapshot_path = args.snapshots
+        options.snapshot_frames_freq = args.snapshot_every
+    if getattr(args, "relaxed", False):
+        options.mapper.init_min_num_inliers = 50
+        options.mapper.init_min_tri_angle = 8
+        options.mapper.abs_pose_min_num_inliers = 15
+    return options
+
+
+def map_incremental(args):
+    options = incremental_options(args)
+    total = count_images(args.database)
+    registered = [0]
+
+    # Counted per model: a new model starts from its initial pair of two photos.
+    def initial_pair():
+        registered[0] = 2
+        emit("progress", phase="incremental_register", current=2, total=total)
+
+    def next_image():
+        registered[0] = min(registered[0] + 1, total)
+        emit("progress", phase="incremental_register", current=registered[0], total=total)
+
+    models = pycolmap.incremental_mapping(
+        args.database,
+        args.images or "",
+        args.output,
+        options,
+        input_path=args.input or "",
+        initial_image_pair_callback=initial_pair,
+        next_image_callback=next_image,
+    )
+    report_models(models)
+
+
+def map_global(args):
+    options = pycolmap.GlobalPipelineOptions()
+    emit("started", phase="global_positioning")
+    models = pycolmap.global_mapping(args.database, args.images, args.output, options)
+    # Like the incremental pipeline, one numbered folder per model.
+    report_models(models)
+
+
+def report_models(models):
+    sizes = sorted((m.num_reg_images() for m in models.values()), reverse=True)
+    emit("figure", name="models", value=len(sizes))
+    if sizes:
+        emit("figure", name="registered_images", value=sizes[0])
+
+
+def count_images(database):
+    db = pycolmap.Database.open(database)
+    try:
+        return db.num_images()
+    finally:
+        db.close()
+
+
+def bundle_adjust(args):
+    rec = pycolmap.Reconstruction(args.input)
+    options = pycolmap.BundleAdjustmentOptions()
+    if args.fix_intrinsics:
+        options.refine_focal_length = False
+        options.refine_principal_point = False
+        options.refine_extra_params = False
+    before = rec.compute_mean_reprojection_error()
+    pycolmap.bundle_adjustment(rec, options)
+    emit("figure", name="mean_reprojection_error_before", value=before)
+    emit("figure", name="mean_reprojection_error", value=rec.compute_mean_reprojection_error())
+    os.makedirs(args.output, exist_ok=True)
+    rec.write(args.output)
+
+
+def georegister(args):
+    rec = pycolmap.Reconstruction(args.input)
+    db = pycolmap.Database.open(args.database)
+    try:
+        priors = {p.corr_data_id.id: p for p in db.read_all_pose_priors() if p.has_position()}
+        images = {i.image_id: i for i in db.read_all_images()}
+    finally:
+        db.close()
+    # The ENU origin is the first photo by name that carries GPS, registered or not: the
+    # same origin Tessera measures the alignment residual from.
+    located = sorted(
+        (images[i].name, i, np.asarray(p.position, dtype=np.float64))
+        for i, p in priors.items()
+        if i in images and p.coordinate_system == pycolmap.PosePriorCoordinateSystem.WGS84
+    )
+    registered = [(name, lla) for name, i, lla in located if i in rec.images]
+    if len(registered) < 3:
+        fail(f"only {len(registered)} registered photos carry GPS; georegistration needs 3")
+    names = [name for name, _ in registered]
+    lla = np.array([lla for _, lla in registered])
+    gps = pycolmap.GPSTransform()
+    if args.ecef:
+        target = np.array(gps.ellipsoid_to_ecef(lla))
+    else:
+        origin = located[0][2]
+        target = np.array(gps.ellipsoid_to_enu(lla, origin[0], origin[1], origin[2]))
+    ransac = pycolmap.RANSACOptions()
+    ransac.max_error = args.max_error
+    sim3 = pycolmap.align_reconstruction_to_locations(rec, names, target, 3, ransac)
+    if sim3 is None:
+        fail("the model could not be aligned to the photos' GPS within the error bound")
+    rec.transform(sim3)
+    os.makedirs(args.output, exist_ok=True)
+    rec.write(args.output)
+
+
+def register(args):
+    options = pycolmap.IncrementalPipelineOptions()
+    options.extract_colors = False
+    options.fix_existing_frames = True
+    options.multiple_models = False
+    os.makedirs(args.output, exist_ok=True)
+    # No colours are read, but the pipeline wants an image folder that exists.
+    models = pycolmap.incremental_mapping(
+        args.database, args.input, args.output, options, input_path=args.input
+    )
+    if not models:
+        fail("no photo could be registered into the model")
+    best = max(models.values(), key=lambda m: m.num_reg_images())
+    best.write(args.output)
+
+
+def triangulate(args):
+    rec = pycolmap.Reconstruction(args.input)
+    os.makedirs(args.output, exist_ok=True)
+    out = pycolmap.triangulate_points(rec, args.database, args.images, args.output, clear_points=True)
+    emit("figure", name="points", value=out.num_points3D())
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="stage.py")
+    sub = parser.add_subparsers(dest="stage", required=True)
+
+    p = sub.add_parser("extract")
+    p.add_argument("--database", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--camera-model", default="SIMPLE_RADIAL")
+    p.add_argument("--single-camera", type=int, default=0)
+    p.add_argument("--max-image-size", type=int, default=3200)
+    p.add_argument("--max-features", type=int, default=8192)
+    p.add_argument("--image-list")
+    p.add_argument("--existing-camera", type=int)
+    p.add_argument("--gpu", type=int, default=0)
+    p.set_defaults(run=extract)
+
+    p = sub.add_parser("match")
+    p.add_argument("--database", required=True)
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--overlap", type=int, default=10)
+    p.add_argument("--max-neighbors", type=int, default=20)
+    p.add_argument("--max-distance", type=float, default=1000.0)
+    p.add_argument("--vocab-tree", default="")
+    p.add_argument("--num-images", type=int, default=50)
+    p.add_argument("--gpu", type=int, default=0)
+    p.set_defaults(run=match)
+
+    for name, run in [("map", map_incremental), ("map_global", map_global)]:
+        p = sub.add_parser(name)
+        p.add_argument("--database", required=True)
+        p.add_argument("--images", required=True)
+        p.add_argument("--output", required=True)
+        p.add_argument("--snapshots")
+        p.add_argument("--snapshot-every", type=int, default=10)
+        p.add_argument("--input")
+        p.add_argument("--relaxed", type=int, default=0)
+        p.set_defaults(run=run)
+
+    p = sub.add_parser("bundle_adjust")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--fix-intrinsics", type=int, default=0)
+    p.set_defaults(run=bundle_adjust)
+
+    p = sub.add_parser("georegister")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--database", required=True)
+    p.add_argument("--ecef", type=int, default=0)
+    p.add_argument("--max-error", type=float, default=50.0)
+    p.set_defaults(run=georegister)
+
+    p = sub.add_parser("register")
+    p.add_argument("--database", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(run=register)
+
+    p = sub.add_parser("triangulate")
+    p.add_argument("--database", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(run=triangulate)
+
+    p = sub.add_parser("version")
+    p.set_defaults(run=lambda _: emit("version", version=pycolmap.__version__, cuda=pycolmap.has_cuda))
+
+    args = parser.parse_args()
+    started = time.monotonic()
+    args.run(args)
+    emit("done", stage=args.stage, seconds=round(time.monotonic() - started, 3))
+
+
+if __name__ == "__main__":
+    main()
