@@ -67,3 +67,36 @@ pub fn json(o: &Output) -> serde_json::Value {
         )
     })
 }
+
+/// One HTTP/1.1 request over a fresh connection (`GET /path`), with an optional bearer
+/// key: the status and the whole response, headers included.
+pub fn http(addr: &str, request_line: &str, auth: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    let auth = auth
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{request_line} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    (status, out)
+}
+
+/// A child process killed and reaped when dropped.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_tests::{json, repo_root, stderr, tessera, tessera_bin};
+use tessera_tests::{Killed, http, json, repo_root, stderr, tessera, tessera_bin};
 
 /// Small and fast on 2 cores: a few sample photos at 640 px, 1024 features.
 const FAST: &[&str] = &[
@@ -292,6 +292,115 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
+}
+
+#[test]
+fn every_sub_model_is_kept_reported_exported_and_served() {
+    // Two scenes in one folder (the drone photos and the castle): no single model can
+    // hold both, so the mapper builds one per scene.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let photos = photos(dir.path(), 12);
+    let castle = repo_root().join("../shared/datasets/sceaux_castle/images");
+    for e in std::fs::read_dir(&castle).unwrap() {
+        let p = e.unwrap().path();
+        let name = format!("castle_{}", p.file_name().unwrap().to_str().unwrap());
+        std::fs::copy(&p, photos.join(name)).unwrap();
+    }
+    let out = dir.path().join("out");
+    let o = reconstruct(&state, &photos, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["status"], "succeeded", "{report}");
+    let subs = report["submodels"]
+        .as_array()
+        .expect("sub-models in the report");
+    assert!(subs.len() >= 2, "{report}");
+    let registered: Vec<u64> = subs
+        .iter()
+        .map(|s| s["model"]["registered_images"].as_u64().unwrap())
+        .collect();
+    assert!(
+        registered.windows(2).all(|w| w[0] >= w[1]),
+        "largest first: {registered:?}"
+    );
+    assert_eq!(report["registered_images"], registered[0]);
+    // Each scene is one sub-model, exported beside the primary.
+    let names = |idx: usize| -> Vec<String> {
+        let m = tessera_sfm::model_bin::read(&out.join(format!("sparse/{idx}"))).unwrap();
+        m.images.values().map(|i| i.name.clone()).collect()
+    };
+    let (first, second) = (names(0), names(1));
+    assert_eq!(first.len() as u64, registered[0]);
+    assert_eq!(second.len() as u64, registered[1]);
+    let castle_in = |v: &[String]| v.iter().filter(|n| n.starts_with("castle_")).count();
+    assert!(
+        (castle_in(&first) == 0 && castle_in(&second) == second.len())
+            || (castle_in(&first) == first.len() && castle_in(&second) == 0),
+        "one scene per sub-model: {first:?} / {second:?}"
+    );
+    assert!(registered[0] + registered[1] >= 20, "{registered:?}");
+    let events = job_events(&state, &report);
+    assert!(
+        events.contains("map: joining the"),
+        "joining the sub-models was tried: {events}"
+    );
+    assert!(
+        report["merged"].is_null(),
+        "two scenes do not join: {report}"
+    );
+
+    // The API serves every sub-model of the same job.
+    let mut child = Command::new(tessera_bin())
+        .args([
+            "--state",
+            state.to_str().unwrap(),
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--no-workers",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let _guard = Killed(child);
+    let addr = std::io::BufRead::lines(std::io::BufReader::new(err))
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("serving the Tessera API on http://")
+                .map(|a| a.trim().to_string())
+        })
+        .expect("serve printed its address");
+    let job = report["job_id"].as_str().unwrap();
+    let (status, body) = http(
+        &addr,
+        &format!("GET /v1/reconstructions/{job}/submodels"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value =
+        serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(page["total"], subs.len(), "{page}");
+    for (idx, item) in page["items"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(item["idx"], idx);
+        assert_eq!(item["summary"]["num_reg_images"], registered[idx], "{item}");
+        let (status, _) = http(
+            &addr,
+            &format!(
+                "GET /v1/submodels/{}",
+                item["submodel_id"].as_str().unwrap()
+            ),
+            None,
+        );
+        assert_eq!(status, 200);
+    }
+    let (status, _) = http(
+        &addr,
+        &format!("GET /v1/submodels/{job}-{}", subs.len()),
+        None,
+    );
+    assert_eq!(status, 404);
 }
 
 fn wait_for_event(state: &Path, kind: &str, phase: &str, deadline: Duration) -> Option<String> {

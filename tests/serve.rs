@@ -1,34 +1,9 @@
 //! `tessera serve` as a user starts it: it prints where it listens (and, with API keys,
 //! the first admin key once), answers HTTP, and enforces the keys.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use tessera_tests::tessera_bin;
-
-fn http(addr: &str, request_line: &str, auth: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    let auth = auth
-        .map(|k| format!("Authorization: Bearer {k}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "{request_line} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, out)
-}
-
-struct Killed(std::process::Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use tessera_tests::{Killed, http, tessera_bin};
 
 #[test]
 fn serve_listens_prints_its_first_admin_key_and_enforces_keys() {

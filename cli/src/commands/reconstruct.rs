@@ -174,6 +174,11 @@ pub struct Report {
     pub rejected: serde_json::Value,
     pub registered_images: u64,
     pub points: u64,
+    /// Every model the mapper built, largest (the primary, `sparse/0`) first; the others
+    /// are exported as `sparse/1`, `sparse/2`, …
+    pub submodels: serde_json::Value,
+    /// When the other sub-models' photos were joined to the largest: how many it gained.
+    pub merged: serde_json::Value,
     pub metrics: serde_json::Value,
     pub stages: Vec<serde_json::Value>,
     /// Wall time of the stages that ran (skipped ones left out).
@@ -592,6 +597,8 @@ async fn build_report(
         rejected: serde_json::Value::Null,
         registered_images: 0,
         points: 0,
+        submodels: serde_json::Value::Null,
+        merged: serde_json::Value::Null,
         metrics: serde_json::Value::Null,
         stages: stage_rows,
         stages_wall_s: wall,
@@ -604,6 +611,12 @@ async fn build_report(
     {
         report.images = r["images"].as_array().map_or(0, Vec::len);
         report.rejected = r["rejected"].clone();
+    }
+    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Map.name())
+        && let Some(r) = &t.result
+    {
+        report.submodels = r["submodels"].clone();
+        report.merged = r["merged"].clone();
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output folder {}", args.out.display()))?;

@@ -51,19 +51,7 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let (_dir, engine) = embedded::engine_with(state, None, faces.clone()).await?;
     // The engine a reconstruction gets here: pycolmap (COLMAP 4) where installed, else
     // the COLMAP command line (`TESSERA_ENGINE` chooses).
-    let (backend, capabilities) = match tessera_jobs::reconstruct::stages::backend() {
-        Ok(b) => {
-            let info = b.info().clone();
-            (
-                (info.name, info.version),
-                info.capabilities.into_iter().collect(),
-            )
-        }
-        Err(e) => {
-            tracing::warn!(error = %e.message, "no engine: reconstruction capabilities are off");
-            (("none".to_string(), String::new()), Vec::new())
-        }
-    };
+    let (backend, capabilities) = tessera_api::detected_engine();
     if args.auth == AuthMode::ApiKey {
         let store = engine.ports().store.as_ref();
         if tessera_core::catalog::api_keys::list(store, &tessera_core::TenantId::local())

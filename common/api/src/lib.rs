@@ -40,6 +40,25 @@ pub struct ApiState {
     pub browser: browser::BrowserPolicy,
 }
 
+/// The engine this machine's server plans reconstructions for, as `(name, version)` and
+/// its capabilities: pycolmap (COLMAP 4) where installed, else the COLMAP command line
+/// (`TESSERA_ENGINE` chooses); `("none", "")` and no capabilities when neither runs.
+pub fn detected_engine() -> ((String, String), Vec<String>) {
+    match tessera_jobs::reconstruct::stages::backend() {
+        Ok(b) => {
+            let info = b.info().clone();
+            (
+                (info.name, info.version),
+                info.capabilities.into_iter().collect(),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e.message, "no engine: reconstruction capabilities are off");
+            (("none".to_string(), String::new()), Vec::new())
+        }
+    }
+}
+
 /// The router.
 pub fn router(state: ApiState) -> Router {
     routes::router(state)

@@ -239,30 +239,76 @@ async fn derived(s: &ApiState, job: &Job, seq: u64, name: &str) -> Result<bytes:
     }
 }
 
-/// The one sub-model Tessera's mapper keeps (`idx` 0, the model the stages carry
-/// forward), as of the latest sealed snapshot; `None` before anything is sealed.
-async fn submodel(s: &ApiState, job: &Job) -> Result<Option<Value>, Problem> {
-    let Some((seq, model)) = sealed(s, job).await?.pop() else {
-        return Ok(None);
+/// The reconstruction's sub-models: while mapping runs, the growing model of the latest
+/// sealed snapshot (`idx` 0); once the map stage is done, every model the mapper built,
+/// the primary (the one the later stages carry forward) first.
+async fn submodels_of(s: &ApiState, job: &Job) -> Result<Vec<Value>, Problem> {
+    let latest = sealed(s, job).await?.pop();
+    let mapped = tessera_jobs::reconstruct::checkpoint::manifest(
+        s.engine.ports().objects.as_ref(),
+        job.id,
+        tessera_jobs::reconstruct::Stage::Map.name(),
+    )
+    .await
+    .map_err(|e| Problem::internal(e.message))?;
+    let entry = |idx: usize, summary: Value, extra: Value| {
+        let id = format!("{}-{idx}", job.id);
+        let href = format!("/v1/submodels/{id}");
+        let mut links = vec![("reconstruction", format!("/v1/reconstructions/{}", job.id))];
+        if let Some(seq) = extra["snapshot_seq"].as_u64() {
+            links.push((
+                "points",
+                format!("/v1/reconstructions/{}/snapshots/{seq}/points.bin", job.id),
+            ));
+        }
+        let mut v = json!({
+            "submodel_id": id, "recon_id": job.id, "idx": idx, "parent_submodel_id": null,
+            "summary": summary, "rigidity": null,
+            "created_at": job.created_at.to_rfc3339(),
+            "_links": super::links(&href, &links),
+        });
+        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
+        v
+    };
+    if let Some(cp) = mapped
+        && let Some(list) = cp.result["submodels"].as_array()
+    {
+        return Ok(list
+            .iter()
+            .enumerate()
+            .map(|(idx, m)| {
+                let m = &m["model"];
+                let summary = json!({
+                    "num_reg_images": m["registered_images"], "num_points3D": m["points"],
+                    "mean_reproj_err": m["mean_reprojection_error"],
+                });
+                let extra = match (&latest, idx) {
+                    (Some((seq, model)), 0) => json!({ "snapshot_seq": seq, "sealed_path": model }),
+                    _ => json!({
+                        "snapshot_seq": null,
+                        "sealed_path": format!("{}/submodels/{idx}", tessera_jobs::reconstruct::checkpoint::prefix(job.id, "map")),
+                    }),
+                };
+                entry(idx, summary, extra)
+            })
+            .collect());
+    }
+    let Some((seq, model)) = latest else {
+        return Ok(Vec::new());
     };
     let summary: Value = serde_json::from_slice(&derived(s, job, seq, "summary.json").await?)
         .map_err(Problem::internal)?;
     let first = &summary["models"][0];
-    let id = format!("{}-0", job.id);
-    let href = format!("/v1/submodels/{id}");
-    Ok(Some(json!({
-        "submodel_id": id, "recon_id": job.id, "idx": 0, "parent_submodel_id": null,
-        "summary": {
+    Ok(vec![entry(
+        0,
+        json!({
             "num_reg_images": first["num_reg_images"], "num_points3D": first["num_points3D"],
             "mean_reproj_err": summary["mean_reproj_err"],
-        },
-        "rigidity": null, "snapshot_seq": seq, "sealed_path": model,
-        "created_at": job.created_at.to_rfc3339(),
-        "_links": super::links(&href, &[
-            ("reconstruction", format!("/v1/reconstructions/{}", job.id)),
-            ("points", format!("/v1/reconstructions/{}/snapshots/{seq}/points.bin", job.id)),
-        ]),
-    })))
+        }),
+        json!({ "snapshot_seq": seq, "sealed_path": model }),
+    )])
 }
 
 /// `GET /v1/reconstructions/{rid}/submodels`.
@@ -272,7 +318,7 @@ pub async fn submodels(
     Path(rid): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let job = owned(&s, &caller, &rid).await?;
-    let items: Vec<Value> = submodel(&s, &job).await?.into_iter().collect();
+    let items = submodels_of(&s, &job).await?;
     let total = items.len();
     Ok(Json(
         json!({ "items": items, "next_page_token": null, "total": total }),
@@ -287,9 +333,12 @@ pub async fn get_submodel(
 ) -> Result<Json<Value>, Problem> {
     let missing = || Problem::not_found(format!("sub-model {smid} does not exist"));
     let (rid, idx) = smid.rsplit_once('-').ok_or_else(missing)?;
-    if idx != "0" {
-        return Err(missing());
-    }
+    let idx: usize = idx.parse().map_err(|_| missing())?;
     let job = owned(&s, &caller, rid).await.map_err(|_| missing())?;
-    submodel(&s, &job).await?.map(Json).ok_or_else(missing)
+    submodels_of(&s, &job)
+        .await?
+        .into_iter()
+        .nth(idx)
+        .map(Json)
+        .ok_or_else(missing)
 }

@@ -72,12 +72,14 @@ pub async fn serve_sources(
     );
     engine.ensure_queue().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    // As `tessera serve` does: the names of the bound address, and one allowed page.
+    // As `tessera serve` does: the engine this machine has, the names of the bound
+    // address, and one allowed page.
+    let (backend, capabilities) = tessera_api::detected_engine();
     let app = tessera_api::router(ApiState {
         engine: engine.clone(),
         auth,
-        capabilities: vec!["features.extract.sift".into(), "map.incremental".into()],
-        backend: ("colmap".into(), "3.8".into()),
+        capabilities,
+        backend,
         faces,
         sources,
         browser: tessera_api::browser::BrowserPolicy::for_listener(

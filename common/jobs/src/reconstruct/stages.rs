@@ -655,13 +655,72 @@ impl Run<'_> {
                 photos.len()
             )));
         };
-        if best_metrics.registered_images < photos.len() {
+        // The sub-models are the models of the run that built the largest (a relaxed
+        // pass re-maps the same photos: its models are alternatives, not parts).
+        let mut submodels: Vec<(PathBuf, metrics::ModelMetrics)> = models
+            .iter()
+            .filter(|(p, _)| p.parent() == best.parent())
+            .cloned()
+            .collect();
+        let (mut primary, mut primary_metrics) = (best, best_metrics);
+        let mut merged = None;
+        if submodels.len() > 1 && primary_metrics.registered_images < photos.len() {
+            // Try joining the other sub-models' photos to the largest: the registrator
+            // places them against its points with its poses held. Kept only when it
+            // registers more.
+            let joined = dir.join("merged");
+            fresh_dir(&joined)?;
+            let run = self
+                .exec(
+                    backend.register_images(&db, &primary, &joined),
+                    Phase::IncrementalRegister,
+                    Some(photos.len() as u64),
+                )
+                .await;
+            // The registrator writes the joined model into the folder itself.
+            let outcome = match run {
+                Ok(_) => model_bin::read(&joined)
+                    .ok()
+                    .map(|r| (joined.clone(), metrics::compute(&r))),
+                Err(e) if e.class == tessera_core::ErrorClass::Permanent => None,
+                Err(e) => return Err(e),
+            };
+            let gained = outcome
+                .as_ref()
+                .is_some_and(|(_, m)| m.registered_images > primary_metrics.registered_images);
+            self.ctx
+                .emit(EventKind::LogLine {
+                    line: format!(
+                        "map: joining the {} sub-models {}",
+                        submodels.len(),
+                        match &outcome {
+                            Some((_, m)) if gained => format!(
+                                "registered {} photos instead of {}: the joined model is primary",
+                                m.registered_images, primary_metrics.registered_images
+                            ),
+                            _ => "registered no more photos: the largest stays primary".into(),
+                        }
+                    ),
+                })
+                .await?;
+            if gained && let Some((p, m)) = outcome {
+                merged = Some(json!({
+                    "from": submodels.len(),
+                    "registered_before": primary_metrics.registered_images,
+                    "registered_after": m.registered_images,
+                }));
+                submodels[0] = (p.clone(), m.clone());
+                (primary, primary_metrics) = (p, m);
+            }
+        }
+        if primary_metrics.registered_images < photos.len() {
             self.ctx
                 .emit(EventKind::Warning {
                     message: format!(
-                        "partial result: the largest model registers {} of {} photos ({} models in all)",
-                        best_metrics.registered_images,
+                        "partial result: the largest model registers {} of {} photos ({} sub-models kept, {} models tried in all)",
+                        primary_metrics.registered_images,
                         photos.len(),
+                        submodels.len(),
                         models.len()
                     ),
                 })
@@ -670,20 +729,43 @@ impl Run<'_> {
         let model_dir = dir.join("model");
         fresh_dir(&model_dir)?;
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-            std::fs::copy(best.join(f), model_dir.join(f)).map_err(io(format!("copying {f}")))?;
+            std::fs::copy(primary.join(f), model_dir.join(f))
+                .map_err(io(format!("copying {f}")))?;
+        }
+        // Sub-model 0 is the primary (in `model/`); the others are kept beside it.
+        let mut files: Vec<String> = ["cameras.bin", "images.bin", "points3D.bin"]
+            .iter()
+            .map(|f| format!("model/{f}"))
+            .collect();
+        for (idx, (path, _)) in submodels.iter().enumerate().skip(1) {
+            let to = dir.join(format!("submodels/{idx}"));
+            fresh_dir(&to)?;
+            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+                std::fs::copy(path.join(f), to.join(f)).map_err(io(format!("copying {f}")))?;
+                files.push(format!("submodels/{idx}/{f}"));
+            }
         }
         self.ctx
             .metric(
                 "registered_images",
-                best_metrics.registered_images as f64,
+                primary_metrics.registered_images as f64,
                 None,
             )
             .await?;
         self.ctx
-            .metric("points", best_metrics.points as f64, None)
+            .metric("points", primary_metrics.points as f64, None)
+            .await?;
+        self.ctx
+            .metric("submodels", submodels.len() as f64, None)
             .await?;
         let result = json!({
-            "model": best_metrics,
+            "model": primary_metrics,
+            "submodels": submodels
+                .iter()
+                .enumerate()
+                .map(|(idx, (_, m))| json!({ "idx": idx, "model": m }))
+                .collect::<Vec<_>>(),
+            "merged": merged,
             "models": models.iter().map(|(_, m)| m).collect::<Vec<_>>(),
             "total_images": photos.len(),
             "snapshots_sealed": sealed,
@@ -691,17 +773,8 @@ impl Run<'_> {
             "resumed_from_snapshot": resume_from.map(|(s, _)| s),
             "process": report.as_ref().map(Self::report_json),
         });
-        self.publish(
-            Stage::Map,
-            &dir,
-            &[
-                "model/cameras.bin",
-                "model/images.bin",
-                "model/points3D.bin",
-            ],
-            result,
-        )
-        .await
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        self.publish(Stage::Map, &dir, &refs, result).await
     }
 
     /// The latest sealed snapshot in the object store, materialised locally.
@@ -959,6 +1032,33 @@ impl Run<'_> {
             .await
     }
 
+    /// The mapper's other sub-models (1, 2, …; 0 is the primary in `sparse/0`), as COLMAP
+    /// binary models in `sparse/<idx>/`, exactly as the map stage sealed them.
+    async fn export_submodels(&self, dir: &Path) -> Result<Vec<String>, TaskError> {
+        let cp = self.upstream(Stage::Map).await?;
+        let mut files = Vec::new();
+        let count = cp.result["submodels"].as_array().map_or(0, Vec::len);
+        for idx in 1..count {
+            let to = dir.join(format!("sparse/{idx}"));
+            fresh_dir(&to)?;
+            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+                let name = format!("submodels/{idx}/{f}");
+                checkpoint::materialize(
+                    self.ctx.ports().objects.as_ref(),
+                    self.job,
+                    &cp,
+                    &name,
+                    dir,
+                )
+                .await?;
+                std::fs::rename(dir.join(&name), to.join(f))
+                    .map_err(io(format!("moving sub-model {idx}'s {f}")))?;
+                files.push(format!("sparse/{idx}/{f}"));
+            }
+        }
+        Ok(files)
+    }
+
     async fn photos_gps(&self) -> Result<Vec<(String, images::Gps)>, TaskError> {
         let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
         Ok(photos
@@ -978,7 +1078,8 @@ impl Run<'_> {
         let input = self.model_from(from, &dir).await?;
         let started = self.ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&input).map_err(TaskError::from_classified)?;
-        let files = write_exports(&rec, &dir, &self.spec.exports)?;
+        let mut files = write_exports(&rec, &dir, &self.spec.exports)?;
+        files.extend(self.export_submodels(&dir).await?);
         let m = metrics::compute(&rec);
         self.ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();

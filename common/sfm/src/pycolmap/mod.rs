@@ -406,12 +406,13 @@ const FIGURES: &[&str] = &[
     "mean_reprojection_error_before",
 ];
 
-/// Read one line of the runner's output: its JSON lines; COLMAP's own log is left to
-/// the caller's tail.
+/// Read one line of the runner's output: its JSON lines, and COLMAP 4's own progress
+/// lines (glog-prefixed, read as COLMAP 3.8's are); anything else is left to the caller's
+/// tail.
 pub fn parse_line(line: &str, total_images: Option<u64>) -> Option<LineEvent> {
     let line = line.trim();
     if !line.starts_with('{') {
-        return None;
+        return colmap_line(line, total_images);
     }
     let l: Line = serde_json::from_str(line).ok()?;
     match l.tessera.as_str() {
@@ -429,6 +430,27 @@ pub fn parse_line(line: &str, total_images: Option<u64>) -> Option<LineEvent> {
         "warning" | "error" => Some(LineEvent::Warning(l.message?)),
         _ => None,
     }
+}
+
+/// COLMAP 4's log line without its glog prefix (`I20261201 14:03:53.47 1396 file.cc:270] `),
+/// read with COLMAP 3.8's rules plus COLMAP 4's `Processing block|image [i/n]` for
+/// matching.
+fn colmap_line(line: &str, total_images: Option<u64>) -> Option<LineEvent> {
+    let text = match line.split_once("] ") {
+        Some((prefix, rest)) if prefix.contains(".cc:") => rest,
+        _ => line,
+    };
+    for prefix in ["Processing block [", "Processing image ["] {
+        if let Some(rest) = text.trim_start().strip_prefix(prefix) {
+            let (a, b) = rest.split([',', ']']).next()?.split_once('/')?;
+            return Some(LineEvent::Progress {
+                phase: Phase::Matching,
+                current: a.trim().parse().ok()?,
+                total: Some(b.trim().parse().ok()?),
+            });
+        }
+    }
+    crate::colmap::progress::parse(text, total_images)
 }
 
 #[cfg(test)]
@@ -491,6 +513,39 @@ mod tests {
                 None
             ),
             None
+        );
+        assert_eq!(
+            parse_line(
+                "I20261201 14:40:01.1 1396 feature_extraction.cc:270] Processed file [3/12]",
+                None
+            ),
+            Some(LineEvent::Progress {
+                phase: Phase::FeatureExtraction,
+                current: 3,
+                total: Some(12)
+            })
+        );
+        assert_eq!(
+            parse_line(
+                "I20261201 14:40:01.1 1396 pairing.cc:214] Processing block [2/4, 1/4]",
+                None
+            ),
+            Some(LineEvent::Progress {
+                phase: Phase::Matching,
+                current: 2,
+                total: Some(4)
+            })
+        );
+        assert_eq!(
+            parse_line(
+                "I1201 14:40:01.1 1396 pairing.cc:562] Processing image [5/12]",
+                None
+            ),
+            Some(LineEvent::Progress {
+                phase: Phase::Matching,
+                current: 5,
+                total: Some(12)
+            })
         );
         assert_eq!(parse_line("{not json", None), None);
     }

@@ -20,7 +20,6 @@ import json
 import os
 import sqlite3
 import sys
-import threading
 import time
 
 
@@ -45,47 +44,18 @@ pycolmap.logging.minloglevel = 1  # warnings and errors only: the tail stays rea
 pycolmap.logging.logtostderr = True
 
 
-class Poller:
-    """Reports a count read from the database every half second, while COLMAP writes it.
-
-    COLMAP 4's extraction and matching calls report nothing to Python while they run;
-    the database is the only honest measure of how far they are.
-    """
-
-    def __init__(self, db, sql, phase, total):
-        self.db, self.sql, self.phase, self.total = db, sql, phase, total
-        self.stop = threading.Event()
-        self.last = -1
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def count(self):
-        try:
-            c = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=0.2)
-            try:
-                return int(c.execute(self.sql).fetchone()[0] or 0)
-            finally:
-                c.close()
-        except sqlite3.Error:
-            return None
-
-    def run(self):
-        while not self.stop.wait(0.5):
-            self.report()
-
-    def report(self):
-        n = self.count()
-        if n is not None and n != self.last:
-            self.last = n
-            emit("progress", phase=self.phase, current=n, total=self.total)
+class Verbose:
+    """COLMAP's own INFO lines while a call runs: they are the only progress COLMAP 4
+    reports during extraction and matching (`Processed file [3/12]`, `Processing block
+    [1/4, 2/4]`), and Tessera reads them as it reads COLMAP 3.8's. Nothing else may
+    touch the database meanwhile: COLMAP treats a busy database as fatal."""
 
     def __enter__(self):
-        self.thread.start()
+        pycolmap.logging.minloglevel = 0
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        self.report()
+        pycolmap.logging.minloglevel = 1
 
 
 def settle(database):
@@ -109,7 +79,6 @@ def extract(args):
     if args.image_list:
         with open(args.image_list) as f:
             names = [line.strip() for line in f if line.strip()]
-    total = len(names) or sum(1 for e in os.scandir(args.images) if e.is_file())
     reader = pycolmap.ImageReaderOptions()
     reader.camera_model = args.camera_model
     if args.existing_camera is not None:
@@ -118,8 +87,7 @@ def extract(args):
     options.max_image_size = args.max_image_size
     options.sift.max_num_features = args.max_features
     mode = pycolmap.CameraMode.SINGLE if args.single_camera else pycolmap.CameraMode.AUTO
-    sql = "SELECT count(*) FROM keypoints WHERE rows > 0"
-    with Poller(args.database, sql, "feature_extraction", total):
+    with Verbose():
         pycolmap.extract_features(
             args.database,
             args.images,
@@ -133,34 +101,27 @@ def extract(args):
 
 
 def match(args):
-    db = pycolmap.Database.open(args.database)
-    n = db.num_images()
-    db.close()
     matching = pycolmap.FeatureMatchingOptions()
     dev = device(args)
     if args.strategy == "exhaustive":
-        total = n * (n - 1) // 2
         call = lambda: pycolmap.match_exhaustive(args.database, matching, device=dev)  # noqa: E731
     elif args.strategy == "sequential":
         pairing = pycolmap.SequentialPairingOptions()
         pairing.overlap = args.overlap
-        total = None
         call = lambda: pycolmap.match_sequential(args.database, matching, pairing, device=dev)  # noqa: E731
     elif args.strategy == "spatial":
         pairing = pycolmap.SpatialPairingOptions()
         pairing.max_num_neighbors = args.max_neighbors
         pairing.max_distance = args.max_distance
-        total = None
         call = lambda: pycolmap.match_spatial(args.database, matching, pairing, device=dev)  # noqa: E731
     elif args.strategy == "vocabtree":
         pairing = pycolmap.VocabTreePairingOptions()
         pairing.vocab_tree_path = args.vocab_tree
         pairing.num_images = args.num_images
-        total = None
         call = lambda: pycolmap.match_vocabtree(args.database, matching, pairing, device=dev)  # noqa: E731
     else:
         fail(f"unknown pair strategy `{args.strategy}`")
-    with Poller(args.database, "SELECT count(*) FROM two_view_geometries", "matching", total):
+    with Verbose():
         call()
     settle(args.database)
 
