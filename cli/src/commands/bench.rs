@@ -245,8 +245,13 @@ struct EngineRun {
     /// Wall and CPU time over the bare COLMAP baseline's, measured in this run.
     wall_ratio: Option<f64>,
     cpu_ratio: Option<f64>,
-    /// Per stage: wall time and peak RSS (Tessera runs), for the memory model.
+    /// Matching's wall time over the baseline's, in this run.
+    match_ratio: Option<f64>,
+    /// Per stage: wall time (and, for Tessera, peak RSS and attempts).
     stages: Vec<serde_json::Value>,
+    /// What the run produced that is worth knowing (the baseline's mapper building
+    /// no model, for one).
+    note: Option<String>,
     error: Option<String>,
 }
 
@@ -326,34 +331,59 @@ fn bare_run(
     std::fs::create_dir_all(&adjusted)?;
     let (cpu0, _) = children_usage();
     let t0 = Instant::now();
-    bare(&commands::extract(spec, &db, &images, info.cuda, true))?;
-    bare(&commands::match_pairs(&spec.pairs, &db, info.cuda, None))?;
-    bare(&commands::map(
-        false,
-        &db,
-        &images,
-        &sparse,
-        &dir.join("snapshots"),
-        1_000_000,
-        None,
-    ))?;
+    let mut stages = Vec::new();
+    let mut timed = |stage: &str, args: &[String]| -> anyhow::Result<()> {
+        let t = Instant::now();
+        let r = bare(args);
+        stages.push(serde_json::json!({ "stage": stage, "wall_s": t.elapsed().as_secs_f64() }));
+        r
+    };
+    timed(
+        "extract",
+        &commands::extract(spec, &db, &images, info.cuda, true),
+    )?;
+    timed(
+        "match",
+        &commands::match_pairs(&spec.pairs, &db, info.cuda, None),
+    )?;
+    // A mapper that builds no model is a result of the baseline (0 registered), not a
+    // failure of the bench.
+    let mapped = timed(
+        "map",
+        &commands::map(
+            false,
+            &db,
+            &images,
+            &sparse,
+            &dir.join("snapshots"),
+            1_000_000,
+            None,
+        ),
+    );
     let best = std::fs::read_dir(&sparse)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
-        .max_by_key(|(_, r)| r.images.len())
-        .context("bare COLMAP registered no images")?;
-    for args in commands::bundle_adjust(
-        tessera_core::spec::BaMode::Standard,
-        &best.0,
-        &adjusted,
-        &adjusted,
-    ) {
-        bare(&args)?;
+        .max_by_key(|(_, r)| r.images.len());
+    let mut note = mapped.err().map(|e| format!("{e:#}"));
+    if let Some((path, _)) = &best {
+        for args in commands::bundle_adjust(
+            tessera_core::spec::BaMode::Standard,
+            path,
+            &adjusted,
+            &adjusted,
+        ) {
+            timed("bundle_adjust", &args)?;
+        }
+    } else if note.is_none() {
+        note = Some("the mapper built no model".into());
     }
     let wall_s = t0.elapsed().as_secs_f64();
     let (cpu1, peak) = children_usage();
-    let model = tessera_sfm::model_bin::read(&adjusted)?;
-    let m = tessera_sfm::metrics::compute(&model);
+    let model = best
+        .is_some()
+        .then(|| tessera_sfm::model_bin::read(&adjusted))
+        .transpose()?;
+    let m = model.as_ref().map(tessera_sfm::metrics::compute);
     Ok(EngineRun {
         runner: "bare colmap".into(),
         backend: info.name,
@@ -363,12 +393,14 @@ fn bare_run(
         wall_s,
         cpu_s: cpu1 - cpu0,
         peak_rss_bytes: peak,
-        registered: model.images.len() as u64,
-        points: model.points.len() as u64,
-        mean_reprojection_error: Some(m.mean_reprojection_error),
+        registered: model.as_ref().map_or(0, |m| m.images.len() as u64),
+        points: model.as_ref().map_or(0, |m| m.points.len() as u64),
+        mean_reprojection_error: m.map(|m| m.mean_reprojection_error),
         wall_ratio: None,
         cpu_ratio: None,
-        stages: Vec::new(),
+        match_ratio: None,
+        stages,
+        note,
         error: None,
     })
 }
@@ -410,7 +442,9 @@ async fn tessera_run(
         mean_reprojection_error: report.metrics["mean_reprojection_error"].as_f64(),
         wall_ratio: None,
         cpu_ratio: None,
+        match_ratio: None,
         stages,
+        note: None,
         error: (report.status != "succeeded").then(|| format!("job {}", report.status)),
     })
 }
@@ -491,7 +525,9 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
             mean_reprojection_error: None,
             wall_ratio: None,
             cpu_ratio: None,
+            match_ratio: None,
             stages: Vec::new(),
+            note: None,
             error: Some(format!("{e:#}")),
         };
         let run = match which {
@@ -525,9 +561,16 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         .find(|r| r.runner == "bare colmap" && r.error.is_none())
         .cloned()
     {
+        let match_s = |r: &EngineRun| {
+            r.stages
+                .iter()
+                .find(|s| s["stage"] == "match")
+                .and_then(|s| s["wall_s"].as_f64())
+        };
         for r in runs.iter_mut().filter(|r| r.error.is_none()) {
             r.wall_ratio = Some(r.wall_s / base.wall_s);
             r.cpu_ratio = Some(r.cpu_s / base.cpu_s.max(1e-9));
+            r.match_ratio = match_s(r).zip(match_s(&base)).map(|(m, b)| m / b.max(1e-9));
         }
     }
     let r = ReconstructReport {
@@ -545,7 +588,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
             lines.push(match &run.error {
                 Some(e) => format!("{} {} {}: failed: {e}", run.runner, run.backend, run.mapper),
                 None => format!(
-                    "{} {} {} {}{}: {:.1} s (×{:.2}), CPU {:.1} s (×{:.2}), peak {} MB, {} of {} registered, {} points, reprojection {:.3} px",
+                    "{} {} {} {}{}: {:.1} s (×{:.2}; matching ×{:.2}), CPU {:.1} s (×{:.2}), peak {} MB, {} of {} registered, {} points, reprojection {:.3} px{}",
                     run.runner,
                     run.backend,
                     run.version,
@@ -553,13 +596,15 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
                     if run.default { " [default]" } else { "" },
                     run.wall_s,
                     run.wall_ratio.unwrap_or(f64::NAN),
+                    run.match_ratio.unwrap_or(f64::NAN),
                     run.cpu_s,
                     run.cpu_ratio.unwrap_or(f64::NAN),
                     run.peak_rss_bytes >> 20,
                     run.registered,
                     r.images,
                     run.points,
-                    run.mean_reprojection_error.unwrap_or(f64::NAN)
+                    run.mean_reprojection_error.unwrap_or(f64::NAN),
+                    run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
                 ),
             });
         }

@@ -71,7 +71,10 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let mut body = json!({
             "type": format!("https://sfmapi.github.io/errors/{}", self.slug),
-            "title": self.status.canonical_reason().unwrap_or("error"),
+            "title": match self.slug {
+                "capability_unavailable" => "Capability not available in this deployment",
+                _ => self.status.canonical_reason().unwrap_or("error"),
+            },
             "status": self.status.as_u16(),
             "detail": self.detail,
         });
@@ -132,4 +135,32 @@ impl From<tessera_core::catalog::CatalogError> for Problem {
             CatalogError::Objects(e) => Problem::internal(e),
         }
     }
+}
+
+/// Give a problem answer its `instance` (the request's path, sfmapi §3.4) where the
+/// handler could not know it; any other answer passes unchanged.
+pub async fn with_instance(res: Response, path: &str) -> Response {
+    let is_problem = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/problem+json");
+    if !is_problem {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let bytes = match axum::body::to_bytes(body, 1 << 20).await {
+        Ok(b) => b,
+        Err(_) => return Response::from_parts(parts, axum::body::Body::empty()),
+    };
+    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.entry("instance").or_insert_with(|| path.into());
+            }
+            v.to_string().into_bytes()
+        }
+        Err(_) => bytes.to_vec(),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }

@@ -70,6 +70,30 @@ impl CameraModel {
         ALL.iter().copied().find(|m| m.name() == name)
     }
 
+    /// Its parameters in COLMAP's order (`f, cx, cy, k` for `SIMPLE_RADIAL`).
+    pub fn param_names(self) -> &'static [&'static str] {
+        match self {
+            CameraModel::SimplePinhole => &["f", "cx", "cy"],
+            CameraModel::Pinhole => &["fx", "fy", "cx", "cy"],
+            CameraModel::SimpleRadial | CameraModel::SimpleRadialFisheye => &["f", "cx", "cy", "k"],
+            CameraModel::Radial | CameraModel::RadialFisheye => &["f", "cx", "cy", "k1", "k2"],
+            CameraModel::Opencv => &["fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2"],
+            CameraModel::OpencvFisheye => &["fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4"],
+            CameraModel::FullOpencv => &[
+                "fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6",
+            ],
+            CameraModel::Fov => &["fx", "fy", "cx", "cy", "omega"],
+            CameraModel::ThinPrismFisheye => &[
+                "fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "k3", "k4", "sx1", "sy1",
+            ],
+        }
+    }
+
+    /// Whether it models a fisheye lens.
+    pub fn is_fisheye(self) -> bool {
+        self.name().contains("FISHEYE")
+    }
+
     /// How many parameters it has.
     pub fn num_params(self) -> usize {
         match self {
@@ -80,6 +104,20 @@ impl CameraModel {
             CameraModel::Radial | CameraModel::Fov | CameraModel::RadialFisheye => 5,
             CameraModel::Opencv | CameraModel::OpencvFisheye => 8,
             CameraModel::FullOpencv | CameraModel::ThinPrismFisheye => 12,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_names_as_many_parameters_as_it_has() {
+        for m in ALL {
+            assert_eq!(m.param_names().len(), m.num_params(), "{}", m.name());
+            assert_eq!(CameraModel::from_name(m.name()), Some(m));
+            assert_eq!(CameraModel::from_id(m.id()), Some(m));
         }
     }
 }

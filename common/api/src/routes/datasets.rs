@@ -426,6 +426,39 @@ async fn batch_create(
             req.requests.len()
         )));
     }
+    // Every request is checked as a single create checks it (a name, a finalized blob,
+    // bytes that decode as an image) before any is registered, so a batch with one bad
+    // request registers nothing and names that request. Bytes are read twice rather
+    // than held: a batch may be 1000 full-size photos.
+    let mut names = std::collections::BTreeSet::new();
+    for (i, r) in req.requests.iter().enumerate() {
+        let at = |p: Problem| {
+            let mut p = p;
+            p.detail = format!("requests[{i}] ({}): {}", r.name, p.detail);
+            p
+        };
+        if !names.insert(r.name.as_str()) {
+            return Err(at(Problem::validation(
+                "the name appears twice in this batch; names are unique in a dataset",
+            )));
+        }
+        catalog::check_name("image", &r.name).map_err(|e| at(e.into()))?;
+        let bytes = super::uploads::read_blob(
+            s,
+            &caller.tenant,
+            "blob_sha",
+            &r.blob_sha,
+            crate::sources::MAX_SOURCE_FILE,
+        )
+        .await
+        .map_err(at)?;
+        tessera_imaging::check::check(
+            &r.name,
+            &bytes,
+            tessera_jobs::reconstruct::images::MAX_PIXELS,
+        )
+        .map_err(|e| at(Problem::validation(e)))?;
+    }
     let mut out = Vec::new();
     for r in &req.requests {
         out.push(image_view(&create_one(s, caller, &d, r).await?));
@@ -465,6 +498,22 @@ pub async fn delete_image(
     let store = s.engine.ports().store.as_ref();
     let img = catalog::image_named(store, &d, &name).await?;
     catalog::delete_image(store, s.engine.ports().objects.as_ref(), &img).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /v1/images/{id}`: the same deletion as by name, addressed by id.
+pub async fn delete_image_by_id(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let img = owned_image(&s, &caller, &id).await?;
+    catalog::delete_image(
+        s.engine.ports().store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        &img,
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -28,22 +28,82 @@ pub async fn version() -> Json<Value> {
     Json(json!({ "server": "tessera", "version": env!("CARGO_PKG_VERSION"), "api": "v1" }))
 }
 
-/// The CORE features every server has, and the backend's optional ones.
+/// `GET /spec`: which specification this server implements (sfmapi §6.1, `spec.read`).
+pub async fn spec() -> Json<Value> {
+    Json(json!({
+        "spec": "sfmapi",
+        "spec_version": SPEC_VERSION,
+        "spec_url": "https://github.com/SFMAPI/sfmapi/blob/main/SFMAPI-SPEC.md",
+        "openapi_url": "/openapi.json",
+        "server": { "name": "tessera", "version": env!("CARGO_PKG_VERSION") },
+    }))
+}
+
+/// The sfmapi version this server implements.
+pub const SPEC_VERSION: &str = "v1";
+
+/// sfmapi §3.11's CORE capabilities: every one is served here.
+pub const CORE: [&str; 7] = [
+    "projects.crud",
+    "datasets.crud",
+    "images.crud",
+    "uploads.chunked",
+    "jobs.read",
+    "events.sse",
+    "spec.read",
+];
+
+/// The engine capabilities this API has an endpoint for. A flag is advertised only
+/// where a request can use it (§2.1); what the engine offers beyond these (bundle
+/// adjustment modes, exports, georegistration, …) runs inside Tessera's own stages and
+/// the CLI, not behind an sfmapi endpoint, and is listed under `x-tessera`.
+pub const SERVED: [&str; 6] = [
+    "features.extract.sift",
+    "pairs.exhaustive",
+    "pairs.sequential",
+    "map.incremental",
+    "map.global",
+    "map.hierarchical",
+];
+
+/// The CORE features, the engine's capabilities this API serves, and (under
+/// `x-tessera`) the engine's others and the dataset sources.
 pub async fn capabilities(State(s): State<ApiState>) -> Json<Value> {
     let mut features = serde_json::Map::new();
-    for core in ["projects.crud", "jobs.read", "events.sse"] {
+    for core in CORE {
         features.insert(core.into(), true.into());
     }
-    for src in &s.sources.0 {
-        features.insert(format!("sources.{}", src.kind()), true.into());
-    }
+    let mut engine_only = Vec::new();
     for c in &s.capabilities {
-        features.insert(c.replace("two-stage", "two_stage"), true.into());
+        if SERVED.contains(&c.as_str()) {
+            features.insert(c.clone(), true.into());
+        } else {
+            engine_only.push(c.clone());
+        }
     }
     Json(json!({
         "backend": { "name": s.backend.0, "version": s.backend.1, "vendor": "tessera" },
         "features": features,
+        "x-tessera": {
+            "engine_capabilities": engine_only,
+            "sources": s.sources.0.iter().map(|src| src.kind()).collect::<Vec<_>>(),
+        },
     }))
+}
+
+/// `GET /v1/camera-models`: `Page<CameraModel>`, COLMAP's models in id order.
+pub async fn camera_models() -> Json<Value> {
+    let items: Vec<Value> = tessera_core::camera::ALL
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name(), "model_id": m.id(), "num_params": m.num_params(),
+                "params": m.param_names(), "fisheye": m.is_fisheye(),
+            })
+        })
+        .collect();
+    let total = items.len();
+    Json(json!({ "items": items, "next_page_token": null, "total": total }))
 }
 
 /// `GET /metrics` (Prometheus text format).

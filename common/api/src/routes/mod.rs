@@ -107,7 +107,8 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
     use crate::browser::Verdict;
     let verdict = state.browser.judge(req.headers());
     let preflight = req.method() == Method::OPTIONS;
-    let mut res = match &verdict {
+    let path = req.uri().path().to_string();
+    let res = match &verdict {
         // A preflight from a page that may not call us is still answered (204), without
         // the headers that would let the browser go on.
         _ if preflight => StatusCode::NO_CONTENT.into_response(),
@@ -117,6 +118,7 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
         }
         _ => next.run(req).await,
     };
+    let mut res = crate::problem::with_instance(res, &path).await;
     let h = res.headers_mut();
     h.insert(header::VARY, HeaderValue::from_static("Origin"));
     if let Verdict::Cors(origin) = &verdict
@@ -129,7 +131,7 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type, idempotency-key, last-event-id, range, if-none-match, content-range"),
+            HeaderValue::from_static("authorization, content-type, idempotency-key, last-event-id, range, if-none-match, content-range, x-content-sha256"),
         );
         h.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
@@ -244,12 +246,30 @@ pub fn table() -> Vec<Operation> {
         ),
         op(
             M::GET,
+            "/spec",
+            "/spec",
+            "Which specification this server implements, and where its OpenAPI document is",
+            "meta",
+            200,
+            get(meta::spec),
+        ),
+        op(
+            M::GET,
             "/v1/capabilities",
             "/v1/capabilities",
             "Backend and feature flags",
             "meta",
             200,
             get(meta::capabilities),
+        ),
+        op(
+            M::GET,
+            "/v1/camera-models",
+            "/v1/camera-models",
+            "The camera models a dataset may use, with their parameters",
+            "meta",
+            200,
+            get(meta::camera_models),
         ),
         op(
             M::POST,
@@ -457,6 +477,15 @@ pub fn table() -> Vec<Operation> {
             "images",
             200,
             get(datasets::get_image),
+        ),
+        op(
+            M::DELETE,
+            "/v1/images/{image_id}",
+            "/v1/images/{image_id}",
+            "Delete an image by id",
+            "images",
+            204,
+            delete(datasets::delete_image_by_id),
         ),
         op(
             M::GET,
@@ -902,6 +931,7 @@ pub fn openapi() -> serde_json::Value {
                     "properties": {
                         "type": { "type": "string" }, "title": { "type": "string" },
                         "status": { "type": "integer" }, "detail": { "type": "string" },
+                        "instance": { "type": "string" },
                         "capability": { "type": "string" },
                     },
                 },

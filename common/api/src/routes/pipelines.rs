@@ -27,7 +27,13 @@ pub struct PipelineRequest {
     /// FeaturesSpec (`sift_max_num_features` / `max_num_features`).
     #[serde(default)]
     pub features: Option<Value>,
-    /// `{pairs: PairsSpec, matcher: MatcherSpec}`.
+    /// PairsSpec (sfmapi §6.8).
+    #[serde(default)]
+    pub pairs: Option<Value>,
+    /// MatcherSpec (sfmapi §6.8).
+    #[serde(default)]
+    pub matcher: Option<Value>,
+    /// The older `{pairs, matcher}` wrapper.
     #[serde(default)]
     pub matches: Option<Value>,
 }
@@ -58,6 +64,39 @@ pub fn capability_missing(name: &str) -> Problem {
     p
 }
 
+/// 501 for the first capability a request's sections need that this server does not
+/// serve: a feature type, a matcher, a pair strategy. Checked before any validation, so
+/// a client learns first what it cannot have here.
+fn require_capabilities(
+    s: &ApiState,
+    features: Option<&Value>,
+    pairs: Option<&Value>,
+    matcher: Option<&Value>,
+) -> Result<(), Problem> {
+    let served =
+        |c: &str| s.capabilities.iter().any(|x| x == c) && super::meta::SERVED.contains(&c);
+    if let Some(t) = features.and_then(|f| f["type"].as_str()) {
+        let c = format!("features.extract.{t}");
+        if !served(&c) {
+            return Err(capability_missing(&c));
+        }
+    }
+    if let Some(t) = matcher.and_then(|m| m["type"].as_str())
+        && !matches!(t, "nn-ratio" | "nn-mutual")
+    {
+        return Err(capability_missing(&format!("matchers.{t}")));
+    }
+    if let Some(p) = pairs.and_then(|p| p["strategy"].as_str())
+        && p != "auto"
+    {
+        let c = format!("pairs.{p}");
+        if !served(&c) {
+            return Err(capability_missing(&c));
+        }
+    }
+    Ok(())
+}
+
 /// The reconstruction spec for a dataset, from sfmapi's spec shapes.
 async fn spec_for(
     s: &ApiState,
@@ -69,6 +108,7 @@ async fn spec_for(
     matcher: Option<&Value>,
 ) -> Result<Planned, Problem> {
     let d = super::datasets::owned(s, caller, dataset_id).await?;
+    require_capabilities(s, features, pairs, matcher)?;
     let images = super::datasets::all_images(s, &d).await?;
     if images.is_empty() {
         return Err(Problem::validation(format!(
@@ -77,21 +117,11 @@ async fn spec_for(
         )));
     }
     let features = features.cloned().unwrap_or(Value::Null);
-    if let Some(t) = features["type"].as_str()
-        && t != "sift"
-    {
-        return Err(capability_missing(&format!("features.extract.{t}")));
-    }
     let max_features = features["sift_max_num_features"]
         .as_u64()
         .or(features["max_num_features"].as_u64())
         .unwrap_or(4096)
         .clamp(64, 65_536) as u32;
-    if let Some(t) = matcher.and_then(|m| m["type"].as_str())
-        && !matches!(t, "nn-ratio" | "nn-mutual")
-    {
-        return Err(capability_missing(&format!("matchers.{t}")));
-    }
     let pairs = pairs.cloned().unwrap_or(Value::Null);
     let mut auto = None;
     let pairs = match pairs["strategy"].as_str() {
@@ -203,12 +233,18 @@ async fn submit_plan(
         )])
         .await?;
     let tasks = s.engine.job_tasks(submitted.job_id).await?;
+    let job = s.engine.job(submitted.job_id).await?;
+    // The client's DAG: one id per spec node (extract → match → verify → map).
+    let task_ids: Vec<Value> = super::jobs::task_views(&job, &tasks)
+        .into_iter()
+        .map(|t| t["task_id"].clone())
+        .collect();
     let recon = last_stage.is_none().then_some(submitted.job_id);
     let mut r = (
         StatusCode::ACCEPTED,
         Json(json!({
             "job_id": submitted.job_id,
-            "task_ids": tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
+            "task_ids": task_ids,
             "recon_id": recon,
             "existing": submitted.existing,
         })),
@@ -228,17 +264,16 @@ pub async fn submit(
     Path((pid, recipe)): Path<(String, String)>,
     body: Result<Json<PipelineRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Problem> {
+    // sfmapi's order of answers: authentication (the extractor), ownership of what the
+    // path names (404), a capability the server lacks (501, whatever else is wrong),
+    // then validation.
     let project = super::projects::owned(&s, &caller, &pid).await?;
-    let Json(req) = body.map_err(|e| {
-        Problem::bad_request(format!(
-            "the body must be JSON {{\"dataset_id\": …, \"spec\": {{\"kind\": …}}}}: {e}"
-        ))
-    })?;
     let mapper = match recipe.as_str() {
         "incremental" => MapperKind::Incremental,
         "hierarchical" => MapperKind::Hierarchical,
         "global" => MapperKind::Global,
         "spherical" => return Err(capability_missing("map.spherical")),
+        "feed_forward" => return Err(capability_missing("map.feed_forward")),
         other => {
             return Err(Problem::not_found(format!(
                 "unknown recipe `{other}`; use incremental, hierarchical or global"
@@ -249,27 +284,45 @@ pub async fn submit(
     if !s.capabilities.iter().any(|c| c == &capability) {
         return Err(capability_missing(&capability));
     }
+    let Json(req) = body.map_err(|e| {
+        Problem::bad_request(format!(
+            "the body must be JSON {{\"dataset_id\": …, \"spec\": {{\"kind\": …}}}}: {e}"
+        ))
+    })?;
+    let matches = req.matches.clone().unwrap_or(Value::Null);
+    // sfmapi puts `pairs` and `matcher` at the top level; the older `matches` wrapper
+    // is still read.
+    let pairs = req
+        .pairs
+        .as_ref()
+        .or(Some(&matches["pairs"]))
+        .filter(|p| !p.is_null());
+    let matcher = req
+        .matcher
+        .as_ref()
+        .or(Some(&matches["matcher"]))
+        .filter(|m| !m.is_null());
+    let d = super::datasets::owned(&s, &caller, &req.dataset_id).await?;
+    require_capabilities(&s, req.features.as_ref(), pairs, matcher)?;
     if req.spec["kind"].as_str() != Some(recipe.as_str()) {
         return Err(Problem::validation(format!(
             "spec.kind must be `{recipe}` for this recipe"
         )));
     }
-    let d = super::datasets::owned(&s, &caller, &req.dataset_id).await?;
     if d.project_id != project.id {
         return Err(Problem::validation(format!(
             "dataset {} is not in project {pid}",
             d.dataset_id
         )));
     }
-    let matches = req.matches.clone().unwrap_or(Value::Null);
     let planned = spec_for(
         &s,
         &caller,
         &req.dataset_id,
         mapper,
         req.features.as_ref(),
-        Some(&matches["pairs"]).filter(|p| !p.is_null()),
-        Some(&matches["matcher"]).filter(|m| !m.is_null()),
+        pairs,
+        matcher,
     )
     .await?;
     submit_plan(&s, &caller, &planned, tessera_jobs::reconstruct::KIND, None).await

@@ -79,7 +79,11 @@ pub async fn create(
         let id: ProjectId = id
             .parse()
             .map_err(|_| Problem::internal("idempotency record names no project"))?;
-        return Ok(created(&projects::load(store, id).await?, StatusCode::OK));
+        // A replay answers as the first request did: 201, the project, its Location.
+        return Ok(created(
+            &projects::load(store, id).await?,
+            StatusCode::CREATED,
+        ));
     }
     let mut p = projects::create(
         store,

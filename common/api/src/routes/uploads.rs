@@ -63,7 +63,9 @@ pub async fn create(
         ))
     })?;
     let idem = super::idempotency(&headers)?;
-    let (u, created) = uploads::create(
+    // A replay of the same Idempotency-Key answers as the first request did (201), with
+    // the upload's state now (sfmapi §3.7: "the original resource (or upload state)").
+    let (u, _created) = uploads::create(
         s.engine.ports().store.as_ref(),
         &caller.tenant,
         body.expected_size,
@@ -71,12 +73,7 @@ pub async fn create(
         idem.as_ref(),
     )
     .await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    let mut r = (status, Json(view(&u))).into_response();
+    let mut r = (StatusCode::CREATED, Json(view(&u))).into_response();
     r.headers_mut().insert(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/uploads/{}", u.upload_id)).expect("ascii"),

@@ -127,6 +127,10 @@ pub async fn problem(r: reqwest::Response, status: StatusCode) -> Value {
             .unwrap()
             .starts_with("https://sfmapi.github.io/errors/")
     );
+    assert!(
+        v["instance"].as_str().is_some_and(|i| i.starts_with('/')),
+        "sfmapi §3.4: a problem names its instance: {v}"
+    );
     v
 }
 

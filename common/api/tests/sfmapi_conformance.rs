@@ -1,0 +1,600 @@
+//! sfmapi v1 conformance, one test per section of SFMAPI-SPEC.md (SFMAPI/sfmapi), each
+//! checking that section's MUSTs against the server `tessera serve` runs: the real
+//! router on the real embedded adapters, over HTTP on 127.0.0.1, with the engine this
+//! machine has. Order of answers everywhere: authentication → ownership (404) →
+//! capability (501) → validation.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tessera_api::AuthMode;
+use tessera_core::TenantId;
+
+mod support;
+use support::*;
+
+async fn get(c: &reqwest::Client, url: String) -> Value {
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "GET {url}");
+    r.json().await.unwrap()
+}
+
+async fn project(c: &reqwest::Client, base: &str, name: &str) -> String {
+    let p: Value = c
+        .post(format!("{base}/v1/projects"))
+        .json(&json!({ "name": name }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    p["project_id"].as_str().unwrap().to_string()
+}
+
+async fn dataset(c: &reqwest::Client, base: &str, pid: &str, name: &str) -> String {
+    let r = c
+        .post(format!("{base}/v1/projects/{pid}/datasets"))
+        .json(&json!({ "name": name }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let d: Value = r.json().await.unwrap();
+    d["dataset_id"].as_str().unwrap().to_string()
+}
+
+fn is_sha256(v: &Value) -> bool {
+    v.as_str()
+        .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// §3.4: every non-2xx answer is problem+json with type, title, status, detail and
+/// instance (the request's path) — from a handler and from the router itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_4_errors_are_problems_with_an_instance() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    for path in [
+        "/v1/nothing-here".to_string(),
+        format!("/v1/projects/{}", ulid_like()),
+        format!("/v1/images/{}", ulid_like()),
+    ] {
+        let v = problem(
+            c.get(format!("{}{path}", s.base)).send().await.unwrap(),
+            StatusCode::NOT_FOUND,
+        )
+        .await;
+        for field in ["type", "title", "status", "detail"] {
+            assert!(!v[field].is_null(), "{field} in {v}");
+        }
+        assert_eq!(v["instance"], path.as_str(), "{v}");
+    }
+}
+
+/// §3.6: lists are `Page<T>`: `items`, `next_page_token` (string or null), `total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_6_lists_are_pages() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    project(&c, &s.base, "paged").await;
+    for path in ["/v1/projects", "/v1/jobs", "/v1/camera-models"] {
+        let page = get(&c, format!("{}{path}", s.base)).await;
+        assert!(page["items"].is_array(), "{path}: {page}");
+        assert!(
+            page["next_page_token"].is_null() || page["next_page_token"].is_string(),
+            "{path}: {page}"
+        );
+        assert!(page.as_object().unwrap().contains_key("total"), "{path}");
+    }
+}
+
+/// §3.7: a create repeated with the same Idempotency-Key returns the original resource,
+/// answered exactly as the first time (status, Location, body), creating nothing new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_7_an_idempotent_replay_answers_as_the_first_request() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    for (path, body) in [
+        ("/v1/projects", json!({ "name": "once" })),
+        ("/v1/uploads", json!({ "expected_size": 10 })),
+    ] {
+        let send = || {
+            c.post(format!("{}{path}", s.base))
+                .header("idempotency-key", "replay-1")
+                .json(&body)
+                .send()
+        };
+        let (first, again) = (send().await.unwrap(), send().await.unwrap());
+        assert_eq!(first.status(), 201, "{path}");
+        assert_eq!(
+            again.status(),
+            first.status(),
+            "{path}: status of the replay"
+        );
+        assert_eq!(
+            again.headers().get("location"),
+            first.headers().get("location"),
+            "{path}"
+        );
+        let (a, b): (Value, Value) = (first.json().await.unwrap(), again.json().await.unwrap());
+        assert_eq!(a, b, "{path}: the original resource");
+    }
+    let projects = get(&c, format!("{}/v1/projects", s.base)).await;
+    assert_eq!(projects["items"].as_array().unwrap().len(), 1);
+}
+
+/// §3.10: CORS preflight is answered (204) with the methods and headers a client of
+/// this API sends, and the headers it must read exposed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_10_cors_preflight() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let r = c
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/v1/uploads/x:finalize", s.base),
+        )
+        .header("origin", ALLOWED_PAGE)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "x-content-sha256, idempotency-key",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let h = |n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    assert_eq!(h("access-control-allow-origin"), ALLOWED_PAGE);
+    for m in ["get", "post", "patch", "delete", "options"] {
+        assert!(h("access-control-allow-methods").contains(m), "{m}");
+    }
+    for header in [
+        "authorization",
+        "content-type",
+        "idempotency-key",
+        "last-event-id",
+        "range",
+        "content-range",
+        "x-content-sha256",
+    ] {
+        assert!(
+            h("access-control-allow-headers").contains(header),
+            "{header}"
+        );
+    }
+    for header in ["etag", "last-modified", "content-range", "location", "link"] {
+        assert!(
+            h("access-control-expose-headers").contains(header),
+            "{header}"
+        );
+    }
+}
+
+/// §3.11 and §2.1: every CORE flag is present and true; a flag is advertised only
+/// where a request can use it, and what is not advertised answers 501 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_11_capabilities_are_core_and_only_what_is_served() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let caps = get(&c, format!("{}/v1/capabilities", s.base)).await;
+    for core in [
+        "projects.crud",
+        "datasets.crud",
+        "images.crud",
+        "uploads.chunked",
+        "jobs.read",
+        "events.sse",
+        "spec.read",
+    ] {
+        assert_eq!(caps["features"][core], true, "{core}: {caps}");
+    }
+    assert!(caps["backend"]["name"].is_string() && caps["backend"]["version"].is_string());
+    let features = caps["features"].as_object().unwrap();
+    for (name, on) in features {
+        assert_eq!(on, true, "only offered features are listed: {name}");
+        assert!(
+            !name.starts_with("dense.")
+                && !name.starts_with("sources.")
+                && name != "export.points_bin",
+            "`{name}` is not a canonical sfmapi capability"
+        );
+    }
+    let pid = project(&c, &s.base, "caps").await;
+    let did = dataset(&c, &s.base, &pid, "caps").await;
+    // Every mapping recipe: served when advertised, 501 naming it when not.
+    for recipe in ["incremental", "global", "hierarchical", "spherical"] {
+        let cap = format!("map.{recipe}");
+        let r = c
+            .post(format!("{}/v1/projects/{pid}/pipelines/{recipe}", s.base))
+            .json(&json!({ "dataset_id": did, "spec": { "kind": recipe } }))
+            .send()
+            .await
+            .unwrap();
+        if features.contains_key(&cap) {
+            // Served: the empty dataset is what is wrong (§6.6), not the capability.
+            problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+        } else {
+            let p = problem(r, StatusCode::NOT_IMPLEMENTED).await;
+            assert_eq!(p["capability"], cap.as_str());
+            assert_eq!(
+                p["type"],
+                "https://sfmapi.github.io/errors/capability_unavailable"
+            );
+        }
+    }
+    for (strategy, cap) in [
+        ("spatial", "pairs.spatial"),
+        ("vocabtree", "pairs.vocabtree"),
+    ] {
+        let r = c
+            .post(format!("{}/v1/datasets/{did}/matches", s.base))
+            .json(&json!({ "pairs": { "strategy": strategy } }))
+            .send()
+            .await
+            .unwrap();
+        if features.contains_key(cap) {
+            problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+        } else {
+            assert_eq!(
+                problem(r, StatusCode::NOT_IMPLEMENTED).await["capability"],
+                cap
+            );
+        }
+    }
+}
+
+/// The order of answers: authentication (401) → ownership (404) → capability (501) →
+/// validation (400/422), whatever else is wrong with the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_come_in_the_order_auth_ownership_capability_validation() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = client();
+    let store = s.engine.ports().store.clone();
+    let (_, key) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
+        .await
+        .unwrap();
+    let (_, other) =
+        tessera_api::auth::create_key(store.as_ref(), "tenant-b".parse().unwrap(), false)
+            .await
+            .unwrap();
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .bearer_auth(&key)
+        .json(&json!({ "name": "mine" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let d: Value = c
+        .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+        .bearer_auth(&key)
+        .json(&json!({ "name": "mine" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let did = d["dataset_id"].as_str().unwrap();
+    let garbage = "{not json";
+    let recipe = |k: Option<&str>, pid: &str| {
+        let r = c
+            .post(format!("{}/v1/projects/{pid}/pipelines/spherical", s.base))
+            .header("content-type", "application/json")
+            .body(garbage);
+        match k {
+            Some(k) => r.bearer_auth(k),
+            None => r,
+        }
+    };
+    // No key: 401, though the project is unknown, the capability missing and the body
+    // broken.
+    problem(
+        recipe(None, &ulid_like()).send().await.unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    // Another tenant's project: 404, not 501.
+    problem(
+        recipe(Some(&other), pid).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    // Own project, missing capability, broken body: 501.
+    assert_eq!(
+        problem(
+            recipe(Some(&key), pid).send().await.unwrap(),
+            StatusCode::NOT_IMPLEMENTED
+        )
+        .await["capability"],
+        "map.spherical"
+    );
+    // A stage on an empty dataset asking for a feature type this server lacks: 501
+    // (the empty dataset, a validation error, comes after).
+    let features = |k: &str, did: &str| {
+        c.post(format!("{}/v1/datasets/{did}/features", s.base))
+            .bearer_auth(k)
+            .json(&json!({ "spec": { "type": "superpoint" } }))
+            .send()
+    };
+    assert_eq!(
+        problem(
+            features(&key, did).await.unwrap(),
+            StatusCode::NOT_IMPLEMENTED
+        )
+        .await["capability"],
+        "features.extract.superpoint"
+    );
+    problem(features(&other, did).await.unwrap(), StatusCode::NOT_FOUND).await;
+    // The capability served: now validation answers.
+    problem(
+        c.post(format!("{}/v1/datasets/{did}/features", s.base))
+            .bearer_auth(&key)
+            .json(&json!({ "spec": { "type": "sift" } }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+}
+
+/// §6.1: `/spec` identifies the implementation; `/v1/camera-models` is a
+/// `Page<CameraModel>` of the models a dataset may use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_1_spec_and_camera_models() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let spec = get(&c, format!("{}/spec", s.base)).await;
+    assert_eq!(spec["spec"], "sfmapi");
+    assert!(spec["spec_version"].as_str().unwrap().starts_with("v1"));
+    let openapi = spec["openapi_url"].as_str().unwrap();
+    let doc = get(&c, format!("{}{openapi}", s.base)).await;
+    assert!(doc["paths"]["/spec"].is_object());
+    assert!(doc["paths"]["/v1/camera-models"].is_object());
+    assert_eq!(spec["server"]["name"], "tessera");
+
+    let models = get(&c, format!("{}/v1/camera-models", s.base)).await;
+    let items = models["items"].as_array().unwrap();
+    assert_eq!(models["total"], items.len());
+    let radial = items
+        .iter()
+        .find(|m| m["name"] == "SIMPLE_RADIAL")
+        .expect("the default camera model");
+    assert_eq!(radial["num_params"], 4);
+    assert_eq!(radial["params"], json!(["f", "cx", "cy", "k"]));
+    // Every listed model is one a dataset accepts.
+    let pid = project(&c, &s.base, "cams").await;
+    for m in items {
+        let r = c
+            .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+            .json(&json!({ "name": format!("d-{}", m["name"].as_str().unwrap()), "camera_model": m["name"] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{m}");
+        assert_eq!(
+            m["params"].as_array().unwrap().len() as u64,
+            m["num_params"].as_u64().unwrap()
+        );
+    }
+}
+
+/// §6.4 (with the reference server's dataset deletion, which `datasets.crud` covers):
+/// 204, then gone; an unknown dataset 404; never through another project.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_4_datasets_are_deleted_only_through_their_project() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let (pid, did) = dataset_of_samples(&c, &s.base, "del", 1, 1 << 20).await;
+    let other = project(&c, &s.base, "other").await;
+    let del = |p: &str, d: &str| {
+        c.delete(format!("{}/v1/projects/{p}/datasets/{d}", s.base))
+            .send()
+    };
+    problem(del(&other, &did).await.unwrap(), StatusCode::NOT_FOUND).await;
+    get(&c, format!("{}/v1/projects/{pid}/datasets/{did}", s.base)).await;
+    problem(
+        del(&pid, &ulid_like()).await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(del(&pid, &did).await.unwrap().status(), 204);
+    problem(
+        c.get(format!("{}/v1/projects/{pid}/datasets/{did}", s.base))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    problem(del(&pid, &did).await.unwrap(), StatusCode::NOT_FOUND).await;
+}
+
+/// §6.5: images are deleted by id (204, then 404); single and batch registration agree
+/// on what an image must be (bytes that decode: width and height are always known
+/// here); a batch is capped at 1000 and registers nothing when one request is bad.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_5_images_by_id_and_registration_rules() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let pid = project(&c, &s.base, "imgs").await;
+    let did = dataset(&c, &s.base, &pid, "imgs").await;
+    let photos = sample_photos(2);
+    let good = upload(&c, &s.base, &photos[0].1, 1 << 20).await;
+    let good2 = upload(&c, &s.base, &photos[1].1, 1 << 20).await;
+    let text = upload(&c, &s.base, b"not an image, only text", 1 << 20).await;
+
+    // Bytes that do not decode: refused alike, single or in a batch, naming the file.
+    let single = problem(
+        c.post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({ "name": "notes.jpg", "blob_sha": text }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(
+        single["detail"].as_str().unwrap().contains("notes.jpg"),
+        "{single}"
+    );
+    let batch = problem(
+        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+            .json(&json!({ "requests": [
+                { "name": "a.jpg", "blob_sha": good },
+                { "name": "notes.jpg", "blob_sha": text },
+            ] }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(
+        batch["detail"].as_str().unwrap().contains("requests[1]"),
+        "{batch}"
+    );
+    let listed = get(&c, format!("{}/v1/datasets/{did}/images", s.base)).await;
+    assert!(
+        listed["items"].as_array().unwrap().is_empty(),
+        "a bad batch registers nothing: {listed}"
+    );
+    let over: Vec<Value> = (0..1001)
+        .map(|i| json!({ "name": format!("{i}.jpg"), "blob_sha": good }))
+        .collect();
+    problem(
+        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+            .json(&json!({ "requests": over }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+
+    let r = c
+        .post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+        .json(&json!({ "requests": [
+            { "name": "a.jpg", "blob_sha": good },
+            { "name": "b.jpg", "blob_sha": good2 },
+        ] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let images = made["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    for img in images {
+        assert!(img["width"].as_u64().unwrap() > 0 && img["height"].as_u64().unwrap() > 0);
+    }
+    let id = images[0]["image_id"].as_str().unwrap();
+    let url = format!("{}/v1/images/{id}", s.base);
+    assert_eq!(c.delete(&url).send().await.unwrap().status(), 204);
+    problem(c.get(&url).send().await.unwrap(), StatusCode::NOT_FOUND).await;
+    problem(c.delete(&url).send().await.unwrap(), StatusCode::NOT_FOUND).await;
+    let left = get(&c, format!("{}/v1/datasets/{did}/images", s.base)).await;
+    assert_eq!(left["items"].as_array().unwrap().len(), 1);
+    assert_eq!(left["items"][0]["name"], "b.jpg");
+}
+
+/// §4.7, §6.7, §6.8: a recipe with default options is the spec's four-node DAG
+/// (extract → match → verify → map), its `task_ids` are those nodes, `JobDetail`
+/// carries every Job and Task field, and `:resume` answers 202 with the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let (pid, did) = dataset_of_samples(&c, &s.base, "dag", 4, 1 << 20).await;
+    let r = c
+        .post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({ "dataset_id": did, "spec": { "kind": "incremental" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let lro: Value = r.json().await.unwrap();
+    let job = lro["job_id"].as_str().unwrap().to_string();
+    let task_ids = lro["task_ids"].as_array().unwrap().clone();
+    assert_eq!(task_ids.len(), 4, "{lro}");
+    let detail = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+        loop {
+            let d = get(&c, format!("{}/v1/jobs/{job}", s.base)).await;
+            if !["pending", "running"].contains(&d["status"].as_str().unwrap()) {
+                break d;
+            }
+            assert!(std::time::Instant::now() < deadline, "the job did not end");
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    };
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    for field in [
+        "job_id",
+        "tenant_id",
+        "project_id",
+        "recipe",
+        "status",
+        "cancel_requested",
+        "cancel_force",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "error_class",
+        "error_message",
+        "_links",
+    ] {
+        assert!(
+            detail.as_object().unwrap().contains_key(field),
+            "Job.{field}: {detail}"
+        );
+    }
+    assert_eq!(detail["recipe"], "incremental");
+    assert!(detail["started_at"].is_string() && detail["finished_at"].is_string());
+    for link in ["self", "events", "ws"] {
+        assert!(detail["_links"][link]["href"].is_string(), "{link}");
+    }
+    let tasks = detail["tasks"].as_array().unwrap();
+    let kinds: Vec<&str> = tasks.iter().map(|t| t["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["extract", "match", "verify", "map"]);
+    assert_eq!(
+        tasks
+            .iter()
+            .map(|t| t["task_id"].clone())
+            .collect::<Vec<_>>(),
+        task_ids,
+        "the recipe's task_ids name the nodes"
+    );
+    for (i, t) in tasks.iter().enumerate() {
+        assert_eq!(t["job_id"], job.as_str());
+        assert_eq!(t["status"], "succeeded", "{t}");
+        for h in ["cache_key", "inputs_hash", "params_hash"] {
+            assert!(is_sha256(&t[h]), "Task.{h}: {t}");
+        }
+        assert!(t["outputs_ref"].is_object(), "{t}");
+        if i > 0 {
+            assert_eq!(t["inputs_hash"], tasks[i - 1]["cache_key"], "keys chain");
+        }
+    }
+    let r = c
+        .post(format!("{}/v1/jobs/{job}:resume", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let resumed: Value = r.json().await.unwrap();
+    assert_eq!(resumed["job_id"], job.as_str());
+}
