@@ -237,7 +237,9 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
             .unwrap_or_else(|| panic!("no {runner} {backend} {mapper} run in {b}"))
     };
     let bare = run("bare colmap", "colmap", "incremental");
+    assert!(bare["registered"].as_u64().unwrap() >= 3, "{b}");
     assert!(bare["wall_ratio"].as_f64().unwrap() == 1.0, "{b}");
+    assert!(bare["match_ratio"].as_f64().unwrap() == 1.0, "{b}");
     for (backend, mapper) in [
         ("colmap", "incremental"),
         ("pycolmap", "incremental"),
@@ -282,6 +284,29 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
         let model = tessera_sfm::model_bin::read(&out.join("sparse/0")).unwrap();
         assert_eq!(model.images.len(), 6);
     }
+    // Nothing given: pairs and feature resolution come from the photos (800 × 600 px:
+    // their own size, and features for that area).
+    let out = dir.path().join("out-defaults");
+    let state = dir.path().join("state-defaults");
+    let o = tessera(
+        &state,
+        &[
+            "--json",
+            "reconstruct",
+            photos.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["registered_images"], 6, "{report}");
+    assert_eq!(report["resolution_auto"]["max_image_size"], 800, "{report}");
+    assert_eq!(report["resolution_auto"]["max_features"], 2048, "{report}");
+    assert!(
+        job_events(&state, &report).contains("features: 800 px, 2048 per image"),
+        "the choice is in the job's events"
+    );
     // The command-line engine cannot run the global mapper (COLMAP 3.8 has none): refused
     // by name before anything runs.
     let o = reconstruct(

@@ -48,12 +48,12 @@ pub struct ReconstructBench {
     /// Sequential overlap.
     #[arg(long, default_value_t = 8)]
     pub overlap: u32,
-    /// SIFT features per image.
-    #[arg(long, default_value_t = 4096)]
-    pub max_features: u32,
-    /// Longest image side for features.
-    #[arg(long, default_value_t = 1000)]
-    pub max_image_size: u32,
+    /// SIFT features per image (default: chosen from the photos, as `reconstruct` does).
+    #[arg(long)]
+    pub max_features: Option<u32>,
+    /// Longest image side for features (default: chosen from the photos).
+    #[arg(long)]
+    pub max_image_size: Option<u32>,
     /// The runs to compare, in order; the first `bare` is the baseline of the ratios.
     #[arg(
         long,
@@ -258,6 +258,9 @@ struct EngineRun {
 #[derive(Serialize)]
 struct ReconstructReport {
     images: usize,
+    /// The longest side and features every run used.
+    max_image_size: u32,
+    max_features: u32,
     /// The pairs every run matched (`--pairs auto` chooses from the photos).
     pairs: tessera_jobs::reconstruct::pairing::Choice,
     runs: Vec<EngineRun>,
@@ -292,23 +295,18 @@ fn usage(who: libc::c_int) -> (f64, u64) {
     )
 }
 
-/// Run one COLMAP command bare, failing loudly.
-fn bare(args: &[String]) -> anyhow::Result<()> {
+/// Run one COLMAP command bare: its exit status and the last line it printed.
+fn bare_status(args: &[String]) -> anyhow::Result<(std::process::ExitStatus, String)> {
     let out = std::process::Command::new(tessera_sfm::colmap::program())
         .args(args)
         .output()
         .context("cannot run colmap")?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "bare `colmap {}` failed: {}",
-            args[0],
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-    }
-    Ok(())
+    let last = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string();
+    Ok((out.status, last))
 }
 
 /// The bare baseline: COLMAP's own commands in sequence (extract, match, mapper, bundle
@@ -332,23 +330,36 @@ fn bare_run(
     let (cpu0, _) = children_usage();
     let t0 = Instant::now();
     let mut stages = Vec::new();
-    let mut timed = |stage: &str, args: &[String]| -> anyhow::Result<()> {
+    let mut timed = |stage: &str, args: &[String]| {
         let t = Instant::now();
-        let r = bare(args);
+        let r = bare_status(args);
         stages.push(serde_json::json!({ "stage": stage, "wall_s": t.elapsed().as_secs_f64() }));
         r
     };
-    timed(
-        "extract",
-        &commands::extract(spec, &db, &images, info.cuda, true),
+    let must = |(status, last): (std::process::ExitStatus, String), what: &str| {
+        if status.success() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
+                "bare `colmap {what}` failed ({status}): {last}"
+            ))
+        }
+    };
+    must(
+        timed(
+            "extract",
+            &commands::extract(spec, &db, &images, info.cuda, true),
+        )?,
+        "feature_extractor",
     )?;
-    timed(
-        "match",
-        &commands::match_pairs(&spec.pairs, &db, info.cuda, None),
+    must(
+        timed(
+            "match",
+            &commands::match_pairs(&spec.pairs, &db, info.cuda, None),
+        )?,
+        "matcher",
     )?;
-    // A mapper that builds no model is a result of the baseline (0 registered), not a
-    // failure of the bench.
-    let mapped = timed(
+    let (mapped, said) = timed(
         "map",
         &commands::map(
             false,
@@ -359,12 +370,18 @@ fn bare_run(
             1_000_000,
             None,
         ),
-    );
+    )?;
     let best = std::fs::read_dir(&sparse)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
         .max_by_key(|(_, r)| r.images.len());
-    let mut note = mapped.err().map(|e| format!("{e:#}"));
+    // The mapper exiting 1 with no model is a result of the baseline (0 registered);
+    // any other failure (an abort, a signal) fails the bench.
+    let note = match (&best, mapped.code()) {
+        (_, Some(0)) => None,
+        (None, Some(1)) => Some(format!("the mapper built no model: {said}")),
+        _ => anyhow::bail!("bare `colmap mapper` failed ({mapped}): {said}"),
+    };
     if let Some((path, _)) = &best {
         for args in commands::bundle_adjust(
             tessera_core::spec::BaMode::Standard,
@@ -372,10 +389,8 @@ fn bare_run(
             &adjusted,
             &adjusted,
         ) {
-            timed("bundle_adjust", &args)?;
+            must(timed("bundle_adjust", &args)?, "bundle_adjuster")?;
         }
-    } else if note.is_none() {
-        note = Some("the mapper built no model".into());
     }
     let wall_s = t0.elapsed().as_secs_f64();
     let (cpu1, peak) = children_usage();
@@ -490,12 +505,14 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let auto = super::reconstruct::choose_pairs(&photos);
+    let resolution = super::reconstruct::choose_resolution(&photos);
     let default_engine = EngineArg::Auto.resolve()?.name;
     // The very spec Tessera runs, so the bare run uses the same COLMAP options.
     let spec = super::reconstruct::spec_from(
         &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
         "bench".into(),
         Some(&auto),
+        &resolution,
         tessera_core::spec::BackendSpec {
             name: "colmap".into(),
             version: None,
@@ -567,22 +584,29 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
                 .find(|s| s["stage"] == "match")
                 .and_then(|s| s["wall_s"].as_f64())
         };
+        // A baseline that built no model skipped bundle adjustment: its total time is
+        // not comparable, its matching is.
+        let whole = base.registered > 0;
         for r in runs.iter_mut().filter(|r| r.error.is_none()) {
-            r.wall_ratio = Some(r.wall_s / base.wall_s);
-            r.cpu_ratio = Some(r.cpu_s / base.cpu_s.max(1e-9));
+            r.wall_ratio = whole.then(|| r.wall_s / base.wall_s);
+            r.cpu_ratio = whole.then(|| r.cpu_s / base.cpu_s.max(1e-9));
             r.match_ratio = match_s(r).zip(match_s(&base)).map(|(m, b)| m / b.max(1e-9));
         }
     }
     let r = ReconstructReport {
         images: files.len(),
+        max_image_size: spec.max_image_size,
+        max_features: spec.max_features,
         pairs,
         runs,
     };
     emit(json, &r, || {
         let mut lines = vec![format!(
-            "{} photos, pairs {}",
+            "{} photos, pairs {}, {} px, {} features",
             r.images,
-            r.pairs.strategy_name()
+            r.pairs.strategy_name(),
+            r.max_image_size,
+            r.max_features
         )];
         for run in &r.runs {
             lines.push(match &run.error {

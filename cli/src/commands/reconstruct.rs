@@ -19,7 +19,7 @@ use tessera_core::spec::{
     ReconstructionSpec,
 };
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::reconstruct::{self, Stage, checkpoint, pairing};
+use tessera_jobs::reconstruct::{self, Stage, checkpoint, pairing, resolution};
 use tokio_util::sync::CancellationToken;
 
 /// The project every embedded reconstruction belongs to.
@@ -52,20 +52,10 @@ impl EngineArg {
     /// The backend this names, its version resolved now, at submission.
     pub fn resolve(self) -> anyhow::Result<BackendSpec> {
         use tessera_jobs::reconstruct::stages;
-        let named = |name: &str| {
-            stages::backend_for(&BackendSpec {
-                name: name.into(),
-                version: None,
-            })
-            .map(|b| BackendSpec {
-                name: name.into(),
-                version: Some(b.info().version.clone()),
-            })
-        };
         match self {
             EngineArg::Auto => stages::default_backend(),
-            EngineArg::Pycolmap => named("pycolmap"),
-            EngineArg::Colmap => named("colmap"),
+            EngineArg::Pycolmap => stages::resolve("pycolmap"),
+            EngineArg::Colmap => stages::resolve("colmap"),
         }
         .map_err(|e| anyhow::anyhow!(e.message))
     }
@@ -130,12 +120,13 @@ pub struct Args {
     /// COLMAP camera model.
     #[arg(long, default_value = "SIMPLE_RADIAL")]
     pub camera_model: String,
-    /// SIFT features per image.
-    #[arg(long, default_value_t = 4096)]
-    pub max_features: u32,
-    /// Longest image side used for features, in pixels.
-    #[arg(long, default_value_t = 1000)]
-    pub max_image_size: u32,
+    /// SIFT features per image (default: chosen from the photos' size and number).
+    #[arg(long)]
+    pub max_features: Option<u32>,
+    /// Longest image side used for features, in pixels (default: chosen from the photos'
+    /// size and number).
+    #[arg(long)]
+    pub max_image_size: Option<u32>,
     /// Feed COLMAP the pixels as stored, ignoring EXIF orientation (by default a phone
     /// portrait is turned upright first, as every viewer shows it).
     #[arg(long)]
@@ -188,6 +179,8 @@ pub struct Report {
     /// The pair strategy `--pairs auto` chose, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs_auto: Option<pairing::Choice>,
+    /// What was chosen for `--max-image-size` / `--max-features` not given, and why.
+    pub resolution_auto: Option<resolution::Resolution>,
 }
 
 /// What `--pairs auto` decides from: the photos' names and how many carry GPS.
@@ -205,11 +198,23 @@ pub fn choose_pairs(photos: &[(String, Vec<u8>)]) -> pairing::Choice {
     pairing::choose(&names, Some(with_gps))
 }
 
-/// The spec `args` ask for; `auto` is the choice for `--pairs auto`.
+/// The feature resolution the photos call for (files that are not images do not count).
+pub fn choose_resolution(photos: &[(String, Vec<u8>)]) -> resolution::Resolution {
+    let sides: Vec<u32> = photos
+        .iter()
+        .filter_map(|(_, b)| imagesize::blob_size(b).ok())
+        .map(|s| s.width.max(s.height) as u32)
+        .collect();
+    resolution::choose(&sides)
+}
+
+/// The spec `args` ask for; `auto` is the choice for `--pairs auto`, `resolution` the
+/// one for a `--max-image-size` / `--max-features` not given.
 pub fn spec_from(
     args: &Args,
     image_set: String,
     auto: Option<&pairing::Choice>,
+    resolution: &resolution::Resolution,
     backend: BackendSpec,
 ) -> anyhow::Result<ReconstructionSpec> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
@@ -261,8 +266,8 @@ pub fn spec_from(
         image_set,
         backend,
         camera_model,
-        max_features: args.max_features,
-        max_image_size: args.max_image_size,
+        max_features: args.max_features.unwrap_or(resolution.max_features),
+        max_image_size: args.max_image_size.unwrap_or(resolution.max_image_size),
         pairs,
         mapper: match args.mapper {
             Mapper::Incremental => MapperKind::Incremental,
@@ -299,6 +304,8 @@ pub struct Uploaded {
     pub megapixels: f64,
     /// What `--pairs auto` chooses for them.
     pub pairs: pairing::Choice,
+    /// The feature resolution they call for.
+    pub resolution: resolution::Resolution,
 }
 
 /// Upload the photos under a content address of the whole set, so the same photos make
@@ -343,12 +350,9 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
         }
     }
     let count = entries.len();
-    let pairs = choose_pairs(
-        &entries
-            .into_iter()
-            .map(|(n, _, b)| (n, b))
-            .collect::<Vec<_>>(),
-    );
+    let photos: Vec<(String, Vec<u8>)> = entries.into_iter().map(|(n, _, b)| (n, b)).collect();
+    let pairs = choose_pairs(&photos);
+    let resolution = choose_resolution(&photos);
     Ok(Uploaded {
         set,
         count,
@@ -358,6 +362,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
             1.0
         },
         pairs,
+        resolution,
     })
 }
 
@@ -374,6 +379,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         count,
         megapixels,
         pairs: choice,
+        resolution,
     } = upload(&engine, &files).await?;
     let auto = (args.pairs == Pairs::Auto).then_some(choice);
     if let Some(c) = &auto
@@ -384,7 +390,14 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     if ui {
         eprintln!("engine: {} {}", backend.info().name, backend.info().version);
     }
-    let spec = spec_from(args, set, auto.as_ref(), backend_spec)?;
+    let chosen_resolution =
+        (args.max_image_size.is_none() || args.max_features.is_none()).then(|| resolution.clone());
+    if let Some(r) = &chosen_resolution
+        && ui
+    {
+        eprintln!("{}", r.line());
+    }
+    let spec = spec_from(args, set, auto.as_ref(), &resolution, backend_spec)?;
     backend.info().check_spec(&spec)?;
     let mut plan = reconstruct::plan(
         &spec,
@@ -407,10 +420,13 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     }
     let submitted = engine.submit(plan).await?;
     let job_id = submitted.job_id;
-    if let Some(c) = &auto
-        && !submitted.existing
-    {
-        c.announce(&engine, job_id).await;
+    if !submitted.existing {
+        if let Some(c) = &auto {
+            c.announce(&engine, job_id).await;
+        }
+        if let Some(r) = &chosen_resolution {
+            r.announce(&engine, job_id).await;
+        }
     }
     if submitted.existing {
         let released = engine
@@ -441,6 +457,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
     let mut report = build_report(&engine, job_id, &job, backend.info(), started, args).await?;
     report.pairs_auto = auto;
+    report.resolution_auto = chosen_resolution;
     Ok(report)
 }
 
@@ -605,6 +622,7 @@ async fn build_report(
         elapsed_s: started.elapsed().as_secs_f64(),
         outputs: Vec::new(),
         pairs_auto: None,
+        resolution_auto: None,
     };
     if let Some(t) = tasks.iter().find(|t| t.name == Stage::Ingest.name())
         && let Some(r) = &t.result

@@ -148,6 +148,7 @@ pub async fn with_instance(res: Response, path: &str) -> Response {
         return res;
     }
     let (mut parts, body) = res.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
     let bytes = match axum::body::to_bytes(body, 1 << 20).await {
         Ok(b) => b,
         Err(_) => return Response::from_parts(parts, axum::body::Body::empty()),
@@ -161,6 +162,5 @@ pub async fn with_instance(res: Response, path: &str) -> Response {
         }
         Err(_) => bytes.to_vec(),
     };
-    parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(body))
 }

@@ -498,6 +498,25 @@ async fn s6_5_images_by_id_and_registration_rules() {
     for img in images {
         assert!(img["width"].as_u64().unwrap() > 0 && img["height"].as_u64().unwrap() > 0);
     }
+    // A name already in the dataset: the whole batch is refused, the new image too.
+    let clash = problem(
+        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+            .json(&json!({ "requests": [
+                { "name": "c.jpg", "blob_sha": good },
+                { "name": "a.jpg", "blob_sha": good2 },
+            ] }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert!(
+        clash["detail"].as_str().unwrap().contains("requests[1]"),
+        "{clash}"
+    );
+    let listed = get(&c, format!("{}/v1/datasets/{did}/images", s.base)).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
     let id = images[0]["image_id"].as_str().unwrap();
     let url = format!("{}/v1/images/{id}", s.base);
     assert_eq!(c.delete(&url).send().await.unwrap().status(), 204);

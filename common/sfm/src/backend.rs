@@ -92,6 +92,29 @@ impl BackendInfo {
     }
 }
 
+/// Initialisation thresholds for a second incremental pass over a scene the defaults
+/// split or left out (COLMAP's defaults: 100 inliers, 16°, 30).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RelaxedInit {
+    /// Inliers an initial pair needs.
+    pub min_inliers: u32,
+    /// Triangulation angle an initial pair needs, in degrees.
+    pub min_tri_angle_deg: f64,
+    /// Inliers a photo's absolute pose needs.
+    pub abs_pose_min_inliers: u32,
+}
+
+/// The relaxed pass every backend runs.
+pub const RELAXED_INIT: RelaxedInit = RelaxedInit {
+    min_inliers: 50,
+    min_tri_angle_deg: 8.0,
+    abs_pose_min_inliers: 15,
+};
+
+/// Farthest a camera may sit from its photo's GPS position and still count as an
+/// inlier when a model is aligned to GPS, in metres.
+pub const GPS_MAX_ERROR_M: f64 = 50.0;
+
 /// One subprocess a backend wants run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {

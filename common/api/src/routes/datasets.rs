@@ -443,6 +443,14 @@ async fn batch_create(
             )));
         }
         catalog::check_name("image", &r.name).map_err(|e| at(e.into()))?;
+        if catalog::image_named(s.engine.ports().store.as_ref(), &d, &r.name)
+            .await
+            .is_ok()
+        {
+            return Err(at(Problem::conflict(
+                "an image of this name is already in the dataset",
+            )));
+        }
         let bytes = super::uploads::read_blob(
             s,
             &caller.tenant,

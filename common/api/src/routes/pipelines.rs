@@ -117,11 +117,17 @@ async fn spec_for(
         )));
     }
     let features = features.cloned().unwrap_or(Value::Null);
+    // The CLI's rule: detail where photos are few, rationed where they are many, never
+    // above the photos' own size.
+    let sides: Vec<u32> = images
+        .iter()
+        .filter_map(|i| Some(i.width?.max(i.height?) as u32))
+        .collect();
+    let resolution = tessera_jobs::reconstruct::resolution::choose(&sides);
     let max_features = features["sift_max_num_features"]
         .as_u64()
         .or(features["max_num_features"].as_u64())
-        .unwrap_or(4096)
-        .clamp(64, 65_536) as u32;
+        .map_or(resolution.max_features, |n| n.clamp(256, 65_536) as u32);
     let pairs = pairs.cloned().unwrap_or(Value::Null);
     let mut auto = None;
     let pairs = match pairs["strategy"].as_str() {
@@ -152,7 +158,7 @@ async fn spec_for(
         camera_model: serde_json::from_value(json!(d.camera_model))
             .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
         max_features,
-        max_image_size: 1600,
+        max_image_size: resolution.max_image_size,
         pairs,
         mapper,
         ba: BaMode::Standard,
@@ -172,6 +178,9 @@ async fn spec_for(
         images: images.len(),
         megapixels,
         pairs_auto: auto,
+        resolution_auto: (features["sift_max_num_features"].is_null()
+            && features["max_num_features"].is_null())
+        .then_some(resolution),
     })
 }
 
@@ -183,6 +192,8 @@ struct Planned {
     megapixels: f64,
     /// The pairs chosen from the photos, when the request named none.
     pairs_auto: Option<tessera_jobs::reconstruct::pairing::Choice>,
+    /// The feature resolution chosen from the photos (when the request gave none).
+    resolution_auto: Option<tessera_jobs::reconstruct::resolution::Resolution>,
 }
 
 /// Submit the reconstruction of `spec`, cut after `last_stage` if given; 202 + Location.
@@ -219,10 +230,13 @@ async fn submit_plan(
         plan.tasks.truncate(end + 1);
     }
     let submitted = s.engine.submit(plan).await?;
-    if let Some(c) = &p.pairs_auto
-        && !submitted.existing
-    {
-        c.announce(&s.engine, submitted.job_id).await;
+    if !submitted.existing {
+        if let Some(c) = &p.pairs_auto {
+            c.announce(&s.engine, submitted.job_id).await;
+        }
+        if let Some(r) = &p.resolution_auto {
+            r.announce(&s.engine, submitted.job_id).await;
+        }
     }
     s.engine
         .ports()

@@ -284,12 +284,13 @@ async fn submodels_of(s: &ApiState, job: &Job) -> Result<Vec<Value>, Problem> {
                     "num_reg_images": m["registered_images"], "num_points3D": m["points"],
                     "mean_reproj_err": m["mean_reprojection_error"],
                 });
+                // Where the map stage sealed it; the primary's points are also in the
+                // latest snapshot (the model the later stages refined from it).
+                let map = tessera_jobs::reconstruct::checkpoint::prefix(job.id, "map");
                 let extra = match (&latest, idx) {
-                    (Some((seq, model)), 0) => json!({ "snapshot_seq": seq, "sealed_path": model }),
-                    _ => json!({
-                        "snapshot_seq": null,
-                        "sealed_path": format!("{}/submodels/{idx}", tessera_jobs::reconstruct::checkpoint::prefix(job.id, "map")),
-                    }),
+                    (Some((seq, _)), 0) => json!({ "snapshot_seq": seq, "sealed_path": format!("{map}/model") }),
+                    (None, 0) => json!({ "snapshot_seq": null, "sealed_path": format!("{map}/model") }),
+                    _ => json!({ "snapshot_seq": null, "sealed_path": format!("{map}/submodels/{idx}") }),
                 };
                 entry(idx, summary, extra)
             })
@@ -333,7 +334,11 @@ pub async fn get_submodel(
 ) -> Result<Json<Value>, Problem> {
     let missing = || Problem::not_found(format!("sub-model {smid} does not exist"));
     let (rid, idx) = smid.rsplit_once('-').ok_or_else(missing)?;
+    // Exactly as listed: `-1`, never `-01` or `-+1`.
     let idx: usize = idx.parse().map_err(|_| missing())?;
+    if idx.to_string() != smid.rsplit_once('-').map_or("", |x| x.1) {
+        return Err(missing());
+    }
     let job = owned(&s, &caller, rid).await.map_err(|_| missing())?;
     submodels_of(&s, &job)
         .await?

@@ -16,6 +16,7 @@ pub mod images;
 pub mod memory;
 pub mod pairing;
 pub mod refine;
+pub mod resolution;
 pub mod spec_dag;
 pub mod stages;
 

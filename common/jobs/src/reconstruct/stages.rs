@@ -72,16 +72,7 @@ pub fn backend_for(spec: &BackendSpec) -> Result<&'static dyn EngineBackend, Tas
 /// for its faster matching and its global mapper; else the COLMAP command line.
 /// `TESSERA_ENGINE=colmap|pycolmap` chooses instead.
 pub fn default_backend() -> Result<BackendSpec, TaskError> {
-    let choose = |name: &str| {
-        backend_for(&BackendSpec {
-            name: name.into(),
-            version: None,
-        })
-        .map(|b| BackendSpec {
-            name: name.into(),
-            version: Some(b.info().version.clone()),
-        })
-    };
+    let choose = resolve;
     match std::env::var("TESSERA_ENGINE").ok().as_deref() {
         Some(name) if !name.is_empty() && name != "auto" => choose(name),
         _ => choose("pycolmap").or_else(|py| {
@@ -93,6 +84,18 @@ pub fn default_backend() -> Result<BackendSpec, TaskError> {
             })
         }),
     }
+}
+
+/// The backend `name` with the installed version pinned, as a job submitted now names it.
+pub fn resolve(name: &str) -> Result<BackendSpec, TaskError> {
+    backend_for(&BackendSpec {
+        name: name.into(),
+        version: None,
+    })
+    .map(|b| BackendSpec {
+        name: name.into(),
+        version: Some(b.info().version.clone()),
+    })
 }
 
 /// The default backend of this machine (see [`default_backend`]).
@@ -154,7 +157,9 @@ impl TaskHandler for StageHandler {
             run.job,
             &run.spec,
             self.stage,
-            &backend()?.info().version,
+            // The job's own engine: its name and version are in the spec, and the
+            // installed one must match them.
+            &backend_for(&run.spec.backend)?.info().version,
         )
         .await?;
         if let Some(key) = &cache_key
@@ -644,11 +649,7 @@ impl Run<'_> {
                 Err(e) => return Err(e),
             }
         }
-        models.sort_by(|a, b| {
-            b.1.registered_images
-                .cmp(&a.1.registered_images)
-                .then(b.1.points.cmp(&a.1.points))
-        });
+        sort_models(&mut models);
         let Some((best, best_metrics)) = models.first().cloned() else {
             return Err(TaskError::permanent(format!(
                 "the mapper registered none of the {} photos: no initial pair with enough overlap was found",
@@ -677,17 +678,25 @@ impl Run<'_> {
                     Some(photos.len() as u64),
                 )
                 .await;
-            // The registrator writes the joined model into the folder itself.
+            // The registrator writes the joined model into the folder itself. Joining is
+            // optional: any failure but a cancel leaves the largest model primary.
             let outcome = match run {
                 Ok(_) => model_bin::read(&joined)
                     .ok()
                     .map(|r| (joined.clone(), metrics::compute(&r))),
-                Err(e) if e.class == tessera_core::ErrorClass::Permanent => None,
-                Err(e) => return Err(e),
+                Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
+                Err(e) => {
+                    self.ctx
+                        .emit(EventKind::Warning {
+                            message: format!("joining the sub-models failed: {}", e.message),
+                        })
+                        .await?;
+                    None
+                }
             };
             let gained = outcome
                 .as_ref()
-                .is_some_and(|(_, m)| m.registered_images > primary_metrics.registered_images);
+                .is_some_and(|(_, m)| joined_is_better(&primary_metrics, m));
             self.ctx
                 .emit(EventKind::LogLine {
                     line: format!(
@@ -698,7 +707,11 @@ impl Run<'_> {
                                 "registered {} photos instead of {}: the joined model is primary",
                                 m.registered_images, primary_metrics.registered_images
                             ),
-                            _ => "registered no more photos: the largest stays primary".into(),
+                            Some((_, m)) => format!(
+                                "gave {} photos, {} points, {:.2} px: the largest stays primary",
+                                m.registered_images, m.points, m.mean_reprojection_error
+                            ),
+                            None => "built nothing: the largest stays primary".into(),
                         }
                     ),
                 })
@@ -709,7 +722,15 @@ impl Run<'_> {
                     "registered_before": primary_metrics.registered_images,
                     "registered_after": m.registered_images,
                 }));
-                submodels[0] = (p.clone(), m.clone());
+                // A sub-model whose photos the joined model now holds is part of it.
+                let held = model_names(&p)?;
+                let mut kept = vec![(p.clone(), m.clone())];
+                for (path, metrics) in submodels.into_iter().skip(1) {
+                    if !model_names(&path)?.is_subset(&held) {
+                        kept.push((path, metrics));
+                    }
+                }
+                submodels = kept;
                 (primary, primary_metrics) = (p, m);
             }
         }
@@ -1100,13 +1121,37 @@ fn read_models(dir: &Path) -> Result<Vec<(PathBuf, metrics::ModelMetrics)>, Task
             models.push((path, metrics::compute(&rec)));
         }
     }
+    sort_models(&mut models);
+    Ok(models)
+}
+
+/// Whether a joined model beats the largest: more photos registered, its points not
+/// fewer, and its mean reprojection error not worse by more than half (photos of another
+/// scene forced in show up as error).
+fn joined_is_better(largest: &metrics::ModelMetrics, joined: &metrics::ModelMetrics) -> bool {
+    joined.registered_images > largest.registered_images
+        && joined.points >= largest.points
+        && joined.mean_reprojection_error <= (largest.mean_reprojection_error * 1.5).max(0.5)
+}
+
+/// The photo names a model registers.
+fn model_names(dir: &Path) -> Result<BTreeSet<String>, TaskError> {
+    Ok(model_bin::read(dir)
+        .map_err(TaskError::from_classified)?
+        .images
+        .values()
+        .map(|i| i.name.clone())
+        .collect())
+}
+
+/// Largest first: most registered photos, then most points, then by folder.
+fn sort_models(models: &mut [(PathBuf, metrics::ModelMetrics)]) {
     models.sort_by(|a, b| {
         b.1.registered_images
             .cmp(&a.1.registered_images)
             .then(b.1.points.cmp(&a.1.points))
             .then(a.0.cmp(&b.0))
     });
-    Ok(models)
 }
 
 /// Mean distance (m) between aligned camera centres and their photos' GPS positions,

@@ -168,6 +168,14 @@ impl EngineBackend for ColmapBackend {
             PairStrategy::Spatial { .. } => "pairs.spatial",
             PairStrategy::VocabTree { .. } => "pairs.vocabtree",
         })?;
+        if matches!(pairs, PairStrategy::VocabTree { .. }) && vocab_tree.is_none() {
+            return Err(Unsupported {
+                backend: self.info.name.clone(),
+                version: self.info.version.clone(),
+                capability: "pairs.vocabtree".into(),
+                hint: "vocabulary-tree pairs need a tree file".into(),
+            });
+        }
         Ok(self.call(commands::match_pairs(pairs, db, self.info.cuda, vocab_tree)))
     }
 
@@ -229,18 +237,15 @@ impl EngineBackend for ColmapBackend {
             "--output_path".into(),
             p(out),
         ];
-        args.extend(
-            [
-                "--Mapper.init_min_num_inliers",
-                "50",
-                "--Mapper.init_min_tri_angle",
-                "8",
-                "--Mapper.abs_pose_min_num_inliers",
-                "15",
-            ]
-            .iter()
-            .map(|s| s.to_string()),
-        );
+        let r = crate::backend::RELAXED_INIT;
+        args.extend([
+            "--Mapper.init_min_num_inliers".into(),
+            r.min_inliers.to_string(),
+            "--Mapper.init_min_tri_angle".into(),
+            r.min_tri_angle_deg.to_string(),
+            "--Mapper.abs_pose_min_num_inliers".into(),
+            r.abs_pose_min_inliers.to_string(),
+        ]);
         Ok(self.call(args))
     }
 
@@ -270,7 +275,13 @@ impl EngineBackend for ColmapBackend {
         ecef: bool,
     ) -> Result<Vec<Invocation>, Unsupported> {
         self.require("georegister.sim3")?;
-        Ok(self.call(commands::align_gps(input, out, db, ecef, 50.0)))
+        Ok(self.call(commands::align_gps(
+            input,
+            out,
+            db,
+            ecef,
+            crate::backend::GPS_MAX_ERROR_M,
+        )))
     }
 
     fn register_images(

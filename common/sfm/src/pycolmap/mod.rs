@@ -72,24 +72,60 @@ struct VersionLine {
     cuda: Option<bool>,
 }
 
-/// Write the runner where every process of this user finds it: one file per text, so
-/// two Tessera versions on one machine never run each other's runner.
-fn write_runner() -> std::io::Result<PathBuf> {
+/// Where the runner is written: this user's cache (`~/.cache/tessera/pycolmap-runner/`,
+/// one file per text of the runner, so two Tessera versions never run each other's),
+/// never a folder another user could prepare. Without a home, a fresh folder of this
+/// process's own in the temp directory.
+fn runner_path() -> std::io::Result<PathBuf> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     STAGE_RUNNER.hash(&mut h);
-    let dir = std::env::temp_dir().join(format!("tessera-pycolmap-{:016x}", h.finish()));
-    let path = dir.join("stage.py");
-    if std::fs::read_to_string(&path).is_ok_and(|t| t == STAGE_RUNNER) {
-        return Ok(path);
-    }
+    let dir = match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => PathBuf::from(home)
+            .join(".cache/tessera/pycolmap-runner")
+            .join(format!("{:016x}", h.finish())),
+        None => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir()
+                .join(format!("tessera-pycolmap-{}-{nanos}", std::process::id()));
+            // Fails if it exists: nobody else's folder is ever used.
+            std::fs::create_dir(&dir)?;
+            dir
+        }
+    };
     std::fs::create_dir_all(&dir)?;
-    // Written aside and renamed, so a concurrent start never runs half a file.
-    let tmp = dir.join(format!("stage.py.{}", std::process::id()));
-    std::fs::write(&tmp, STAGE_RUNNER)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+    Ok(dir.join("stage.py"))
 }
+
+/// Make sure `path` holds the runner: written aside with `create_new` (never through a
+/// link someone placed) and renamed over, so a concurrent start never runs half a file;
+/// written again if a cleaner removed it while the process ran.
+fn ensure_runner(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    if std::fs::read_to_string(path).is_ok_and(|t| t == STAGE_RUNNER) {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        "stage.py.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
+    f.write_all(STAGE_RUNNER.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The major version of COLMAP the runner is written for.
+const MAJOR: &str = "4.";
 
 impl PycolmapBackend {
     /// Find pycolmap (see [`python`]) and read its version.
@@ -99,7 +135,9 @@ impl PycolmapBackend {
             python: python.clone(),
             why,
         };
-        let runner = write_runner().map_err(|e| missing(format!("writing the runner: {e}")))?;
+        let runner = runner_path()
+            .and_then(|p| ensure_runner(&p).map(|()| p))
+            .map_err(|e| missing(format!("writing the runner: {e}")))?;
         let out = Command::new(&python)
             .arg(&runner)
             .arg("version")
@@ -121,6 +159,11 @@ impl PycolmapBackend {
                 return Err(missing(said.trim().chars().take(300).collect()));
             }
         };
+        if !version.starts_with(MAJOR) {
+            return Err(missing(format!(
+                "it has pycolmap {version}; the runner is written for COLMAP {MAJOR}x (pinned {PINNED_VERSION})"
+            )));
+        }
         let cuda = crate::colmap::use_cuda(
             cuda,
             std::env::var("TESSERA_GPU").ok().as_deref(),
@@ -139,6 +182,10 @@ impl PycolmapBackend {
     }
 
     fn call(&self, stage: &str, flags: Vec<(&str, String)>) -> Invocation {
+        // A failure here shows as Python's "can't open file", in the stage's error.
+        if let Err(e) = ensure_runner(&self.runner) {
+            tracing::warn!(path = %self.runner.display(), error = %e, "cannot write the pycolmap stage runner");
+        }
         let mut args = vec![self.runner.display().to_string(), stage.to_string()];
         for (k, v) in flags {
             args.push(format!("--{k}"));
@@ -228,8 +275,14 @@ impl EngineBackend for PycolmapBackend {
                 flags.push(("max-distance", max_distance_m.to_string()));
             }
             PairStrategy::VocabTree { num_images, .. } => {
+                let tree = vocab_tree.ok_or_else(|| Unsupported {
+                    backend: self.info.name.clone(),
+                    version: self.info.version.clone(),
+                    capability: "pairs.vocabtree".into(),
+                    hint: "vocabulary-tree pairs need a tree file".into(),
+                })?;
                 flags.push(("strategy", "vocabtree".into()));
-                flags.push(("vocab-tree", vocab_tree.map(p).unwrap_or_default()));
+                flags.push(("vocab-tree", p(tree)));
                 flags.push(("num-images", num_images.to_string()));
             }
         }
@@ -282,13 +335,16 @@ impl EngineBackend for PycolmapBackend {
         out: &Path,
     ) -> Result<Vec<Invocation>, Unsupported> {
         self.info.require("map.incremental", "")?;
+        let r = crate::backend::RELAXED_INIT;
         Ok(vec![self.call(
             "map",
             vec![
                 ("database", p(db)),
                 ("images", p(images)),
                 ("output", p(out)),
-                ("relaxed", "1".into()),
+                ("init-min-inliers", r.min_inliers.to_string()),
+                ("init-min-tri-angle", r.min_tri_angle_deg.to_string()),
+                ("abs-pose-min-inliers", r.abs_pose_min_inliers.to_string()),
             ],
         )])
     }
@@ -337,7 +393,7 @@ impl EngineBackend for PycolmapBackend {
                 ("output", p(out)),
                 ("database", p(db)),
                 ("ecef", u8::from(ecef).to_string()),
-                ("max-error", "50".into()),
+                ("max-error", crate::backend::GPS_MAX_ERROR_M.to_string()),
             ],
         )])
     }

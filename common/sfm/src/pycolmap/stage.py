@@ -1,7 +1,8 @@
 """Tessera's COLMAP 4 stage runner: one reconstruction stage per process, through pycolmap.
 
-The Rust backend (`common/sfm/src/pycolmap/mod.rs`) embeds this file, writes it next to
-the job's scratch folder and starts it as `python stage.py <stage> --flag value ...`.
+The Rust backend (`common/sfm/src/pycolmap/mod.rs`) embeds this file, writes it into the
+user's cache (`~/.cache/tessera/pycolmap-runner/<hash>/`) and starts it as
+`python stage.py <stage> --flag value ...`.
 It speaks to Tessera in JSON lines on stdout, each with a `tessera` key:
 
     {"tessera": "started",  "phase": "global_positioning"}   (a phase within the stage's)
@@ -132,10 +133,11 @@ def incremental_options(args):
     if getattr(args, "snapshots", None):
         options.snapshot_path = args.snapshots
         options.snapshot_frames_freq = args.snapshot_every
-    if getattr(args, "relaxed", False):
-        options.mapper.init_min_num_inliers = 50
-        options.mapper.init_min_tri_angle = 8
-        options.mapper.abs_pose_min_num_inliers = 15
+    # A relaxed second pass: the thresholds come from Tessera (backend::RELAXED_INIT).
+    if getattr(args, "init_min_inliers", None) is not None:
+        options.mapper.init_min_num_inliers = args.init_min_inliers
+        options.mapper.init_min_tri_angle = args.init_min_tri_angle
+        options.mapper.abs_pose_min_num_inliers = args.abs_pose_min_inliers
     return options
 
 
@@ -218,7 +220,8 @@ def georegister(args):
         for i, p in priors.items()
         if i in images and p.coordinate_system == pycolmap.PosePriorCoordinateSystem.WGS84
     )
-    registered = [(name, lla) for name, i, lla in located if i in rec.images]
+    registered_ids = set(rec.reg_image_ids())
+    registered = [(name, lla) for name, i, lla in located if i in registered_ids]
     if len(registered) < 3:
         fail(f"only {len(registered)} registered photos carry GPS; georegistration needs 3")
     names = [name for name, _ in registered]
@@ -289,16 +292,23 @@ def main():
     p.add_argument("--gpu", type=int, default=0)
     p.set_defaults(run=match)
 
-    for name, run in [("map", map_incremental), ("map_global", map_global)]:
-        p = sub.add_parser(name)
-        p.add_argument("--database", required=True)
-        p.add_argument("--images", required=True)
-        p.add_argument("--output", required=True)
-        p.add_argument("--snapshots")
-        p.add_argument("--snapshot-every", type=int, default=10)
-        p.add_argument("--input")
-        p.add_argument("--relaxed", type=int, default=0)
-        p.set_defaults(run=run)
+    p = sub.add_parser("map")
+    p.add_argument("--database", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--snapshots")
+    p.add_argument("--snapshot-every", type=int, default=10)
+    p.add_argument("--input")
+    p.add_argument("--init-min-inliers", type=int)
+    p.add_argument("--init-min-tri-angle", type=float)
+    p.add_argument("--abs-pose-min-inliers", type=int)
+    p.set_defaults(run=map_incremental)
+
+    p = sub.add_parser("map_global")
+    p.add_argument("--database", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(run=map_global)
 
     p = sub.add_parser("bundle_adjust")
     p.add_argument("--input", required=True)
@@ -311,7 +321,7 @@ def main():
     p.add_argument("--output", required=True)
     p.add_argument("--database", required=True)
     p.add_argument("--ecef", type=int, default=0)
-    p.add_argument("--max-error", type=float, default=50.0)
+    p.add_argument("--max-error", type=float, required=True)
     p.set_defaults(run=georegister)
 
     p = sub.add_parser("register")

@@ -1,0 +1,116 @@
+//! How finely features are extracted, chosen from the photos: the longest image side
+//! SIFT sees and how many features it keeps. One rule for the CLI, the API recipes and
+//! the bench (`--max-image-size` / `--max-features`, or a FeaturesSpec, override it).
+//!
+//! Why this rule: extraction costs ≈ 2 CPU-s per image·megapixel and matching grows
+//! with the features kept, so detail is affordable where photos are few and must be
+//! rationed where they are many. Small sets get up to 2000 px and 8192 features (on
+//! `sceaux_castle`, 11 photos, this finds more points than 1000 px / 4096 at the same
+//! registration); sets of a few hundred get 1600 px; larger ones 1200 px and 4096
+//! features, which keeps a 1000-photo set's extraction near an hour on 2 cores. The side
+//! is never above the photos' own (SIFT does not upscale): the median long side caps it.
+
+use serde::Serialize;
+
+/// Up to this many photos get the finest settings.
+pub const FINE_UP_TO: usize = 60;
+/// Up to this many get the middle ones.
+pub const MEDIUM_UP_TO: usize = 300;
+
+/// What was chosen, and why (shown in the report and the job's events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolution {
+    /// Longest side SIFT sees, in pixels.
+    pub max_image_size: u32,
+    /// Features kept per image.
+    pub max_features: u32,
+    /// In words.
+    pub why: String,
+}
+
+impl Resolution {
+    /// One line for the job's events.
+    pub fn line(&self) -> String {
+        format!(
+            "features: {} px, {} per image ({})",
+            self.max_image_size, self.max_features, self.why
+        )
+    }
+
+    /// Add the choice to the job's events; a store error costs the line, never the job.
+    pub async fn announce(&self, engine: &tessera_engine::Engine, job: tessera_core::JobId) {
+        if let Err(e) = engine
+            .ports()
+            .events
+            .append(
+                job,
+                None,
+                tessera_core::event::EventKind::LogLine { line: self.line() },
+                None,
+            )
+            .await
+        {
+            tracing::warn!(job_id = %job, error = %e, "the feature resolution could not be added to the job's events");
+        }
+    }
+}
+
+/// The resolution for photos whose long sides (pixels, any orientation) are `long_sides`;
+/// unknown sizes are left out.
+pub fn choose(long_sides: &[u32]) -> Resolution {
+    let n = long_sides.len();
+    let (cap, features, band) = if n <= FINE_UP_TO {
+        (2000, 8192, format!("{n} photos (at most {FINE_UP_TO})"))
+    } else if n <= MEDIUM_UP_TO {
+        (1600, 8192, format!("{n} photos (at most {MEDIUM_UP_TO})"))
+    } else {
+        (1200, 4096, format!("{n} photos (over {MEDIUM_UP_TO})"))
+    };
+    let mut sorted = long_sides.to_vec();
+    sorted.sort_unstable();
+    let median = sorted.get(sorted.len() / 2).copied();
+    let size = median.map_or(cap, |m| m.min(cap)).clamp(320, 16384);
+    // Fewer pixels hold fewer distinct features: keep about one per 250 pixels of area.
+    let by_area = (u64::from(size) * u64::from(size) * 3 / 4 / 250) as u32;
+    let max_features = features.min(by_area.max(1024)).div_ceil(256) * 256;
+    let why = match median {
+        Some(m) if m < cap => format!("{band}: their own size, {m} px on the long side"),
+        _ => format!("{band}: capped at {cap} px"),
+    };
+    Resolution {
+        max_image_size: size,
+        max_features,
+        why,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_photos_get_detail_and_many_are_rationed() {
+        let phone = |n: usize| vec![4032u32; n];
+        let small = choose(&phone(30));
+        assert_eq!((small.max_image_size, small.max_features), (2000, 8192));
+        assert!(small.why.contains("30 photos"), "{small:?}");
+        let medium = choose(&phone(200));
+        assert_eq!((medium.max_image_size, medium.max_features), (1600, 7680));
+        let large = choose(&phone(1000));
+        assert_eq!((large.max_image_size, large.max_features), (1200, 4096));
+    }
+
+    #[test]
+    fn never_above_the_photos_own_size() {
+        let r = choose(&[800, 800, 800, 640, 1024]);
+        assert_eq!(r.max_image_size, 800);
+        assert!(r.max_features <= 8192 && r.max_features >= 1024);
+        assert_eq!(r.max_features % 256, 0);
+        assert!(r.why.contains("800 px"), "{r:?}");
+        assert!(r.line().starts_with("features: 800 px"));
+        // Unknown sizes: the band's cap.
+        assert_eq!(choose(&[]).max_image_size, 2000);
+        // Tiny photos still get a valid spec.
+        assert_eq!(choose(&[100, 120]).max_image_size, 320);
+    }
+}
