@@ -28,6 +28,19 @@ impl Problem {
             extra: Default::default(),
         }
     }
+    /// 501 naming the sfmapi capability a request needs and this server lacks
+    /// (`capability_unavailable`, with `capability` for clients to match on).
+    pub fn capability_unavailable(capability: &str) -> Self {
+        let mut p = Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "capability_unavailable",
+            format!(
+                "capability '{capability}' not supported by the current backend; see /v1/capabilities"
+            ),
+        );
+        p.extra.insert("capability".into(), capability.into());
+        p
+    }
     /// 404.
     pub fn not_found(what: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", what)

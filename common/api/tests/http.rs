@@ -1987,8 +1987,8 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
         ),
         (
             "POST",
-            format!("/v1/datasets/{did}:render_cubemap"),
-            "spherical.render_cubemap",
+            format!("/v1/datasets/{did}:renderCubemap"),
+            "projection.equirectangular_to_cubemap",
         ),
     ] {
         let r = c

@@ -608,6 +608,81 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
             assert_eq!(t["inputs_hash"], tasks[i - 1]["cache_key"], "keys chain");
         }
     }
+    // §6.7: the polling snapshot agrees with the detail.
+    let progress = get(&c, format!("{}/v1/jobs/{job}/progress", s.base)).await;
+    assert_eq!(progress["status"], "succeeded");
+    assert_eq!(progress["progress"], 1.0);
+    assert_eq!(progress["total_tasks"], 4);
+    assert_eq!(progress["completed_tasks"], 4);
+    assert_eq!(progress["task_counts"]["succeeded"], 4);
+    assert!(progress["latest_event_id"].as_u64().unwrap() > 0);
+    let kinds: Vec<&str> = progress["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["extract", "match", "verify", "map"]);
+    // §6.7 and §6.9: the stage outputs, with their files' checksums, filterable by kind.
+    for base in [
+        format!("{}/v1/jobs/{job}/artifacts", s.base),
+        format!("{}/v1/reconstructions/{job}/artifacts", s.base),
+    ] {
+        let all = get(&c, base.clone()).await;
+        let items = all["items"].as_array().unwrap();
+        assert_eq!(all["total"], items.len());
+        for kind in ["features", "matches", "sparse_model", "export"] {
+            assert!(items.iter().any(|a| a["kind"] == kind), "{kind}: {all}");
+        }
+        let features = get(&c, format!("{base}?kind=features")).await;
+        let only = features["items"].as_array().unwrap();
+        assert_eq!(only.len(), 1, "{features}");
+        let file = &only[0]["files"][0];
+        assert_eq!(file["name"], "database.db");
+        assert!(is_sha256(&file["sha256"]) && file["byte_size"].as_u64().unwrap() > 0);
+        let paged = get(&c, format!("{base}?page_size=2")).await;
+        assert_eq!(paged["items"].as_array().unwrap().len(), 2);
+        assert!(paged["next_page_token"].is_string());
+    }
+    // §6.7: the list's filters.
+    let mine = get(
+        &c,
+        format!("{}/v1/jobs?status=succeeded&project_id={pid}", s.base),
+    )
+    .await;
+    assert!(
+        mine["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["job_id"] == job.as_str())
+    );
+    let other = get(&c, format!("{}/v1/jobs?project_id={}", s.base, ulid_like())).await;
+    assert!(other["items"].as_array().unwrap().is_empty(), "{other}");
+    let running = get(&c, format!("{}/v1/jobs?status=running", s.base)).await;
+    assert!(running["items"].as_array().unwrap().is_empty(), "{running}");
+    // §6.9: the actions on a reconstruction this server does not offer answer 501
+    // with their capability (a reconstruction that exists: ownership first).
+    for (action, cap) in [
+        ("bundleAdjust", "ba.standard"),
+        ("triangulate", "triangulate.retri"),
+        ("relocalize", "relocalize.images"),
+        ("poseGraphOptimize", "pgo.optimize"),
+        ("toCubemap", "projection.equirectangular_to_cubemap"),
+        ("undistort", "image.undistort"),
+    ] {
+        let r = c
+            .post(format!("{}/v1/reconstructions/{job}:{action}", s.base))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            problem(r, StatusCode::NOT_IMPLEMENTED).await["capability"],
+            cap,
+            "{action}"
+        );
+    }
     let r = c
         .post(format!("{}/v1/jobs/{job}:resume", s.base))
         .send()

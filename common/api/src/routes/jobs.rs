@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, Job, JobStatus};
 use tessera_core::spec::ReconstructionSpec;
 use tessera_core::task::{Task, TaskState};
@@ -174,17 +175,44 @@ pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Job, Probl
     Ok(job)
 }
 
-/// `GET /v1/jobs`.
+/// `GET /v1/jobs` query: sfmapi's filters and paging.
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    /// Only this project's jobs.
+    pub project_id: Option<String>,
+    /// Only jobs in this status (`pending`, `running`, `succeeded`, …).
+    pub status: Option<String>,
+    /// Items per page.
+    pub page_size: Option<usize>,
+    /// Where the previous page stopped.
+    pub page_token: Option<String>,
+}
+
+/// `GET /v1/jobs[?project_id=&status=]`. The filters apply within each page, so a page
+/// may hold fewer items than asked; follow `next_page_token` to the end.
 pub async fn list(
     State(s): State<ApiState>,
     caller: Caller,
-    QueryParams(paging): QueryParams<Paging>,
+    QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, Problem> {
+    let paging = Paging {
+        page_size: q.page_size,
+        page_token: q.page_token.clone(),
+    };
     let (jobs, next) = s
         .engine
         .list_jobs(&caller.tenant, paging.page_token.clone(), paging.size())
         .await?;
-    let items: Vec<Value> = jobs.iter().map(|j| view(j, None, (None, None))).collect();
+    let items: Vec<Value> = jobs
+        .iter()
+        .filter(|j| {
+            q.project_id
+                .as_deref()
+                .is_none_or(|p| j.project.is_some_and(|jp| jp.to_string() == p))
+                && q.status.as_deref().is_none_or(|st| status(j) == st)
+        })
+        .map(|j| view(j, None, (None, None)))
+        .collect();
     Ok(Json(
         json!({ "items": items, "next_page_token": next, "total": null }),
     ))
@@ -249,4 +277,116 @@ pub async fn action(
         StatusCode::OK
     };
     Ok((status, Json(view(&job, Some(&tasks), times))).into_response())
+}
+
+/// One node of the client's DAG (or one task of another job kind) and the tasks in it.
+struct Unit<'a> {
+    task_id: String,
+    kind: String,
+    status: &'static str,
+    members: Vec<&'a Task>,
+}
+
+fn units<'a>(job: &Job, tasks: &'a [Task]) -> Vec<Unit<'a>> {
+    let spec = serde_json::from_value::<ReconstructionSpec>(job.spec.clone()).ok();
+    match spec_dag::nodes(spec.as_ref(), tasks) {
+        Some(nodes) => nodes
+            .into_iter()
+            .map(|n| Unit {
+                task_id: n.task.id.to_string(),
+                kind: n.kind.name().into(),
+                status: n.status(),
+                members: n.stages,
+            })
+            .collect(),
+        None => tasks
+            .iter()
+            .map(|t| Unit {
+                task_id: t.id.to_string(),
+                kind: t.kind.clone(),
+                status: task_status(t),
+                members: vec![t],
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/jobs/{id}/progress`: sfmapi's `JobProgress`, for clients that poll instead
+/// of holding an event stream open. A task's progress is 1 once it ended, the fraction
+/// of its latest `phase_progress` while it runs, and 0 before.
+pub async fn progress(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let job = owned(&s, &caller, &id).await?;
+    let tasks = s.engine.job_tasks(job.id).await?;
+    let events = s.engine.ports().events.as_ref();
+    let last = events.last_seq(job.id).await.map_err(Problem::internal)?;
+    let recent = events
+        .read_after(job.id, last.saturating_sub(500), 500)
+        .await
+        .map_err(Problem::internal)?;
+    let units = units(&job, &tasks);
+    let mut counts = serde_json::Map::new();
+    let mut views = Vec::new();
+    let mut sum = 0.0;
+    for u in &units {
+        let ids: Vec<_> = u.members.iter().map(|t| t.id).collect();
+        let mine = || {
+            recent
+                .iter()
+                .rev()
+                .filter(|e| e.task_id.is_some_and(|t| ids.contains(&t)))
+        };
+        let latest = mine().next();
+        let moving = mine().find_map(|e| match &e.kind {
+            EventKind::PhaseProgress {
+                phase,
+                current,
+                total,
+                ..
+            } => Some((*phase, *current, *total)),
+            _ => None,
+        });
+        let fraction = match u.status {
+            "succeeded" | "failed" | "cancelled" => 1.0,
+            "running" => moving
+                .and_then(|(_, c, t)| t.filter(|t| *t > 0).map(|t| (c as f64 / t as f64).min(1.0)))
+                .unwrap_or(0.0),
+            _ => 0.0,
+        };
+        sum += fraction;
+        let n = counts.entry(u.status.to_string()).or_insert(json!(0));
+        *n = json!(n.as_u64().unwrap_or(0) + 1);
+        let finished = u.members.iter().filter_map(|t| t.finished_at).max();
+        views.push(json!({
+            "task_id": u.task_id, "kind": u.kind, "status": u.status, "progress": fraction,
+            "phase": moving.map(|(p, _, _)| p.as_str()),
+            "current": moving.map(|(_, c, _)| c), "total": moving.and_then(|(_, _, t)| t),
+            "latest_event_id": latest.map(|e| e.seq),
+            "latest_event_kind": latest.and_then(|e| serde_json::to_value(&e.kind).ok()).and_then(|v| v["type"].as_str().map(String::from)),
+            "started_at": null,
+            "finished_at": finished.filter(|_| matches!(u.status, "succeeded" | "failed" | "cancelled")).map(Millis::to_rfc3339),
+            "elapsed_seconds": null,
+        }));
+    }
+    let current = units.iter().find(|u| u.status == "running");
+    let completed = units.iter().filter(|u| u.status == "succeeded").count();
+    let latest = recent.last();
+    Ok(Json(json!({
+        "job_id": job.id,
+        "recipe": recipe(&job),
+        "status": status(&job),
+        "progress": if units.is_empty() { 0.0 } else { sum / units.len() as f64 },
+        "total_tasks": units.len(),
+        "completed_tasks": completed,
+        "task_counts": counts,
+        "current_task_id": current.map(|u| u.task_id.clone()),
+        "current_task_kind": current.map(|u| u.kind.clone()),
+        "current_phase": current.and_then(|u| views.iter().find(|v| v["task_id"] == u.task_id.as_str())).map(|v| v["phase"].clone()),
+        "latest_event_id": latest.map(|e| e.seq),
+        "latest_event": latest.and_then(|e| serde_json::to_value(e).ok()),
+        "tasks": views,
+    })))
 }

@@ -6,16 +6,9 @@ use crate::ApiState;
 use crate::auth::Caller;
 use crate::problem::Problem;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 
 fn unavailable(capability: &str) -> Problem {
-    let mut p = Problem::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "capability_unavailable",
-        format!("capability '{capability}' is not offered by this server; see /v1/capabilities"),
-    );
-    p.extra.insert("capability".into(), capability.into());
-    p
+    Problem::capability_unavailable(capability)
 }
 
 /// `GET /v1/datasets/{did}/similarity` and `POST …/similarity:build`.
@@ -66,7 +59,35 @@ pub async fn georegister(
     Err(unavailable("georegister.sim3"))
 }
 
-/// `POST /v1/reconstructions/{rid}:to_cubemap`.
+/// The capability a reconstruction action needs (sfmapi §6.9, §10); `None` for an
+/// action the spec does not define. Tessera runs bundle adjustment, re-triangulation,
+/// relocalization and exports inside its own stages and CLI, not as actions on a
+/// finished reconstruction.
+pub fn recon_action_capability(action: &str) -> Option<&'static str> {
+    Some(match action {
+        "toCubemap" | "to_cubemap" => "projection.equirectangular_to_cubemap",
+        "bundleAdjust" => "ba.standard",
+        "triangulate" => "triangulate.retri",
+        "relocalize" => "relocalize.images",
+        "poseGraphOptimize" => "pgo.optimize",
+        "export" => "export.colmap_bin",
+        "undistort" => "image.undistort",
+        _ => return None,
+    })
+}
+
+/// The capability a dataset action needs; `None` for one the spec does not define.
+pub fn dataset_action_capability(action: &str) -> Option<&'static str> {
+    Some(match action {
+        "renderCubemap" | "render_cubemap" => "projection.equirectangular_to_cubemap",
+        "projectImages" => "projection.cubemap_rig",
+        "renderEquirectangular" => "projection.cubemap_to_equirectangular",
+        "renderPerspective" => "projection.equirectangular_to_perspective",
+        _ => return None,
+    })
+}
+
+/// `POST /v1/reconstructions/{rid}:<action>`.
 pub async fn recon_action(
     State(s): State<ApiState>,
     caller: Caller,
@@ -74,15 +95,15 @@ pub async fn recon_action(
 ) -> Result<(), Problem> {
     let (rid, action) = rid_action.split_once(':').unwrap_or((&rid_action, ""));
     super::reconstructions::owned(&s, &caller, rid).await?;
-    match action {
-        "to_cubemap" => Err(unavailable("spherical.to_cubemap")),
-        other => Err(Problem::not_found(format!(
-            "reconstructions have no action `:{other}`"
+    match recon_action_capability(action) {
+        Some(c) => Err(unavailable(c)),
+        None => Err(Problem::not_found(format!(
+            "reconstructions have no action `:{action}`"
         ))),
     }
 }
 
-/// `POST /v1/datasets/{did}:render_cubemap`.
+/// `POST /v1/datasets/{did}:<action>`.
 pub async fn dataset_action(
     State(s): State<ApiState>,
     caller: Caller,
@@ -90,10 +111,10 @@ pub async fn dataset_action(
 ) -> Result<(), Problem> {
     let (did, action) = did_action.split_once(':').unwrap_or((&did_action, ""));
     super::datasets::owned(&s, &caller, did).await?;
-    match action {
-        "render_cubemap" => Err(unavailable("spherical.render_cubemap")),
-        other => Err(Problem::not_found(format!(
-            "datasets have no action `:{other}`"
+    match dataset_action_capability(action) {
+        Some(c) => Err(unavailable(c)),
+        None => Err(Problem::not_found(format!(
+            "datasets have no action `:{action}`"
         ))),
     }
 }

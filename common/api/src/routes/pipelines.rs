@@ -55,13 +55,7 @@ pub struct StageRequest {
 
 /// 501 naming the capability.
 pub fn capability_missing(name: &str) -> Problem {
-    let mut p = Problem::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "capability_unavailable",
-        format!("capability '{name}' not supported by the current backend"),
-    );
-    p.extra.insert("capability".into(), name.into());
-    p
+    Problem::capability_unavailable(name)
 }
 
 /// 501 for the first capability a request's sections need that this server does not
