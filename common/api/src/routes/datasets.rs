@@ -467,10 +467,30 @@ async fn batch_create(
         )
         .map_err(|e| at(Problem::validation(e)))?;
     }
-    let mut out = Vec::new();
-    for r in &req.requests {
-        out.push(image_view(&create_one(s, caller, &d, r).await?));
+    // What still fails here (a quota reached partway, a store error) takes back the
+    // images this batch registered, so the batch is whole or not at all.
+    let mut made: Vec<Image> = Vec::new();
+    for (i, r) in req.requests.iter().enumerate() {
+        match create_one(s, caller, &d, r).await {
+            Ok(img) => made.push(img),
+            Err(mut p) => {
+                for img in &made {
+                    if let Err(e) = catalog::delete_image(
+                        s.engine.ports().store.as_ref(),
+                        s.engine.ports().objects.as_ref(),
+                        img,
+                    )
+                    .await
+                    {
+                        tracing::error!(image_id = %img.image_id, error = %e, "a failed batch could not take back an image it registered");
+                    }
+                }
+                p.detail = format!("requests[{i}] ({}): {}", r.name, p.detail);
+                return Err(p);
+            }
+        }
     }
+    let out: Vec<Value> = made.iter().map(image_view).collect();
     Ok((StatusCode::CREATED, Json(json!({ "images": out }))).into_response())
 }
 
