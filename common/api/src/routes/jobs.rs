@@ -122,43 +122,34 @@ pub fn view(job: &Job, tasks: Option<&[Task]>, times: (Option<Millis>, Option<Mi
 /// The tasks a client sees: for a reconstruction, one per spec node, with Tessera's
 /// stages inside under `x-tessera`.
 pub fn task_views(job: &Job, tasks: &[Task]) -> Vec<Value> {
-    let spec = serde_json::from_value::<ReconstructionSpec>(job.spec.clone()).ok();
     let stage_view = |t: &Task| {
         json!({
-            "task_id": t.id, "name": t.name, "kind": t.kind, "status": task_status(t),
-            "attempts": t.attempts, "cache_key": t.cache_key, "outputs_ref": t.result,
+            "task_id": t.id, "job_id": t.job_id, "name": t.name, "kind": t.kind,
+            "status": task_status(t), "attempts": t.attempts, "cache_key": t.cache_key,
+            "outputs_ref": t.result,
         })
     };
-    match spec_dag::nodes(spec.as_ref(), tasks) {
-        Some(nodes) => nodes
-            .iter()
-            .map(|n| {
+    units(job, tasks)
+        .iter()
+        .map(|u| match &u.node {
+            Some(n) => {
                 let h = n.hashes.as_ref();
-                let status = n.status();
                 json!({
-                    "task_id": n.task.id, "job_id": n.task.job_id, "kind": n.kind.name(),
-                    "status": status,
+                    "task_id": u.task_id, "job_id": job.id, "kind": u.kind, "status": u.status,
                     "cache_key": h.map(|h| &h.cache_key),
                     "inputs_hash": h.map(|h| &h.inputs_hash),
                     "params_hash": h.map(|h| &h.params_hash),
-                    "outputs_ref": (status == "succeeded").then(|| json!({
-                        "checkpoints": n.stages.iter()
+                    "outputs_ref": (u.status == "succeeded").then(|| json!({
+                        "checkpoints": u.members.iter()
                             .map(|t| format!("recon/{}/{}/", t.job_id, t.name))
                             .collect::<Vec<_>>(),
                     })),
-                    "x-tessera": { "stages": n.stages.iter().map(|t| stage_view(t)).collect::<Vec<_>>() },
+                    "x-tessera": { "stages": u.members.iter().map(|t| stage_view(t)).collect::<Vec<_>>() },
                 })
-            })
-            .collect(),
-        None => tasks
-            .iter()
-            .map(|t| {
-                let mut v = stage_view(t);
-                v["job_id"] = json!(t.job_id);
-                v
-            })
-            .collect(),
-    }
+            }
+            None => stage_view(u.members[0]),
+        })
+        .collect()
 }
 
 /// A job of the caller's tenant, or 404.
@@ -285,6 +276,8 @@ struct Unit<'a> {
     kind: String,
     status: &'static str,
     members: Vec<&'a Task>,
+    /// The spec node, for a reconstruction.
+    node: Option<spec_dag::SpecNode<'a>>,
 }
 
 fn units<'a>(job: &Job, tasks: &'a [Task]) -> Vec<Unit<'a>> {
@@ -296,7 +289,8 @@ fn units<'a>(job: &Job, tasks: &'a [Task]) -> Vec<Unit<'a>> {
                 task_id: n.task.id.to_string(),
                 kind: n.kind.name().into(),
                 status: n.status(),
-                members: n.stages,
+                members: n.stages.clone(),
+                node: Some(n),
             })
             .collect(),
         None => tasks
@@ -306,6 +300,7 @@ fn units<'a>(job: &Job, tasks: &'a [Task]) -> Vec<Unit<'a>> {
                 kind: t.kind.clone(),
                 status: task_status(t),
                 members: vec![t],
+                node: None,
             })
             .collect(),
     }

@@ -7,10 +7,6 @@ use crate::auth::Caller;
 use crate::problem::Problem;
 use axum::extract::{Path, State};
 
-fn unavailable(capability: &str) -> Problem {
-    Problem::capability_unavailable(capability)
-}
-
 /// `GET /v1/datasets/{did}/similarity` and `POST …/similarity:build`.
 pub async fn similarity(
     State(s): State<ApiState>,
@@ -18,13 +14,13 @@ pub async fn similarity(
     Path(did): Path<String>,
 ) -> Result<(), Problem> {
     super::datasets::owned(&s, &caller, &did).await?;
-    Err(unavailable("similarity.dhash"))
+    Err(Problem::capability_unavailable("similarity.dhash"))
 }
 
 /// The dataset-level answer for `similarity:build` (routed through the dataset actions).
 pub async fn similarity_build(s: &ApiState, caller: &Caller, did: &str) -> Problem {
     match super::datasets::owned(s, caller, did).await {
-        Ok(_) => unavailable("similarity.dhash"),
+        Ok(_) => Problem::capability_unavailable("similarity.dhash"),
         Err(p) => p,
     }
 }
@@ -36,7 +32,7 @@ pub async fn pose_prior(
     Path(image_id): Path<String>,
 ) -> Result<(), Problem> {
     super::datasets::owned_image(&s, &caller, &image_id).await?;
-    Err(unavailable("pose_priors.read_write"))
+    Err(Problem::capability_unavailable("pose_priors.read_write"))
 }
 
 /// `GET|PUT /v1/datasets/{did}/pose_priors`.
@@ -46,7 +42,7 @@ pub async fn pose_priors(
     Path(did): Path<String>,
 ) -> Result<(), Problem> {
     super::datasets::owned(&s, &caller, &did).await?;
-    Err(unavailable("pose_priors.read_write"))
+    Err(Problem::capability_unavailable("pose_priors.read_write"))
 }
 
 /// `POST /v1/reconstructions/{rid}/georegister`.
@@ -56,7 +52,7 @@ pub async fn georegister(
     Path(rid): Path<String>,
 ) -> Result<(), Problem> {
     super::reconstructions::owned(&s, &caller, &rid).await?;
-    Err(unavailable("georegister.sim3"))
+    Err(Problem::capability_unavailable("georegister.sim3"))
 }
 
 /// The capability a reconstruction action needs (sfmapi §6.9, §10); `None` for an
@@ -96,7 +92,7 @@ pub async fn recon_action(
     let (rid, action) = rid_action.split_once(':').unwrap_or((&rid_action, ""));
     super::reconstructions::owned(&s, &caller, rid).await?;
     match recon_action_capability(action) {
-        Some(c) => Err(unavailable(c)),
+        Some(c) => Err(Problem::capability_unavailable(c)),
         None => Err(Problem::not_found(format!(
             "reconstructions have no action `:{action}`"
         ))),
@@ -112,7 +108,7 @@ pub async fn dataset_action(
     let (did, action) = did_action.split_once(':').unwrap_or((&did_action, ""));
     super::datasets::owned(&s, &caller, did).await?;
     match dataset_action_capability(action) {
-        Some(c) => Err(unavailable(c)),
+        Some(c) => Err(Problem::capability_unavailable(c)),
         None => Err(Problem::not_found(format!(
             "datasets have no action `:{action}`"
         ))),
@@ -149,5 +145,5 @@ async fn snapshot_capability(
         .map(|(_, v)| v.as_str())
         .unwrap_or_default();
     super::reconstructions::owned(s, caller, rid).await?;
-    Err(unavailable(capability))
+    Err(Problem::capability_unavailable(capability))
 }

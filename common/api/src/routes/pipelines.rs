@@ -53,11 +53,6 @@ pub struct StageRequest {
     pub matcher: Option<Value>,
 }
 
-/// 501 naming the capability.
-pub fn capability_missing(name: &str) -> Problem {
-    Problem::capability_unavailable(name)
-}
-
 /// 501 for the first capability a request's sections need that this server does not
 /// serve: a feature type, a matcher, a pair strategy. Checked before any validation, so
 /// a client learns first what it cannot have here.
@@ -72,37 +67,34 @@ fn require_capabilities(
     if let Some(t) = features.and_then(|f| f["type"].as_str()) {
         let c = format!("features.extract.{t}");
         if !served(&c) {
-            return Err(capability_missing(&c));
+            return Err(Problem::capability_unavailable(&c));
         }
     }
     if let Some(t) = matcher.and_then(|m| m["type"].as_str())
         && !matches!(t, "nn-ratio" | "nn-mutual")
     {
-        return Err(capability_missing(&format!("matchers.{t}")));
+        return Err(Problem::capability_unavailable(&format!("matchers.{t}")));
     }
     if let Some(p) = pairs.and_then(|p| p["strategy"].as_str())
         && p != "auto"
     {
         let c = format!("pairs.{p}");
         if !served(&c) {
-            return Err(capability_missing(&c));
+            return Err(Problem::capability_unavailable(&c));
         }
     }
     Ok(())
 }
 
-/// The reconstruction spec for a dataset, from sfmapi's spec shapes.
+/// The reconstruction spec for a dataset the caller owns, from sfmapi's spec shapes
+/// (its capabilities already checked by [`require_capabilities`]).
 async fn spec_for(
     s: &ApiState,
-    caller: &Caller,
-    dataset_id: &str,
+    d: super::datasets::Dataset,
     mapper: MapperKind,
     features: Option<&Value>,
     pairs: Option<&Value>,
-    matcher: Option<&Value>,
 ) -> Result<Planned, Problem> {
-    let d = super::datasets::owned(s, caller, dataset_id).await?;
-    require_capabilities(s, features, pairs, matcher)?;
     let images = super::datasets::all_images(s, &d).await?;
     if images.is_empty() {
         return Err(Problem::validation(format!(
@@ -138,7 +130,7 @@ async fn spec_for(
         Some("sequential") => PairStrategy::Sequential {
             overlap: pairs["overlap"].as_u64().unwrap_or(10).clamp(1, 1000) as u32,
         },
-        Some(other) => return Err(capability_missing(&format!("pairs.{other}"))),
+        Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
     };
     let spec = ReconstructionSpec {
         project: d.project_id.to_string(),
@@ -280,8 +272,8 @@ pub async fn submit(
         "incremental" => MapperKind::Incremental,
         "hierarchical" => MapperKind::Hierarchical,
         "global" => MapperKind::Global,
-        "spherical" => return Err(capability_missing("map.spherical")),
-        "feed_forward" => return Err(capability_missing("map.feed_forward")),
+        "spherical" => return Err(Problem::capability_unavailable("map.spherical")),
+        "feed_forward" => return Err(Problem::capability_unavailable("map.feed_forward")),
         other => {
             return Err(Problem::not_found(format!(
                 "unknown recipe `{other}`; use incremental, hierarchical or global"
@@ -290,7 +282,7 @@ pub async fn submit(
     };
     let capability = format!("map.{recipe}");
     if !s.capabilities.iter().any(|c| c == &capability) {
-        return Err(capability_missing(&capability));
+        return Err(Problem::capability_unavailable(&capability));
     }
     let Json(req) = body.map_err(|e| {
         Problem::bad_request(format!(
@@ -323,16 +315,7 @@ pub async fn submit(
             d.dataset_id
         )));
     }
-    let planned = spec_for(
-        &s,
-        &caller,
-        &req.dataset_id,
-        mapper,
-        req.features.as_ref(),
-        pairs,
-        matcher,
-    )
-    .await?;
+    let planned = spec_for(&s, d, mapper, req.features.as_ref(), pairs).await?;
     submit_plan(&s, &caller, &planned, tessera_jobs::reconstruct::KIND, None).await
 }
 
@@ -355,15 +338,8 @@ pub async fn stage(
     } else {
         None
     };
-    let planned = spec_for(
-        s,
-        caller,
-        did,
-        MapperKind::Incremental,
-        features,
-        req.pairs.as_ref(),
-        req.matcher.as_ref(),
-    )
-    .await?;
+    let d = super::datasets::owned(s, caller, did).await?;
+    require_capabilities(s, features, req.pairs.as_ref(), req.matcher.as_ref())?;
+    let planned = spec_for(s, d, MapperKind::Incremental, features, req.pairs.as_ref()).await?;
     submit_plan(s, caller, &planned, stage, Some(last)).await
 }

@@ -29,6 +29,24 @@ use tessera_engine::{Engine, EngineError, JobPlan, Registry, TaskPlan};
 /// The job kind.
 pub const KIND: &str = "reconstruct";
 
+/// Add a line about a choice made at submission to the job's events (the pairs, the
+/// feature resolution). Best effort: a store error costs the line, never the job.
+pub async fn announce(engine: &Engine, job: tessera_core::JobId, line: String) {
+    if let Err(e) = engine
+        .ports()
+        .events
+        .append(
+            job,
+            None,
+            tessera_core::event::EventKind::LogLine { line },
+            None,
+        )
+        .await
+    {
+        tracing::warn!(job_id = %job, error = %e, "a choice made at submission could not be added to the job's events");
+    }
+}
+
 /// The stages in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -48,19 +48,7 @@ impl Choice {
     /// store that is busy right now costs the line, not the run.
     pub async fn announce(&self, engine: &tessera_engine::Engine, job: tessera_core::JobId) {
         let line = format!("pairs: {} ({})", self.strategy_name(), self.why);
-        if let Err(e) = engine
-            .ports()
-            .events
-            .append(
-                job,
-                None,
-                tessera_core::event::EventKind::LogLine { line },
-                None,
-            )
-            .await
-        {
-            tracing::warn!(job_id = %job, error = %e, "the pair choice could not be added to the job's events");
-        }
+        super::announce(engine, job, line).await;
     }
 }
 

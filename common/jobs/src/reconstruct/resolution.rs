@@ -37,21 +37,9 @@ impl Resolution {
         )
     }
 
-    /// Add the choice to the job's events; a store error costs the line, never the job.
+    /// Add the choice to the job's events (best effort).
     pub async fn announce(&self, engine: &tessera_engine::Engine, job: tessera_core::JobId) {
-        if let Err(e) = engine
-            .ports()
-            .events
-            .append(
-                job,
-                None,
-                tessera_core::event::EventKind::LogLine { line: self.line() },
-                None,
-            )
-            .await
-        {
-            tracing::warn!(job_id = %job, error = %e, "the feature resolution could not be added to the job's events");
-        }
+        super::announce(engine, job, self.line()).await;
     }
 }
 
