@@ -487,6 +487,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         max_features: b.max_features,
         max_image_size: b.max_image_size,
         ignore_exif_orientation: false,
+        per_image_intrinsics: false,
         resume: false,
         workers: 1,
         memory_limit: Vec::new(),

@@ -131,6 +131,11 @@ pub struct Args {
     /// portrait is turned upright first, as every viewer shows it).
     #[arg(long)]
     pub ignore_exif_orientation: bool,
+    /// Give every photo its own intrinsics, even where all share one size (photos from
+    /// several lenses or zoom settings at one resolution). By default photos of one size
+    /// share one camera.
+    #[arg(long)]
+    pub per_image_intrinsics: bool,
     /// Continue a previous run of the same reconstruction (damaged checkpoints re-run).
     #[arg(long)]
     pub resume: bool,
@@ -287,6 +292,7 @@ pub fn spec_from(
         },
         exports,
         respect_exif_orientation: !args.ignore_exif_orientation,
+        per_image_intrinsics: args.per_image_intrinsics,
         image_set_digest: None,
         priority: 0,
     };

@@ -32,6 +32,7 @@ async fn stored_bytes_are_counted_and_a_registration_past_the_quota_is_refused()
             source: serde_json::json!({"kind": "upload"}),
             camera_model: "SIMPLE_RADIAL".into(),
             respect_exif_orientation: true,
+            intrinsics_mode: Default::default(),
         },
     )
     .await

@@ -732,3 +732,367 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
     let resumed: Value = r.json().await.unwrap();
     assert_eq!(resumed["job_id"], job.as_str());
 }
+
+async fn post_json(c: &reqwest::Client, url: String, body: Value) -> (StatusCode, Value) {
+    let r = c.post(&url).json(&body).send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn patch_json(c: &reqwest::Client, url: String, body: Value) -> (StatusCode, Value) {
+    let r = c.patch(&url).json(&body).send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// §6.2 and §6.4: `?update_mask=` changes only the fields it names, each of which must
+/// be in the body; the Dataset carries every field of §4.3, `manifest_hash` is over
+/// the images' names and contents, and shapes this server does not model are refused
+/// (spherical photos 501 `map.spherical`, rigs and masksets 422).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_2_s6_4_update_masks_and_the_dataset_shape() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let pid = project(&c, &s.base, "masks").await;
+    let purl = format!("{}/v1/projects/{pid}", s.base);
+    let (st, p) = patch_json(
+        &c,
+        format!("{purl}?update_mask=description"),
+        json!({ "name": "ignored", "description": "kept" }),
+    )
+    .await;
+    assert_eq!(st, 200, "{p}");
+    assert_eq!(
+        (p["name"].as_str(), p["description"].as_str()),
+        (Some("masks"), Some("kept"))
+    );
+    for (mask, body, says) in [
+        (
+            "name",
+            json!({ "description": "x" }),
+            "missing from the body: name",
+        ),
+        (
+            "tenant_id",
+            json!({ "tenant_id": "t" }),
+            "cannot be changed: tenant_id",
+        ),
+        (",", json!({ "name": "x" }), "at least one field"),
+    ] {
+        let (st, e) = patch_json(&c, format!("{purl}?update_mask={mask}"), body).await;
+        assert_eq!(st, 422, "{mask}: {e}");
+        assert!(e["detail"].as_str().unwrap().contains(says), "{mask}: {e}");
+    }
+
+    let (st, d) = post_json(
+        &c,
+        format!("{purl}/datasets"),
+        json!({ "name": "lenses", "intrinsics_mode": "per_image" }),
+    )
+    .await;
+    assert_eq!(st, 201, "{d}");
+    for field in [
+        "dataset_id",
+        "tenant_id",
+        "project_id",
+        "source_id",
+        "name",
+        "camera_model",
+        "intrinsics_mode",
+        "is_spherical",
+        "respect_exif_orientation",
+        "rig_config_json",
+        "active_maskset_id",
+        "manifest_hash",
+        "created_at",
+        "_links",
+    ] {
+        assert!(
+            d.as_object().unwrap().contains_key(field),
+            "Dataset.{field}: {d}"
+        );
+    }
+    assert_eq!(d["intrinsics_mode"], "per_image");
+    assert!(d["source_id"].as_str().unwrap().starts_with("src_"));
+    assert!(is_sha256(&d["manifest_hash"]), "{d}");
+    let did = d["dataset_id"].as_str().unwrap().to_string();
+    let durl = format!("{purl}/datasets/{did}");
+    let (st, d2) = patch_json(
+        &c,
+        format!("{durl}?update_mask=intrinsics_mode"),
+        json!({ "intrinsics_mode": "per_folder", "camera_model": "PINHOLE" }),
+    )
+    .await;
+    assert_eq!(st, 200, "{d2}");
+    assert_eq!(d2["intrinsics_mode"], "per_folder");
+    assert_eq!(
+        get(&c, durl.clone()).await["intrinsics_mode"],
+        "per_folder",
+        "stored"
+    );
+    assert_eq!(
+        d2["camera_model"], d["camera_model"],
+        "outside the mask: unchanged"
+    );
+    let (st, e) = patch_json(&c, durl.clone(), json!({ "intrinsics_mode": "per_lens" })).await;
+    assert_eq!(st, 422, "{e}");
+    let (st, e) = patch_json(
+        &c,
+        durl.clone(),
+        json!({ "is_spherical": true, "name": "" }),
+    )
+    .await;
+    assert_eq!(
+        (st, e["capability"].as_str()),
+        (StatusCode::NOT_IMPLEMENTED, Some("map.spherical")),
+        "{e}"
+    );
+    for body in [
+        json!({ "rig_config": { "rigs": [] } }),
+        json!({ "active_maskset_id": "ms_1" }),
+    ] {
+        let (st, e) = patch_json(&c, durl.clone(), body.clone()).await;
+        assert_eq!(st, 422, "{body}: {e}");
+    }
+    let (st, e) = post_json(
+        &c,
+        format!("{purl}/datasets"),
+        json!({ "name": "pano", "is_spherical": true }),
+    )
+    .await;
+    assert_eq!(
+        (st, e["capability"].as_str()),
+        (StatusCode::NOT_IMPLEMENTED, Some("map.spherical")),
+        "{e}"
+    );
+
+    // The manifest follows the images: equal images, equal hashes; one more, another.
+    let mut hashes = Vec::new();
+    for (name, n) in [("a", 2), ("b", 2), ("c", 3)] {
+        let (pid, did) = dataset_of_samples(&c, &s.base, name, n, 1 << 20).await;
+        let d = get(&c, format!("{}/v1/projects/{pid}/datasets/{did}", s.base)).await;
+        let listed = get(&c, format!("{}/v1/projects/{pid}/datasets", s.base)).await;
+        assert_eq!(listed["items"][0]["manifest_hash"], d["manifest_hash"]);
+        hashes.push(d["manifest_hash"].clone());
+    }
+    let (ma, mb, mc) = (&hashes[0], &hashes[1], &hashes[2]);
+    assert!(is_sha256(ma), "{ma}");
+    assert_eq!(ma, mb, "the same images, the same manifest");
+    assert_ne!(ma, mc);
+}
+
+/// §6.8.2: `pipelines:run` type-checks steps before any job exists (422 naming the
+/// missing datatype or the unknown operation); the legacy chain runs as the whole
+/// reconstruction (202, the four-node DAG, each step's params honoured, the provider
+/// echoed); other type-valid chains and native processor DAGs are 501
+/// `pipelines.custom_execution`. With it, §6.9's sub-model files and the optional
+/// merge and localize routes (404 before 501).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let (pid, did) = dataset_of_samples(&c, &s.base, "run", 4, 1 << 20).await;
+    let (other_pid, _) = dataset_of_samples(&c, &s.base, "elsewhere", 1, 1 << 20).await;
+    let engine = get(&c, format!("{}/v1/capabilities", s.base)).await["backend"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, e) = patch_json(
+        &c,
+        format!("{}/v1/projects/{pid}/datasets/{did}", s.base),
+        json!({ "intrinsics_mode": "per_image" }),
+    )
+    .await;
+    assert_eq!(st, 200, "{e}");
+    let run = format!("{}/v1/projects/{pid}/pipelines:run", s.base);
+    let refused = [
+        (
+            json!({ "dataset_id": did, "steps": ["features", "map"] }),
+            422,
+            "match_graph",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": [{ "op": "frobnicate" }] }),
+            422,
+            "frobnicate",
+        ),
+        (json!({ "dataset_id": did, "steps": [] }), 422, "steps"),
+        (
+            json!({ "dataset_id": did, "steps": ["features"], "colour": 1 }),
+            422,
+            "colour",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": [{ "op": "features", "speed": 1 }] }),
+            422,
+            "speed",
+        ),
+        (
+            json!({ "dataset_id": did, "initial_inputs": ["pixels"], "steps": ["features"] }),
+            422,
+            "pixels",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": [{ "op": "features", "provider": engine }, "pairs"] }),
+            422,
+            "provider",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": ["features", "pairs", "matches", "verify", { "op": "map", "provider": "openmvg" }] }),
+            422,
+            "openmvg",
+        ),
+        (
+            json!({ "dataset_id": ulid_like(), "steps": ["features"] }),
+            404,
+            "does not exist",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": ["features", "pairs", "matches"] }),
+            501,
+            "pipelines.custom_execution",
+        ),
+        (
+            json!({ "dataset_id": did, "steps": [{ "processor": "sift", "ref": "a" }] }),
+            501,
+            "pipelines.custom_execution",
+        ),
+    ];
+    for (body, status, says) in refused {
+        let (st, e) = post_json(&c, run.clone(), body.clone()).await;
+        assert_eq!(st.as_u16(), status, "{body}: {e}");
+        assert!(e.to_string().contains(says), "{body}: {e}");
+    }
+    let elsewhere = format!("{}/v1/projects/{other_pid}/pipelines:run", s.base);
+    let (st, e) = post_json(
+        &c,
+        elsewhere,
+        json!({ "dataset_id": did, "steps": ["features"] }),
+    )
+    .await;
+    assert_eq!(st, 422, "a dataset of another project: {e}");
+
+    let r = c
+        .post(&run)
+        .json(&json!({
+            "dataset_id": did,
+            "steps": [
+                "features",
+                { "op": "pairs", "params": { "strategy": "exhaustive" } },
+                "matches",
+                { "op": "verify", "provider": engine },
+                { "op": "map", "params": { "kind": "incremental" }, "provider": engine },
+            ],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let job_url = r.headers()["location"].to_str().unwrap().to_string();
+    let lro: Value = r.json().await.unwrap();
+    assert_eq!(lro["task_ids"].as_array().unwrap().len(), 4, "{lro}");
+    assert_eq!(
+        (lro["provider"].as_str(), lro["dataset_id"].as_str()),
+        (Some(engine.as_str()), Some(did.as_str()))
+    );
+    let rid = lro["recon_id"].as_str().unwrap().to_string();
+    assert_eq!(job_url, format!("/v1/jobs/{rid}"));
+    let recon = get(&c, format!("{}/v1/reconstructions/{rid}", s.base)).await;
+    assert_eq!(recon["spec"]["pairs"]["strategy"], "exhaustive", "{recon}");
+    assert_eq!(recon["spec"]["per_image_intrinsics"], true, "{recon}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let d = get(&c, format!("{}{job_url}", s.base)).await;
+        match d["status"].as_str().unwrap() {
+            "pending" | "running" => {}
+            "succeeded" => break,
+            _ => panic!("the job failed: {d}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "the job did not end");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+
+    // intrinsics_mode per_image: the engine made one camera per registered photo.
+    let snaps = get(&c, format!("{}/v1/reconstructions/{rid}/snapshots", s.base)).await;
+    let seq = snaps["seqs"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    let snap = format!("{}/v1/reconstructions/{rid}/snapshots/{seq}", s.base);
+    let cameras = get(&c, format!("{snap}/cameras.json")).await;
+    let images = get(&c, format!("{snap}/images.json")).await;
+    let registered = images["images"].as_array().unwrap().len();
+    assert!(registered >= 3, "{images}");
+    assert_eq!(
+        cameras["cameras"].as_array().unwrap().len(),
+        registered,
+        "{cameras}"
+    );
+
+    // §6.9: a sub-model's files; 0 is the primary, the root files' twin.
+    let root = c.get(format!("{snap}/points.bin")).send().await.unwrap();
+    let root_bytes = root.bytes().await.unwrap();
+    let zero = c
+        .get(format!("{snap}/submodels/0/points.bin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(zero.status(), 200);
+    assert!(zero.headers()["etag"].to_str().is_ok());
+    assert_eq!(zero.bytes().await.unwrap(), root_bytes);
+    let submodels = get(&c, format!("{}/v1/reconstructions/{rid}/submodels", s.base)).await;
+    let beyond = submodels["items"].as_array().unwrap().len();
+    for path in [
+        format!("{snap}/submodels/{beyond}/points.bin"),
+        format!("{snap}/submodels/0/database.db"),
+        format!(
+            "{}/v1/reconstructions/{rid}/snapshots/999/submodels/0/points.bin",
+            s.base
+        ),
+    ] {
+        let r = c.get(&path).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+
+    // §6.9.10, §6.9.17: optional; the reconstructions named are looked up first.
+    let merge = format!("{}/v1/reconstructions:merge", s.base);
+    let (st, _) = post_json(
+        &c,
+        merge.clone(),
+        json!({ "target_recon_id": ulid_like(), "source_recon_ids": [rid] }),
+    )
+    .await;
+    assert_eq!(st, 404);
+    let (st, e) = post_json(
+        &c,
+        merge,
+        json!({ "target_recon_id": rid, "source_recon_ids": [rid] }),
+    )
+    .await;
+    assert_eq!(
+        (st, e["capability"].as_str()),
+        (StatusCode::NOT_IMPLEMENTED, Some("recon.merge")),
+        "{e}"
+    );
+    let (st, _) = post_json(
+        &c,
+        format!("{}/v1/reconstructions/{}/localize", s.base, ulid_like()),
+        json!({}),
+    )
+    .await;
+    assert_eq!(st, 404);
+    for url in [
+        format!("{}/v1/reconstructions/{rid}/localize", s.base),
+        format!("{}/v1/oneshot/localize", s.base),
+    ] {
+        let (st, e) = post_json(&c, url.clone(), json!({ "blob_sha": "0" })).await;
+        assert_eq!(
+            (st, e["capability"].as_str()),
+            (StatusCode::NOT_IMPLEMENTED, Some("localize.from_memory")),
+            "{url}: {e}"
+        );
+    }
+}

@@ -187,6 +187,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         ("rid", job.clone()),
         ("reconstruction_id", job.clone()),
         ("seq", "1".into()),
+        ("idx", "0".into()),
         ("file", "points.bin".into()),
         ("photo_id", photo.clone()),
         ("subject_id", sid.clone()),

@@ -219,6 +219,12 @@ pub struct ReconstructionSpec {
     /// from older specs (false), so their fingerprints do not change.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub respect_exif_orientation: bool,
+    /// One set of intrinsics per photo even where all photos share a size (sfmapi's
+    /// dataset `intrinsics_mode: per_image`: photos of one resolution from different
+    /// lenses or zoom settings). Otherwise photos of one size share one camera. Absent
+    /// from older specs (false), so their fingerprints do not change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_image_intrinsics: bool,
     /// What the image set holds (a digest of its images' names and content hashes), so
     /// that the same spec over a dataset whose images changed is a new job, not the old
     /// one found by fingerprint. Absent where the image set is fixed or unknown, so older

@@ -150,6 +150,7 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
         ba: BaMode::Standard,
         georef: Georef::None,
         respect_exif_orientation: false,
+        per_image_intrinsics: false,
         image_set_digest: None,
         exports: vec![ExportFormat::PointsBin],
         priority: 0,

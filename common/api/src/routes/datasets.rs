@@ -21,14 +21,67 @@ pub use tessera_core::catalog::datasets::{Dataset, Image, images_prefix};
 /// Most images in one `:batchCreate`.
 pub const MAX_BATCH: usize = 1000;
 
+/// sfmapi's Dataset (§4.3), its `manifest_hash` filled in by [`with_manifest`].
 fn dataset_view(d: &Dataset) -> Value {
     let href = format!("/v1/projects/{}/datasets/{}", d.project_id, d.dataset_id);
     json!({
         "dataset_id": d.dataset_id, "tenant_id": d.tenant, "project_id": d.project_id, "name": d.name,
-        "source": d.source, "camera_model": d.camera_model, "intrinsics_mode": "single_camera",
-        "is_spherical": false, "respect_exif_orientation": d.respect_exif_orientation, "created_at": d.created_at,
-        "_links": links(&href, &[("images", format!("/v1/datasets/{}/images", d.dataset_id))]),
+        "source": d.source, "source_id": source_id(&d.source), "camera_model": d.camera_model,
+        "intrinsics_mode": d.intrinsics_mode, "is_spherical": false, "rig_config_json": null,
+        "active_maskset_id": null, "manifest_hash": null,
+        "respect_exif_orientation": d.respect_exif_orientation, "created_at": d.created_at,
+        "_links": links(&href, &[
+            ("project", format!("/v1/projects/{}", d.project_id)),
+            ("images", format!("/v1/datasets/{}/images", d.dataset_id)),
+        ]),
     })
+}
+
+/// The id of a dataset's image source. Sources are immutable and not resources of
+/// their own here, so the id is a digest of the source as created: equal sources have
+/// equal ids.
+fn source_id(source: &Value) -> String {
+    let digest = Sha256::digest(source.to_string().as_bytes());
+    format!("src_{}", &hex::encode(digest)[..26])
+}
+
+/// Fill a dataset view's `manifest_hash`: SHA-256 over its images' sorted (name,
+/// content hash), so datasets with equal hashes are interchangeable inputs. Computed
+/// when read, so it can never lag the images.
+async fn with_manifest(s: &ApiState, view: &mut Value, d: &Dataset) -> Result<(), Problem> {
+    let images = all_images(s, d).await?;
+    view["manifest_hash"] = json!(catalog::image_set_digest(&images));
+    Ok(())
+}
+
+/// A dataset's view with its manifest.
+async fn full_view(s: &ApiState, d: &Dataset) -> Result<Value, Problem> {
+    let mut view = dataset_view(d);
+    with_manifest(s, &mut view, d).await?;
+    Ok(view)
+}
+
+/// 501 for dataset shapes this server does not model: spherical photos and camera
+/// rigs; 422 for a maskset, since none exist here. Checked before validation.
+fn require_shape(
+    is_spherical: Option<bool>,
+    rig_config: Option<&Value>,
+    active_maskset_id: Option<&Value>,
+) -> Result<(), Problem> {
+    if is_spherical == Some(true) {
+        return Err(Problem::capability_unavailable("map.spherical"));
+    }
+    if rig_config.is_some_and(|r| !r.is_null()) {
+        return Err(Problem::validation(
+            "rig_config: this server does not model camera rigs; leave it out or null",
+        ));
+    }
+    if let Some(m) = active_maskset_id.filter(|m| !m.is_null()) {
+        return Err(Problem::validation(format!(
+            "active_maskset_id: no maskset {m} exists; this server keeps no masksets"
+        )));
+    }
+    Ok(())
 }
 
 fn image_view(i: &Image) -> Value {
@@ -56,6 +109,15 @@ pub struct CreateDataset {
     /// what every viewer shows, and what phones need).
     #[serde(default)]
     pub respect_exif_orientation: Option<bool>,
+    /// How photos share intrinsics (default `single_camera`).
+    #[serde(default)]
+    pub intrinsics_mode: Option<catalog::IntrinsicsMode>,
+    /// Spherical (360°) photos; only `false` here.
+    #[serde(default)]
+    pub is_spherical: Option<bool>,
+    /// A camera rig; only `null` here.
+    #[serde(default)]
+    pub rig_config: Option<Value>,
 }
 
 /// A dataset of the caller's tenant, or 404.
@@ -76,6 +138,7 @@ pub async fn create(
             "the body must be JSON {{\"name\": …, \"source\": {{\"kind\": \"upload\"}}}}: {e}"
         ))
     })?;
+    require_shape(body.is_spherical, body.rig_config.as_ref(), None)?;
     let source = body.source.unwrap_or_else(|| json!({ "kind": "upload" }));
     let import = match source["kind"].as_str() {
         Some("upload") => None,
@@ -126,6 +189,7 @@ pub async fn create(
             source,
             camera_model,
             respect_exif_orientation: body.respect_exif_orientation.unwrap_or(true),
+            intrinsics_mode: body.intrinsics_mode.unwrap_or_default(),
         },
     )
     .await?;
@@ -133,6 +197,7 @@ pub async fn create(
     if let Some((src, files)) = import {
         view["x-import"] = import_source(&s, &caller, &d, src.as_ref(), &files).await?;
     }
+    with_manifest(&s, &mut view, &d).await?;
     let mut r = (StatusCode::CREATED, Json(view)).into_response();
     r.headers_mut().insert(
         header::LOCATION,
@@ -153,13 +218,21 @@ pub async fn list(
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
     let project = super::projects::owned(&s, &caller, &pid).await?;
-    super::page_of(
+    let mut page = super::page_of(
         &s,
         catalog::datasets_partition(project.id),
         &paging,
         dataset_view,
     )
-    .await
+    .await?;
+    if let Some(items) = page.0["items"].as_array_mut() {
+        for view in items {
+            let did = view["dataset_id"].as_str().unwrap_or_default().to_string();
+            let d = owned(&s, &caller, &did).await?;
+            with_manifest(&s, view, &d).await?;
+        }
+    }
+    Ok(page)
 }
 
 /// `GET /v1/projects/{pid}/datasets/{did}`.
@@ -174,7 +247,7 @@ pub async fn get(
             "dataset {did} is not in project {pid}"
         )));
     }
-    Ok(Json(dataset_view(&d)))
+    Ok(Json(full_view(&s, &d).await?))
 }
 
 /// `DELETE /v1/projects/{pid}/datasets/{did}`: erase the dataset, its images and their
@@ -212,15 +285,40 @@ pub struct PatchDataset {
     /// Whether later reconstructions apply EXIF orientation.
     #[serde(default)]
     pub respect_exif_orientation: Option<bool>,
+    /// How photos share intrinsics (for stages run after the change).
+    #[serde(default)]
+    pub intrinsics_mode: Option<catalog::IntrinsicsMode>,
+    /// Only `false` here.
+    #[serde(default)]
+    pub is_spherical: Option<bool>,
+    /// Only `null` here.
+    #[serde(default)]
+    pub rig_config: Option<Value>,
+    /// Only `null` here.
+    #[serde(default)]
+    pub active_maskset_id: Option<Value>,
 }
 
-/// `PATCH /v1/projects/{pid}/datasets/{did}`: name and camera model; the source is
-/// immutable (make a new dataset to read bytes from elsewhere).
+/// The paths a dataset PATCH's `update_mask` may name.
+const DATASET_MASK: &[&str] = &[
+    "name",
+    "camera_model",
+    "intrinsics_mode",
+    "is_spherical",
+    "rig_config",
+    "respect_exif_orientation",
+    "active_maskset_id",
+];
+
+/// `PATCH /v1/projects/{pid}/datasets/{did}[?update_mask=a,b]`: what the body (or the
+/// mask) names; the source is immutable (make a new dataset to read bytes from
+/// elsewhere).
 pub async fn patch(
     State(s): State<ApiState>,
     caller: Caller,
     Path((pid, did)): Path<(String, String)>,
-    body: Result<Json<PatchDataset>, axum::extract::rejection::JsonRejection>,
+    QueryParams(mask): QueryParams<super::UpdateMask>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let mut d = owned(&s, &caller, &did).await?;
     if d.project_id.to_string() != pid {
@@ -228,11 +326,22 @@ pub async fn patch(
             "dataset {did} is not in project {pid}"
         )));
     }
-    let Json(b) = body.map_err(|e| {
+    let Json(body) = body.map_err(|e| {
         Problem::bad_request(format!(
-            "the body must be JSON {{\"name\"?, \"camera_model\"?}}: {e}"
+            "the body must be JSON {{\"name\"?, \"camera_model\"?, \"intrinsics_mode\"?, …}}: {e}"
         ))
     })?;
+    let body = mask.apply(body, DATASET_MASK)?;
+    let b: PatchDataset = serde_json::from_value(body)
+        .map_err(|e| Problem::validation(format!("the dataset PATCH body: {e}")))?;
+    require_shape(
+        b.is_spherical,
+        b.rig_config.as_ref(),
+        b.active_maskset_id.as_ref(),
+    )?;
+    if let Some(m) = b.intrinsics_mode {
+        d.intrinsics_mode = m;
+    }
     if let Some(n) = b.name {
         if n.trim().is_empty() {
             return Err(Problem::validation("name must not be empty"));
@@ -251,7 +360,7 @@ pub async fn patch(
         d.respect_exif_orientation = r;
     }
     catalog::update(s.engine.ports().store.as_ref(), &d).await?;
-    Ok(Json(dataset_view(&d)))
+    Ok(Json(full_view(&s, &d).await?))
 }
 
 /// One image to create.

@@ -7,6 +7,7 @@ pub mod events;
 pub mod jobs;
 pub mod meta;
 pub mod optional;
+pub mod pipeline_run;
 pub mod pipelines;
 pub mod privacy;
 pub mod projects;
@@ -59,6 +60,73 @@ pub async fn page_of<T: serde::de::DeserializeOwned>(
     Ok(axum::Json(
         serde_json::json!({ "items": items, "next_page_token": page.next, "total": null }),
     ))
+}
+
+/// AIP-161's `?update_mask=a,b` on a PATCH: only the named fields change, and each must
+/// be in the body (an explicit `null` counts). Without a mask, whatever the body holds
+/// changes.
+#[derive(Debug, Deserialize, Default)]
+pub struct UpdateMask {
+    /// Comma-separated field paths, relative to the body.
+    pub update_mask: Option<String>,
+}
+
+impl UpdateMask {
+    /// The body cut to the mask's fields; 422 naming an unknown path or one the body
+    /// lacks.
+    pub fn apply(
+        &self,
+        body: serde_json::Value,
+        allowed: &[&str],
+    ) -> Result<serde_json::Value, crate::Problem> {
+        let serde_json::Value::Object(fields) = body else {
+            return Err(crate::Problem::validation(
+                "the PATCH body must be a JSON object",
+            ));
+        };
+        let Some(mask) = &self.update_mask else {
+            return Ok(serde_json::Value::Object(fields));
+        };
+        let paths: Vec<&str> = mask
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        if paths.is_empty() {
+            return Err(crate::Problem::validation(
+                "update_mask must name at least one field",
+            ));
+        }
+        let unknown: Vec<&str> = paths
+            .iter()
+            .copied()
+            .filter(|p| !allowed.contains(p))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(crate::Problem::validation(format!(
+                "update_mask names field(s) that cannot be changed: {}; it may name {}",
+                unknown.join(", "),
+                allowed.join(", ")
+            )));
+        }
+        let missing: Vec<&str> = paths
+            .iter()
+            .copied()
+            .filter(|p| !fields.contains_key(*p))
+            .collect();
+        if !missing.is_empty() {
+            return Err(crate::Problem::validation(format!(
+                "update_mask names field(s) missing from the body: {}",
+                missing.join(", ")
+            )));
+        }
+        Ok(serde_json::Value::Object(
+            fields
+                .into_iter()
+                .filter(|(k, _)| paths.contains(&k.as_str()))
+                .collect(),
+        ))
+    }
 }
 
 /// The `Idempotency-Key` header, checked, if sent.
@@ -357,10 +425,19 @@ pub fn table() -> Vec<Operation> {
             M::PATCH,
             "/v1/projects/{project_id}/datasets/{dataset_id}",
             "/v1/projects/{project_id}/datasets/{dataset_id}",
-            "Rename a dataset or change its camera model",
+            "Change a dataset's name, camera model, intrinsics mode or EXIF orientation (`?update_mask=`)",
             "datasets",
             200,
             patch(datasets::patch),
+        ),
+        op(
+            M::POST,
+            "/v1/projects/{project_id}/pipelines:run",
+            "/v1/projects/{project_id}/pipelines:run",
+            "Run typed steps; the chain features → pairs → matches → verify → map runs (202 + Location), other type-valid chains are 501 pipelines.custom_execution",
+            "pipelines",
+            202,
+            post(pipeline_run::run),
         ),
         op(
             M::POST,
@@ -550,6 +627,42 @@ pub fn table() -> Vec<Operation> {
             "reconstructions",
             200,
             get(reconstructions::snapshots),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/submodels/{idx}/{name}",
+            "/v1/reconstructions/{recon_id}/snapshots/{seq}/submodels/{idx}/{name}",
+            "A sealed snapshot's file for one sub-model (immutable; ETag, Range)",
+            "reconstructions",
+            200,
+            get(reconstructions::submodel_file),
+        ),
+        op(
+            M::POST,
+            "/v1/reconstructions:merge",
+            "/v1/reconstructions:merge",
+            "Merge reconstructions (optional; 501: recon.merge)",
+            "reconstructions",
+            202,
+            post(optional::merge),
+        ),
+        op(
+            M::POST,
+            "/v1/reconstructions/{recon_id}/localize",
+            "/v1/reconstructions/{recon_id}/localize",
+            "Localize a photo against a reconstruction (optional; 501: localize.from_memory)",
+            "reconstructions",
+            202,
+            post(optional::localize),
+        ),
+        op(
+            M::POST,
+            "/v1/oneshot/localize",
+            "/v1/oneshot/localize",
+            "Localize a photo (optional; 501: localize.from_memory)",
+            "reconstructions",
+            202,
+            post(optional::oneshot_localize),
         ),
         op(
             M::GET,

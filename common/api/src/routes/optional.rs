@@ -147,3 +147,40 @@ async fn snapshot_capability(
     super::reconstructions::owned(s, caller, rid).await?;
     Err(Problem::capability_unavailable(capability))
 }
+
+/// `POST /v1/reconstructions:merge`: the reconstructions the body names are looked up
+/// first (another tenant's or a missing one is a 404), then 501 `recon.merge`, whatever
+/// else is wrong with the body.
+pub async fn merge(
+    State(s): State<ApiState>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> Result<(), Problem> {
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let sources = body["source_recon_ids"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for rid in std::iter::once(&body["target_recon_id"])
+        .chain(sources.iter())
+        .filter_map(serde_json::Value::as_str)
+    {
+        super::reconstructions::owned(&s, &caller, rid).await?;
+    }
+    Err(Problem::capability_unavailable("recon.merge"))
+}
+
+/// `POST /v1/reconstructions/{rid}/localize`.
+pub async fn localize(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(rid): Path<String>,
+) -> Result<(), Problem> {
+    super::reconstructions::owned(&s, &caller, &rid).await?;
+    Err(Problem::capability_unavailable("localize.from_memory"))
+}
+
+/// `POST /v1/oneshot/localize`.
+pub async fn oneshot_localize(_caller: Caller) -> Result<(), Problem> {
+    Err(Problem::capability_unavailable("localize.from_memory"))
+}

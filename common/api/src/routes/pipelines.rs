@@ -36,6 +36,75 @@ pub struct PipelineRequest {
     /// The older `{pairs, matcher}` wrapper.
     #[serde(default)]
     pub matches: Option<Value>,
+    /// VerifySpec (sfmapi §6.8); read for its `provider`.
+    #[serde(default)]
+    pub verify: Option<Value>,
+}
+
+/// The sections of one reconstruction request, in sfmapi's shapes, however the request
+/// spelled them (a recipe body, a stage body, or `pipelines:run` steps).
+#[derive(Debug, Default)]
+pub struct Sections {
+    /// FeaturesSpec.
+    pub features: Option<Value>,
+    /// PairsSpec.
+    pub pairs: Option<Value>,
+    /// MatcherSpec.
+    pub matcher: Option<Value>,
+    /// VerifySpec.
+    pub verify: Option<Value>,
+    /// The mapping spec (`{"kind": …}`).
+    pub spec: Option<Value>,
+}
+
+impl Sections {
+    fn all(&self) -> [(&'static str, Option<&Value>); 5] {
+        [
+            ("features", self.features.as_ref()),
+            ("pairs", self.pairs.as_ref()),
+            ("matcher", self.matcher.as_ref()),
+            ("verify", self.verify.as_ref()),
+            ("spec", self.spec.as_ref()),
+        ]
+    }
+
+    /// sfmapi's per-stage `provider` (§6.8.1): the engine a stage runs on, `None` where
+    /// no section names one. One job runs on one engine, so every section that names a
+    /// provider must name the same one, and it must be this server's engine; 422
+    /// otherwise, with the candidates.
+    pub fn provider(&self, s: &ApiState) -> Result<Option<String>, Problem> {
+        let engine = &s.backend.0;
+        let mut chosen: Option<(&str, String)> = None;
+        for (section, v) in self.all() {
+            let Some(p) = v.map(|v| &v["provider"]).filter(|p| !p.is_null()) else {
+                continue;
+            };
+            let name = p.as_str().unwrap_or_default();
+            if name.is_empty() || name.len() > 64 {
+                return Err(Problem::validation(format!(
+                    "{section}.provider must be a provider id of 1–64 characters"
+                )));
+            }
+            if name != engine {
+                let mut e = Problem::validation(format!(
+                    "{section}.provider `{name}` is not a provider of this server; it routes to `{engine}`"
+                ));
+                e.extra
+                    .insert("reason".into(), "provider_unsupported".into());
+                e.extra.insert("candidates".into(), json!([engine]));
+                return Err(e);
+            }
+            if let Some((first, other)) = &chosen
+                && other != name
+            {
+                return Err(Problem::validation(format!(
+                    "{section}.provider `{name}` differs from {first}.provider `{other}`; one job runs on one provider"
+                )));
+            }
+            chosen = Some((section, name.to_string()));
+        }
+        Ok(chosen.map(|(_, p)| p))
+    }
 }
 
 /// The body of a stage request (`{spec}` for features and verify, `{pairs, matcher}`
@@ -56,7 +125,7 @@ pub struct StageRequest {
 /// 501 for the first capability a request's sections need that this server does not
 /// serve: a feature type, a matcher, a pair strategy. Checked before any validation, so
 /// a client learns first what it cannot have here.
-fn require_capabilities(
+pub(crate) fn require_capabilities(
     s: &ApiState,
     features: Option<&Value>,
     pairs: Option<&Value>,
@@ -151,6 +220,7 @@ async fn spec_for(
         georef: Georef::None,
         exports: vec![ExportFormat::PointsBin],
         respect_exif_orientation: d.respect_exif_orientation,
+        per_image_intrinsics: d.intrinsics_mode.per_image(),
         image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
         priority: 0,
     };
@@ -246,6 +316,9 @@ async fn submit_plan(
             "job_id": submitted.job_id,
             "task_ids": task_ids,
             "recon_id": recon,
+            "project_id": d.project_id,
+            "dataset_id": d.dataset_id,
+            "provider": spec.backend.name,
             "existing": submitted.existing,
         })),
     )
@@ -268,22 +341,11 @@ pub async fn submit(
     // path names (404), a capability the server lacks (501, whatever else is wrong),
     // then validation.
     let project = super::projects::owned(&s, &caller, &pid).await?;
-    let mapper = match recipe.as_str() {
-        "incremental" => MapperKind::Incremental,
-        "hierarchical" => MapperKind::Hierarchical,
-        "global" => MapperKind::Global,
-        "spherical" => return Err(Problem::capability_unavailable("map.spherical")),
-        "feed_forward" => return Err(Problem::capability_unavailable("map.feed_forward")),
-        other => {
-            return Err(Problem::not_found(format!(
-                "unknown recipe `{other}`; use incremental, hierarchical or global"
-            )));
-        }
-    };
-    let capability = format!("map.{recipe}");
-    if !s.capabilities.iter().any(|c| c == &capability) {
-        return Err(Problem::capability_unavailable(&capability));
-    }
+    let mapper = mapper_for(&s, &recipe)?.ok_or_else(|| {
+        Problem::not_found(format!(
+            "unknown recipe `{recipe}`; use incremental, hierarchical or global"
+        ))
+    })?;
     let Json(req) = body.map_err(|e| {
         Problem::bad_request(format!(
             "the body must be JSON {{\"dataset_id\": …, \"spec\": {{\"kind\": …}}}}: {e}"
@@ -315,8 +377,53 @@ pub async fn submit(
             d.dataset_id
         )));
     }
-    let planned = spec_for(&s, d, mapper, req.features.as_ref(), pairs).await?;
-    submit_plan(&s, &caller, &planned, tessera_jobs::reconstruct::KIND, None).await
+    let sections = Sections {
+        features: req.features,
+        pairs: pairs.cloned(),
+        matcher: matcher.cloned(),
+        verify: req.verify,
+        spec: Some(req.spec),
+    };
+    reconstruct(&s, &caller, d, mapper, &sections).await
+}
+
+/// The mapper a recipe (sfmapi's `spec.kind`) names: 501 where this server lacks it,
+/// `None` where sfmapi defines no such kind.
+pub fn mapper_for(s: &ApiState, kind: &str) -> Result<Option<MapperKind>, Problem> {
+    let mapper = match kind {
+        "incremental" => MapperKind::Incremental,
+        "hierarchical" => MapperKind::Hierarchical,
+        "global" => MapperKind::Global,
+        "spherical" => return Err(Problem::capability_unavailable("map.spherical")),
+        "feed_forward" => return Err(Problem::capability_unavailable("map.feed_forward")),
+        _ => return Ok(None),
+    };
+    let capability = format!("map.{kind}");
+    if !s.capabilities.iter().any(|c| c == &capability) {
+        return Err(Problem::capability_unavailable(&capability));
+    }
+    Ok(Some(mapper))
+}
+
+/// Plan and submit a whole reconstruction of `d` (the caller's, in the right project,
+/// its capabilities checked).
+pub async fn reconstruct(
+    s: &ApiState,
+    caller: &Caller,
+    d: super::datasets::Dataset,
+    mapper: MapperKind,
+    sections: &Sections,
+) -> Result<Response, Problem> {
+    sections.provider(s)?;
+    let planned = spec_for(
+        s,
+        d,
+        mapper,
+        sections.features.as_ref(),
+        sections.pairs.as_ref(),
+    )
+    .await?;
+    submit_plan(s, caller, &planned, tessera_jobs::reconstruct::KIND, None).await
 }
 
 /// `POST /v1/datasets/{did}/features|matches|verify` (routed through
@@ -340,6 +447,13 @@ pub async fn stage(
     };
     let d = super::datasets::owned(s, caller, did).await?;
     require_capabilities(s, features, req.pairs.as_ref(), req.matcher.as_ref())?;
+    Sections {
+        features: req.spec.clone(),
+        pairs: req.pairs.clone(),
+        matcher: req.matcher.clone(),
+        ..Sections::default()
+    }
+    .provider(s)?;
     let planned = spec_for(s, d, MapperKind::Incremental, features, req.pairs.as_ref()).await?;
     submit_plan(s, caller, &planned, stage, Some(last)).await
 }

@@ -177,14 +177,18 @@ pub async fn patch(
     State(s): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-    body: Result<Json<PatchProject>, axum::extract::rejection::JsonRejection>,
+    QueryParams(mask): QueryParams<super::UpdateMask>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let p = owned(&s, &caller, &id).await?;
-    let Json(b) = body.map_err(|e| {
+    let Json(body) = body.map_err(|e| {
         Problem::bad_request(format!(
             "the body must be JSON {{\"name\"?, \"description\"?, \"upload_retention_days\"?}}: {e}"
         ))
     })?;
+    let body = mask.apply(body, &["name", "description", "upload_retention_days"])?;
+    let b: PatchProject = serde_json::from_value(body)
+        .map_err(|e| Problem::validation(format!("the project PATCH body: {e}")))?;
     if let Some(days) = b.upload_retention_days {
         projects::set_upload_retention(s.engine.ports().store.as_ref(), p.id, days).await?;
     }

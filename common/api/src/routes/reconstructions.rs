@@ -162,7 +162,8 @@ pub fn render(rec: &Reconstruction, name: &str) -> Vec<u8> {
     }
 }
 
-/// `GET /v1/reconstructions/{rid}/snapshots/{seq}/{name}` (ETag, 304, Range).
+/// `GET /v1/reconstructions/{rid}/snapshots/{seq}/{name}` (ETag, 304, Range): the
+/// primary model's file.
 pub async fn file(
     State(s): State<ApiState>,
     caller: Caller,
@@ -170,39 +171,115 @@ pub async fn file(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let job = owned(&s, &caller, &rid).await?;
-    if !FILES.contains(&name.as_str()) {
+    serve_file(&s, &job, seq, 0, &name, &headers).await
+}
+
+/// `GET /v1/reconstructions/{rid}/snapshots/{seq}/submodels/{idx}/{name}`: one
+/// sub-model's file. Sub-model 0 is the primary in every snapshot; the others exist
+/// only in the last snapshot of a job whose mapper built several models.
+pub async fn submodel_file(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path((rid, seq, idx, name)): Path<(String, u64, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let job = owned(&s, &caller, &rid).await?;
+    // Exactly as listed (`1`, never `01`): anything else names no sub-model.
+    let idx = idx
+        .parse::<usize>()
+        .ok()
+        .filter(|i| i.to_string() == idx)
+        .ok_or_else(|| {
+            Problem::not_found(format!("reconstruction {rid} has no sub-model {idx}"))
+        })?;
+    serve_file(&s, &job, seq, idx, &name, &headers).await
+}
+
+async fn serve_file(
+    s: &ApiState,
+    job: &Job,
+    seq: u64,
+    idx: usize,
+    name: &str,
+    headers: &HeaderMap,
+) -> Result<Response, Problem> {
+    if !FILES.contains(&name) {
         return Err(Problem::not_found(format!(
             "a snapshot has no file `{name}`; it has {}",
             FILES.join(", ")
         )));
     }
-    let body = derived(&s, &job, seq, &name).await?;
+    let body = derived(s, job, seq, idx, name).await?;
     let ct = if name.ends_with(".bin") {
         "application/x-sfm-points-v1"
     } else {
         "application/json"
     };
     // Immutable: its identity is a strong validator, no need to hash it on every request.
-    let etag = format!("{}-{seq}-{name}", job.id);
-    Ok(crate::bytes::serve(&headers, body, ct, Some(etag)))
+    let etag = match idx {
+        0 => format!("{}-{seq}-{name}", job.id),
+        _ => format!("{}-{seq}-{idx}-{name}", job.id),
+    };
+    Ok(crate::bytes::serve(headers, body, ct, Some(etag)))
 }
 
-/// One derived file of sealed snapshot `seq`: made once from the sealed COLMAP model
-/// (all files together), stored, and then only read.
-async fn derived(s: &ApiState, job: &Job, seq: u64, name: &str) -> Result<bytes::Bytes, Problem> {
+/// Where sub-model `idx` of sealed snapshot `seq` is sealed, or 404.
+async fn model_of(s: &ApiState, job: &Job, seq: u64, idx: usize) -> Result<String, Problem> {
     let rid = job.id;
+    let snapshots = sealed(s, job).await?;
+    let Some((_, model)) = snapshots.iter().find(|x| x.0 == seq) else {
+        return Err(Problem::not_found(format!(
+            "reconstruction {rid} has no sealed snapshot {seq}"
+        )));
+    };
+    if idx == 0 {
+        return Ok(model.clone());
+    }
+    let none = || {
+        Problem::not_found(format!(
+            "snapshot {seq} of reconstruction {rid} has no sub-model {idx}; see /v1/reconstructions/{rid}/submodels"
+        ))
+    };
+    // The other sub-models are sealed by the map stage and belong to the last snapshot.
+    if snapshots.last().map(|l| l.0) != Some(seq) {
+        return Err(none());
+    }
+    use tessera_jobs::reconstruct::{Stage, checkpoint};
+    let mapped = checkpoint::manifest(s.engine.ports().objects.as_ref(), rid, Stage::Map.name())
+        .await
+        .map_err(|e| Problem::internal(e.message))?
+        .ok_or_else(none)?;
+    let count = mapped.result["submodels"].as_array().map_or(0, Vec::len);
+    if idx >= count {
+        return Err(none());
+    }
+    Ok(format!(
+        "{}/submodels/{idx}",
+        checkpoint::prefix(rid, "map")
+    ))
+}
+
+/// One derived file of sub-model `idx` of sealed snapshot `seq`: made once from the
+/// sealed COLMAP model (all files together), stored, and then only read.
+async fn derived(
+    s: &ApiState,
+    job: &Job,
+    seq: u64,
+    idx: usize,
+    name: &str,
+) -> Result<bytes::Bytes, Problem> {
     let objects = s.engine.ports().objects.clone();
-    let cached = format!("recon/{}/sfmapi/{seq}/{name}", job.id);
+    let dir = match idx {
+        0 => format!("recon/{}/sfmapi/{seq}", job.id),
+        _ => format!("recon/{}/sfmapi/{seq}/submodels/{idx}", job.id),
+    };
+    let cached = format!("{dir}/{name}");
     // A derived file exists only for a sealed snapshot, so a stored one is served without
     // listing the snapshots again.
     match objects.get(&cached).await {
         Ok(b) => Ok(b),
         Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
-            let Some((_, model)) = sealed(s, job).await?.into_iter().find(|x| x.0 == seq) else {
-                return Err(Problem::not_found(format!(
-                    "reconstruction {rid} has no sealed snapshot {seq}"
-                )));
-            };
+            let model = model_of(s, job, seq, idx).await?;
             let mut files = Vec::new();
             for f in ["cameras.bin", "images.bin", "points3D.bin"] {
                 files.push((
@@ -222,7 +299,7 @@ async fn derived(s: &ApiState, job: &Job, seq: u64, name: &str) -> Result<bytes:
             for (n, b) in rendered {
                 let b = bytes::Bytes::from(b);
                 match objects
-                    .put_if_absent(&format!("recon/{}/sfmapi/{seq}/{n}", job.id), b.clone())
+                    .put_if_absent(&format!("{dir}/{n}"), b.clone())
                     .await
                 {
                     Ok(_) | Err(tessera_core::ports::ObjectStoreError::AlreadyExists(_)) => {}
@@ -299,7 +376,7 @@ async fn submodels_of(s: &ApiState, job: &Job) -> Result<Vec<Value>, Problem> {
     let Some((seq, model)) = latest else {
         return Ok(Vec::new());
     };
-    let summary: Value = serde_json::from_slice(&derived(s, job, seq, "summary.json").await?)
+    let summary: Value = serde_json::from_slice(&derived(s, job, seq, 0, "summary.json").await?)
         .map_err(Problem::internal)?;
     let first = &summary["models"][0];
     Ok(vec![entry(

@@ -45,8 +45,35 @@ pub struct Dataset {
     /// Images registered (the quota counter; stored datasets without it count from 0).
     #[serde(default)]
     pub image_count: u64,
+    /// How photos share intrinsics (datasets stored before this existed: shared).
+    #[serde(default)]
+    pub intrinsics_mode: IntrinsicsMode,
     /// Created, RFC 3339.
     pub created_at: String,
+}
+
+/// How a dataset's photos share camera intrinsics (sfmapi's `intrinsics_mode`).
+///
+/// Image names hold no folders (see [`check_name`]), so a dataset is one folder and
+/// `per_folder` shares as `single_camera` does. Photos of different sizes never share
+/// one camera: COLMAP would drop every photo whose size differs from the camera's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntrinsicsMode {
+    /// One camera for all photos of one size.
+    #[default]
+    SingleCamera,
+    /// One camera per photo.
+    PerImage,
+    /// One camera per folder of photos.
+    PerFolder,
+}
+
+impl IntrinsicsMode {
+    /// Whether every photo gets its own intrinsics.
+    pub fn per_image(self) -> bool {
+        self == Self::PerImage
+    }
 }
 
 fn upload_kind() -> String {
@@ -143,6 +170,8 @@ pub struct NewDataset {
     pub camera_model: String,
     /// Whether reconstructions apply EXIF orientation.
     pub respect_exif_orientation: bool,
+    /// How photos share intrinsics.
+    pub intrinsics_mode: IntrinsicsMode,
 }
 
 /// Create a dataset in `project` (which the caller owns).
@@ -169,6 +198,7 @@ pub async fn create(
         camera_model: new.camera_model,
         respect_exif_orientation: new.respect_exif_orientation,
         image_count: 0,
+        intrinsics_mode: new.intrinsics_mode,
         created_at: Millis::now().to_rfc3339(),
     };
     let mut item = Item::new(
@@ -230,6 +260,7 @@ pub async fn update(store: &dyn StateStore, d: &Dataset) -> Result<(), CatalogEr
                     "respect_exif_orientation".into(),
                     json!(d.respect_exif_orientation),
                 ),
+                ("intrinsics_mode".into(), json!(d.intrinsics_mode)),
             ],
             condition: Condition::Exists,
         }])

@@ -168,6 +168,7 @@ mod tests {
             georef: Georef::None,
             exports: vec![ExportFormat::PointsBin],
             respect_exif_orientation: false,
+            per_image_intrinsics: false,
             image_set_digest: None,
             priority: 0,
         }

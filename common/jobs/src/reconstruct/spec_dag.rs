@@ -71,11 +71,18 @@ impl SpecKind {
     fn params(self, spec: &ReconstructionSpec) -> Value {
         let backend = json!({ "name": spec.backend.name, "version": spec.backend.version });
         match self {
-            SpecKind::Extract => json!({
-                "camera_model": spec.camera_model, "max_features": spec.max_features,
-                "max_image_size": spec.max_image_size,
-                "respect_exif_orientation": spec.respect_exif_orientation, "backend": backend,
-            }),
+            SpecKind::Extract => {
+                let mut p = json!({
+                    "camera_model": spec.camera_model, "max_features": spec.max_features,
+                    "max_image_size": spec.max_image_size,
+                    "respect_exif_orientation": spec.respect_exif_orientation, "backend": backend,
+                });
+                // Only where set, so the hashes of specs from before it stay as they were.
+                if spec.per_image_intrinsics {
+                    p["per_image_intrinsics"] = json!(true);
+                }
+                p
+            }
             SpecKind::Match => json!({ "pairs": spec.pairs, "backend": backend }),
             SpecKind::Verify => json!({ "backend": backend }),
             SpecKind::Map => json!({

@@ -422,7 +422,20 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let db = dir.join("database.db");
         let sizes: BTreeSet<(u64, u64)> = photos.iter().map(|p| (p.width, p.height)).collect();
-        let invocations = backend.extract(&self.spec, &db, &images, sizes.len() == 1, None, None);
+        // Photos of one size share one camera unless the spec asks for one per photo;
+        // photos of several sizes cannot share intrinsics, so each gets its own.
+        let shared = sizes.len() == 1 && !self.spec.per_image_intrinsics;
+        if sizes.len() > 1 && !self.spec.per_image_intrinsics {
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!(
+                        "the photos come in {} sizes, so each photo gets its own intrinsics instead of one shared camera",
+                        sizes.len()
+                    ),
+                })
+                .await?;
+        }
+        let invocations = backend.extract(&self.spec, &db, &images, shared, None, None);
         let report = self
             .exec(
                 invocations,

@@ -14,7 +14,8 @@ fn gpu(cuda: bool) -> &'static str {
 
 /// `feature_extractor`. `single_camera` shares one set of intrinsics between all
 /// photos, which is right only when they all come from one camera at one size (COLMAP
-/// skips photos whose size differs from the shared camera's).
+/// skips photos whose size differs from the shared camera's); the spec's
+/// `per_image_intrinsics` gives each photo its own.
 pub fn extract(
     spec: &ReconstructionSpec,
     db: &Path,
@@ -33,7 +34,13 @@ pub fn extract(
         "--image_path",
         &p(images),
         "--ImageReader.single_camera",
-        if single_camera { "1" } else { "0" },
+        if single_camera && !spec.per_image_intrinsics {
+            "1"
+        } else {
+            "0"
+        },
+        "--ImageReader.single_camera_per_image",
+        if spec.per_image_intrinsics { "1" } else { "0" },
         "--ImageReader.camera_model",
         &model,
         "--SiftExtraction.use_gpu",

@@ -239,6 +239,10 @@ impl EngineBackend for PycolmapBackend {
             ("images", p(images)),
             ("camera-model", model),
             ("single-camera", u8::from(single_camera).to_string()),
+            (
+                "per-image-camera",
+                u8::from(spec.per_image_intrinsics).to_string(),
+            ),
             ("max-image-size", spec.max_image_size.to_string()),
             ("max-features", spec.max_features.to_string()),
             ("gpu", self.gpu()),

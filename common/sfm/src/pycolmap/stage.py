@@ -87,7 +87,13 @@ def extract(args):
     options = pycolmap.FeatureExtractionOptions()
     options.max_image_size = args.max_image_size
     options.sift.max_num_features = args.max_features
-    mode = pycolmap.CameraMode.SINGLE if args.single_camera else pycolmap.CameraMode.AUTO
+    # COLMAP 4's AUTO shares a camera between photos whose size and EXIF agree.
+    if args.per_image_camera:
+        mode = pycolmap.CameraMode.PER_IMAGE
+    elif args.single_camera:
+        mode = pycolmap.CameraMode.SINGLE
+    else:
+        mode = pycolmap.CameraMode.AUTO
     with Verbose():
         pycolmap.extract_features(
             args.database,
@@ -274,6 +280,7 @@ def main():
     p.add_argument("--images", required=True)
     p.add_argument("--camera-model", default="SIMPLE_RADIAL")
     p.add_argument("--single-camera", type=int, default=0)
+    p.add_argument("--per-image-camera", type=int, default=0)
     p.add_argument("--max-image-size", type=int, default=3200)
     p.add_argument("--max-features", type=int, default=8192)
     p.add_argument("--image-list")
