@@ -7,6 +7,7 @@ pub mod events;
 pub mod jobs;
 pub mod meta;
 pub mod optional;
+pub mod photo_review;
 pub mod pipeline_run;
 pub mod pipelines;
 pub mod privacy;
@@ -1006,6 +1007,24 @@ pub fn table() -> Vec<Operation> {
             "x-tessera",
             202,
             post(privacy::add_photo),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/projects/{project_id}/photos",
+            "/v1/x-tessera/projects/{project_id}/photos",
+            "A project's photos, newest first, each with its state (failed ones with the reason), faces and variants",
+            "x-tessera",
+            200,
+            get(photo_review::list),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/photos/{photo_id}/original",
+            "/v1/x-tessera/photos/{photo_id}/original",
+            "The unblurred original as uploaded (admin keys only; audited)",
+            "x-tessera",
+            200,
+            get(photo_review::original),
         ),
         op(
             M::POST,

@@ -421,7 +421,7 @@ pub async fn presign_photo(
         .into_response())
 }
 
-async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
+pub(crate) async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
     let missing = || {
         Problem::not_found(format!(
             "photo {id} does not exist (yet: ingest may still be running)"
@@ -466,12 +466,19 @@ async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<Str
     out
 }
 
-fn photo_view(p: &Photo, downloads: &std::collections::HashMap<String, String>) -> Value {
+pub(crate) fn photo_view(
+    p: &Photo,
+    state: &photos::status::PhotoState,
+    downloads: &std::collections::HashMap<String, String>,
+) -> Value {
     let href = format!("/v1/x-tessera/photos/{}", p.id);
     let published = p.published_at.is_some();
+    let state = serde_json::to_value(state).expect("serializable");
     json!({
         "photo_id": p.id, "project_id": p.project, "name": p.file_name, "width": p.width, "height": p.height,
-        "status": if published { "published" } else { "processing_or_unpublished" },
+        "status": state["status"], "reason": state.get("reason"),
+        "created_at": p.created_at.to_rfc3339(),
+        "original_deleted": p.original_deleted_at.is_some(),
         "published_at": p.published_at.map(|m| m.to_rfc3339()),
         "variant_version": p.variant_version,
         "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision })).collect::<Vec<_>>()),
@@ -484,7 +491,7 @@ fn photo_view(p: &Photo, downloads: &std::collections::HashMap<String, String>) 
                 "download_url": downloads.get(&r.key), "thumbnail_download_url": downloads.get(&r.thumb_key),
             })
         }).collect::<Vec<_>>(),
-        "_links": super::links(&href, &[]),
+        "_links": super::links(&href, &[("original", format!("{href}/original"))]),
     })
 }
 
@@ -495,8 +502,9 @@ pub async fn get_photo(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let p = owned_photo(&s, &caller, &id).await?;
+    let state = super::photo_review::state_of(&s, &caller, &p).await?;
     let downloads = download_urls(&s, &p).await;
-    Ok(Json(photo_view(&p, &downloads)))
+    Ok(Json(photo_view(&p, &state, &downloads)))
 }
 
 /// `?page_token=…&page_size=…` for the audit trail.

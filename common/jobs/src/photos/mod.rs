@@ -27,6 +27,7 @@ pub mod reblur;
 pub mod render;
 pub mod row;
 pub mod scenes;
+pub mod status;
 pub mod upload;
 
 use serde::{Deserialize, Serialize};
