@@ -188,7 +188,7 @@ pub async fn project_photos(
             job_id: Some(job.id),
         });
     }
-    out.sort_by(|a, b| b.photo_id.to_string().cmp(&a.photo_id.to_string()));
+    out.sort_by_key(|p| std::cmp::Reverse(p.photo_id.to_string()));
     Ok(out)
 }
 
