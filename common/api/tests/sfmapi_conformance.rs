@@ -1096,3 +1096,43 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
         );
     }
 }
+
+/// Tessera's extension of the mapping spec (`spec.x-tessera`): bundle adjustment,
+/// georeferencing and exports, offered only where the engine lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_tessera_finishing_options_reach_the_reconstruction_spec() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let (pid, did) = dataset_of_samples(&c, &s.base, "finish", 3, 1 << 20).await;
+    let recipe = format!("{}/v1/projects/{pid}/pipelines/incremental", s.base);
+    let (st, lro) = post_json(
+        &c,
+        recipe.clone(),
+        json!({ "dataset_id": did, "spec": { "kind": "incremental",
+            "x-tessera": { "ba": "two_stage", "georeference": "none", "exports": ["ply", "colmap_text"] } } }),
+    )
+    .await;
+    assert_eq!(st, 202, "{lro}");
+    let rid = lro["recon_id"].as_str().unwrap();
+    let spec = get(&c, format!("{}/v1/reconstructions/{rid}", s.base)).await["spec"].clone();
+    assert_eq!(spec["ba"], "two_stage", "{spec}");
+    assert_eq!(
+        spec["exports"],
+        json!(["points-bin", "ply", "colmap-text"]),
+        "{spec}"
+    );
+    for bad in [
+        json!({ "ba": "sloppy" }),
+        json!({ "georeference": "astrology" }),
+        json!({ "exports": ["gltf"] }),
+        json!("two_stage"),
+    ] {
+        let (st, e) = post_json(
+            &c,
+            recipe.clone(),
+            json!({ "dataset_id": did, "spec": { "kind": "incremental", "x-tessera": bad } }),
+        )
+        .await;
+        assert_eq!(st, 422, "{bad}: {e}");
+    }
+}

@@ -157,13 +157,77 @@ pub(crate) fn require_capabilities(
 
 /// The reconstruction spec for a dataset the caller owns, from sfmapi's spec shapes
 /// (its capabilities already checked by [`require_capabilities`]).
+/// Tessera's own choices for what runs after mapping, from a mapping spec's
+/// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" |
+/// "gps", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}` (`points_bin`, which
+/// the snapshots need, is always written). 501 naming the engine capability it lacks;
+/// 422 for a value that is none of these.
+fn finishing(
+    s: &ApiState,
+    options: Option<&Value>,
+) -> Result<(BaMode, Georef, Vec<ExportFormat>), Problem> {
+    let o = options.cloned().unwrap_or(Value::Null);
+    if !o.is_null() && !o.is_object() {
+        return Err(Problem::validation("spec.x-tessera must be an object"));
+    }
+    let offered = |c: &str| s.capabilities.iter().any(|x| x == c);
+    let ba = match o["ba"].as_str() {
+        None | Some("standard") => BaMode::Standard,
+        Some("two_stage") if offered("ba.two_stage") => BaMode::TwoStage,
+        Some("two_stage") => return Err(Problem::capability_unavailable("ba.two_stage")),
+        Some(other) => {
+            return Err(Problem::validation(format!(
+                "spec.x-tessera.ba `{other}`: use standard or two_stage"
+            )));
+        }
+    };
+    let georef = match o["georeference"].as_str() {
+        None | Some("none") => Georef::None,
+        Some("gps") if offered("georegister.sim3") => Georef::Gps { target_epsg: None },
+        Some("gps") => return Err(Problem::capability_unavailable("georegister.sim3")),
+        Some(other) => {
+            return Err(Problem::validation(format!(
+                "spec.x-tessera.georeference `{other}`: use none or gps (the photos' EXIF GPS)"
+            )));
+        }
+    };
+    let mut exports = vec![ExportFormat::PointsBin];
+    for e in o["exports"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let (format, capability) = match e.as_str() {
+            Some("ply") => (ExportFormat::Ply, "export.ply"),
+            Some("nvm") => (ExportFormat::Nvm, "export.nvm"),
+            Some("colmap_text") => (ExportFormat::ColmapText, "export.colmap_text"),
+            Some("colmap_bin") => (ExportFormat::ColmapBin, "export.colmap_bin"),
+            Some("points_bin") => (ExportFormat::PointsBin, "export.points_bin"),
+            _ => {
+                return Err(Problem::validation(format!(
+                    "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin"
+                )));
+            }
+        };
+        if !offered(capability) {
+            return Err(Problem::capability_unavailable(capability));
+        }
+        if !exports.contains(&format) {
+            exports.push(format);
+        }
+    }
+    Ok((ba, georef, exports))
+}
+
 async fn spec_for(
     s: &ApiState,
     d: super::datasets::Dataset,
     mapper: MapperKind,
     features: Option<&Value>,
     pairs: Option<&Value>,
+    options: Option<&Value>,
 ) -> Result<Planned, Problem> {
+    let (ba, georef, exports) = finishing(s, options)?;
     let images = super::datasets::all_images(s, &d).await?;
     if images.is_empty() {
         return Err(Problem::validation(format!(
@@ -216,9 +280,9 @@ async fn spec_for(
         max_image_size: resolution.max_image_size,
         pairs,
         mapper,
-        ba: BaMode::Standard,
-        georef: Georef::None,
-        exports: vec![ExportFormat::PointsBin],
+        ba,
+        georef,
+        exports,
         respect_exif_orientation: d.respect_exif_orientation,
         per_image_intrinsics: d.intrinsics_mode.per_image(),
         image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
@@ -421,6 +485,7 @@ pub async fn reconstruct(
         mapper,
         sections.features.as_ref(),
         sections.pairs.as_ref(),
+        sections.spec.as_ref().and_then(|m| m.get("x-tessera")),
     )
     .await?;
     submit_plan(s, caller, &planned, tessera_jobs::reconstruct::KIND, None).await
@@ -454,6 +519,14 @@ pub async fn stage(
         ..Sections::default()
     }
     .provider(s)?;
-    let planned = spec_for(s, d, MapperKind::Incremental, features, req.pairs.as_ref()).await?;
+    let planned = spec_for(
+        s,
+        d,
+        MapperKind::Incremental,
+        features,
+        req.pairs.as_ref(),
+        None,
+    )
+    .await?;
     submit_plan(s, caller, &planned, stage, Some(last)).await
 }
