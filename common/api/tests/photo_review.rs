@@ -146,3 +146,39 @@ async fn photos_are_listed_with_states_and_reasons_and_originals_are_for_admins(
     assert_eq!(reads.len(), 1, "one admin read, audited: {audit}");
     assert_eq!(reads[0]["target"], format!("photo/{}", ids[0]));
 }
+
+/// The console's map and photo details read parsed EXIF, not display strings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exif_gives_the_camera_focal_length_and_gps_parsed() {
+    let s = serve(AuthMode::None, false).await;
+    let c = client();
+    let (_, did) = dataset_of_samples(&c, &s.base, "exif", 1, 1 << 20).await;
+    let images: Value = c
+        .get(format!("{}/v1/datasets/{did}/images", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = images["items"][0]["image_id"].as_str().unwrap();
+    let e: Value = c
+        .get(format!("{}/v1/images/{id}/exif", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(e["exif"].as_object().unwrap().len() > 5, "{e}");
+    assert!(e["camera"].as_str().is_some_and(|c| !c.is_empty()), "{e}");
+    assert!(e["focal_length_mm"].as_f64().unwrap() > 0.0, "{e}");
+    let (lat, lon) = (
+        e["gps"]["lat"].as_f64().unwrap(),
+        e["gps"]["lon"].as_f64().unwrap(),
+    );
+    assert!(
+        lat.abs() <= 90.0 && lon.abs() <= 180.0 && (lat, lon) != (0.0, 0.0),
+        "{e}"
+    );
+}

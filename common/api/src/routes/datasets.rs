@@ -830,7 +830,9 @@ pub async fn thumbnail(
 const EXIF_READ: u64 = 1 << 20;
 
 /// `GET /v1/images/{id}/exif`: every EXIF field as text (empty when there is none or it
-/// is unreadable).
+/// is unreadable), and what reconstruction reads from them parsed: `camera` (make and
+/// model), `focal_length_mm`, `gps` (`{lat, lon, alt}`, degrees and metres), each null
+/// where absent.
 pub async fn exif(
     State(s): State<ApiState>,
     caller: Caller,
@@ -853,5 +855,16 @@ pub async fn exif(
             );
         }
     }
-    Ok(Json(json!({ "image_id": img.image_id, "exif": fields })))
+    let (focal, gps) = tessera_jobs::reconstruct::images::exif_facts(&b);
+    let camera = ["Make", "Model"]
+        .iter()
+        .filter_map(|k| fields.get(*k).and_then(Value::as_str))
+        .map(|v| v.trim_matches('"').trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(Json(json!({
+        "image_id": img.image_id, "exif": fields,
+        "camera": Some(camera).filter(|c| !c.is_empty()), "focal_length_mm": focal, "gps": gps,
+    })))
 }
