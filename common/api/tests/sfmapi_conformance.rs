@@ -1012,6 +1012,39 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
 
+    // §8: every phase a client saw start or progress also completes, so a timeline built
+    // from the events ends with nothing left running.
+    let sse = c
+        .get(format!("{}/v1/jobs/{rid}/events", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    let phases = |kind: &str| -> std::collections::BTreeSet<String> {
+        events
+            .iter()
+            .filter(|e| e["type"] == kind)
+            .map(|e| e["phase"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let begun: std::collections::BTreeSet<String> = phases("phase_started")
+        .union(&phases("phase_progress"))
+        .cloned()
+        .collect();
+    assert!(begun.contains("ingest") && begun.len() >= 5, "{begun:?}");
+    assert_eq!(
+        begun,
+        phases("phase_completed"),
+        "phases begun and completed"
+    );
+
     // intrinsics_mode per_image: the engine made one camera per registered photo.
     let snaps = get(&c, format!("{}/v1/reconstructions/{rid}/snapshots", s.base)).await;
     let seq = snaps["seqs"]

@@ -315,6 +315,7 @@ impl Run<'_> {
         let total = keys.len() as u64;
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
+        let ingest_started = self.ctx.phase_started(Phase::Ingest).await?;
         for (i, key) in keys.iter().enumerate() {
             let name = key.rsplit('/').next().unwrap_or(key).to_string();
             let bytes = objects.get(key).await?;
@@ -369,6 +370,9 @@ impl Run<'_> {
                 .progress(Phase::Ingest, i as u64 + 1, Some(total), None)
                 .await?;
         }
+        self.ctx
+            .phase_completed(Phase::Ingest, ingest_started)
+            .await?;
         if accepted.len() < 2 {
             let why: Vec<String> = rejected
                 .iter()
@@ -1263,54 +1267,69 @@ pub async fn run_backend(
     };
     let drain = async {
         let mut tail: VecDeque<String> = VecDeque::new();
+        // The engine's own sub-phases (registration, bundle adjustment, …), each with
+        // when it was first seen: completed together when the command succeeds, so every
+        // phase a client saw start also ends.
+        let mut seen: Vec<(Phase, Instant)> = Vec::new();
         let mut last_progress = Instant::now() - Duration::from_secs(1);
-        let mut handle = async |line: String, tail: &mut VecDeque<String>| {
-            match backend.parse_line(&line, total) {
-                Some(tessera_sfm::backend::LineEvent::Progress {
-                    phase,
-                    current,
-                    total,
-                }) => {
-                    let last = total == Some(current);
-                    if last || last_progress.elapsed() >= Duration::from_millis(250) {
-                        last_progress = Instant::now();
-                        let _ = ctx.progress(phase, current, total, None).await;
+        let mut handle =
+            async |line: String, tail: &mut VecDeque<String>, seen: &mut Vec<(Phase, Instant)>| {
+                let event = backend.parse_line(&line, total);
+                if let Some(
+                    tessera_sfm::backend::LineEvent::Progress { phase: p, .. }
+                    | tessera_sfm::backend::LineEvent::Started(p),
+                ) = &event
+                    && *p != phase
+                    && !seen.iter().any(|(s, _)| s == p)
+                {
+                    seen.push((*p, Instant::now()));
+                }
+                match event {
+                    Some(tessera_sfm::backend::LineEvent::Progress {
+                        phase,
+                        current,
+                        total,
+                    }) => {
+                        let last = total == Some(current);
+                        if last || last_progress.elapsed() >= Duration::from_millis(250) {
+                            last_progress = Instant::now();
+                            let _ = ctx.progress(phase, current, total, None).await;
+                        }
                     }
+                    Some(tessera_sfm::backend::LineEvent::Started(p)) => {
+                        let _ = ctx.emit(EventKind::PhaseStarted { phase: p }).await;
+                    }
+                    Some(tessera_sfm::backend::LineEvent::Figure(name, v)) => {
+                        let _ = ctx.metric(name, v, None).await;
+                    }
+                    Some(tessera_sfm::backend::LineEvent::Warning(w)) => {
+                        let _ = ctx.emit(EventKind::Warning { message: w }).await;
+                    }
+                    None => {}
                 }
-                Some(tessera_sfm::backend::LineEvent::Started(p)) => {
-                    let _ = ctx.emit(EventKind::PhaseStarted { phase: p }).await;
+                tail.push_back(line);
+                if tail.len() > 12 {
+                    tail.pop_front();
                 }
-                Some(tessera_sfm::backend::LineEvent::Figure(name, v)) => {
-                    let _ = ctx.metric(name, v, None).await;
-                }
-                Some(tessera_sfm::backend::LineEvent::Warning(w)) => {
-                    let _ = ctx.emit(EventKind::Warning { message: w }).await;
-                }
-                None => {}
-            }
-            tail.push_back(line);
-            if tail.len() > 12 {
-                tail.pop_front();
-            }
-        };
+            };
         loop {
             tokio::select! {
                 l = rx.recv() => match l {
-                    Some(l) => handle(l, &mut tail).await,
+                    Some(l) => handle(l, &mut tail, &mut seen).await,
                     None => break,
                 },
                 _ = done.notified() => {
                     while let Ok(l) = rx.try_recv() {
-                        handle(l, &mut tail).await;
+                        handle(l, &mut tail, &mut seen).await;
                     }
                     break;
                 }
             }
         }
-        tail
+        (tail, seen)
     };
     let started = ctx.phase_started(phase).await?;
-    let (report, tail) = tokio::join!(run, drain);
+    let (report, (tail, seen)) = tokio::join!(run, drain);
     let report = report?;
     let stage = ctx.task().name.clone();
     ctx.metric(
@@ -1360,6 +1379,9 @@ pub async fn run_backend(
                 "COLMAP {command} failed (exit {code:?}, signal {sig:?}); it said: {said}"
             )));
         }
+    }
+    for (p, at) in seen {
+        ctx.phase_completed(p, at).await?;
     }
     ctx.phase_completed(phase, started).await?;
     Ok(report)
