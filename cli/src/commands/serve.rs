@@ -94,10 +94,9 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
             args.cors_origins.clone(),
         ),
     });
-    eprintln!(
-        "serving the Tessera API on http://{}",
-        listener.local_addr()?
-    );
+    let addr = listener.local_addr()?;
+    eprintln!("serving the Tessera API on http://{addr}");
+    eprintln!("console: open http://{addr}/ in a browser");
     let stop = CancellationToken::new();
     let worker = (!args.no_workers).then(|| {
         let w = Worker::new(

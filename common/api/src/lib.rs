@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod browser;
 pub mod bytes;
+pub mod console;
 pub mod metrics;
 pub mod problem;
 pub mod routes;

@@ -1200,7 +1200,10 @@ pub fn router(state: ApiState) -> Router {
             None => by_path.push((o.route, o.handler)),
         }
     }
-    let mut r = Router::new();
+    // The web console: static files, no key needed (they hold no data).
+    let mut r = Router::new()
+        .route("/", get(crate::console::index))
+        .route("/console/{*path}", get(crate::console::asset));
     for (path, mr) in by_path {
         r = r.route(path, mr);
     }

@@ -1,0 +1,94 @@
+// The console's only way to the server: the public HTTP API, with the key kept in
+// session storage (never local storage, never a cookie), sent as a bearer token.
+
+const KEY = 'tessera.apiKey';
+
+export const auth = {
+  get key() { return sessionStorage.getItem(KEY); },
+  set key(v) { if (v) sessionStorage.setItem(KEY, v); else sessionStorage.removeItem(KEY); },
+};
+
+/** A problem+json answer, or a network failure (status 0). */
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail || problem?.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem || {};
+  }
+}
+
+function headersWithAuth(extra = {}) {
+  const h = { ...extra };
+  if (auth.key) h.Authorization = `Bearer ${auth.key}`;
+  return h;
+}
+
+const listeners = new Set();
+/** Called with no argument whenever the server answers 401. */
+export function onUnauthorized(f) { listeners.add(f); }
+
+/**
+ * Call the API. JSON bodies are sent as JSON; Blobs and byte arrays as they are.
+ * Answers the parsed JSON (or null for 204), or the Response itself with `raw`.
+ */
+export async function api(path, { method = 'GET', body, headers = {}, raw = false, signal } = {}) {
+  const h = headersWithAuth(headers);
+  let payload = body;
+  const binary = body instanceof Blob || body instanceof ArrayBuffer || ArrayBuffer.isView(body);
+  if (body !== undefined && !binary) {
+    h['content-type'] = 'application/json';
+    payload = JSON.stringify(body);
+  } else if (binary && !h['content-type']) {
+    h['content-type'] = 'application/octet-stream';
+  }
+  let r;
+  try {
+    r = await fetch(path, { method, headers: h, body: payload, signal });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError(0, { detail: `the server did not answer (${e.message})` });
+  }
+  if (r.status === 401) listeners.forEach((f) => f());
+  if (!r.ok && r.status !== 304) {
+    let problem;
+    try { problem = await r.json(); } catch { problem = { detail: `${r.status} ${r.statusText}` }; }
+    throw new ApiError(r.status, problem);
+  }
+  if (raw) return r;
+  if (r.status === 204) return null;
+  const ct = r.headers.get('content-type') || '';
+  return ct.includes('json') ? r.json() : r;
+}
+
+/** Every item of a paged list. */
+export async function all(path) {
+  const items = [];
+  let token = null;
+  do {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await api(token ? `${path}${sep}page_token=${encodeURIComponent(token)}` : path);
+    items.push(...(page.items || []));
+    token = page.next_page_token;
+  } while (token);
+  return items;
+}
+
+const blobCache = new Map();
+/**
+ * An object URL for bytes behind auth (an <img src> cannot send the key). Cached per
+ * path for the page's life: photo files are immutable (versioned keys).
+ */
+export async function blobUrl(path) {
+  if (!blobCache.has(path)) {
+    blobCache.set(path, api(path, { raw: true }).then(async (r) => URL.createObjectURL(await r.blob())));
+    blobCache.get(path).catch(() => blobCache.delete(path));
+  }
+  return blobCache.get(path);
+}
+
+/** The capabilities, fetched once. */
+let caps;
+export function capabilities() {
+  caps ||= api('/v1/capabilities');
+  return caps;
+}

@@ -1,0 +1,78 @@
+// The console: a hash router over views, each built only from the public API. With
+// `--auth api_key` the page asks for a key first and keeps it in session storage.
+
+import { api, auth, onUnauthorized } from './api.js';
+import { h, fill, errorBox } from './dom.js';
+import * as projects from './views/projects.js';
+import * as dataset from './views/dataset.js';
+import * as job from './views/job.js';
+import * as privacy from './views/privacy.js';
+
+// What tests and people debugging can read: the page's own state, not pixels.
+window.__tessera = { errors: [], views: 0 };
+
+const routes = [
+  [/^#\/?$/, () => projects.list()],
+  [/^#\/projects\/([\w-]+)$/, (pid) => projects.detail(pid)],
+  [/^#\/projects\/([\w-]+)\/datasets\/([\w-]+)$/, (pid, did) => dataset.view(pid, did)],
+  [/^#\/projects\/([\w-]+)\/privacy$/, (pid) => privacy.photos(pid)],
+  [/^#\/photos\/([\w-]+)$/, (id) => privacy.photo(id)],
+  [/^#\/jobs\/([\w-]+)$/, (id) => job.view(id)],
+];
+
+let cleanup = null;
+
+function askForKey(main, why) {
+  const input = h('input', { type: 'password', autocomplete: 'off', placeholder: 'tsk_…', required: true });
+  fill(main,
+    h('section', { class: 'card narrow' },
+      h('h1', {}, 'API key'),
+      h('p', {}, why || 'This server asks for an API key. It is kept in this tab only (session storage) and sent with each request.'),
+      h('form', {
+        onsubmit: (e) => {
+          e.preventDefault();
+          auth.key = input.value.trim();
+          render();
+        },
+      }, h('label', { for: 'key' }, 'Key'), Object.assign(input, { id: 'key' }), h('button', { type: 'submit' }, 'Use this key'))));
+  input.focus();
+}
+
+async function render() {
+  const main = document.getElementById('main');
+  cleanup?.();
+  cleanup = null;
+  document.getElementById('signout').hidden = !auth.key;
+  const route = routes.find(([re]) => re.test(location.hash || '#/'));
+  if (!route) {
+    fill(main, h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Projects')));
+    return;
+  }
+  try {
+    // One authenticated call first: 401 means a key is needed (or the one kept is gone).
+    const probe = await api('/v1/projects?page_size=1', { raw: true }).catch((e) => e);
+    if (probe?.status === 401) {
+      askForKey(main, auth.key ? 'That key was refused. Enter another.' : undefined);
+      return;
+    }
+    fill(main, h('p', { class: 'dim' }, 'Loading…'));
+    const args = (location.hash || '#/').match(route[0]).slice(1);
+    const view = await route[1](...args);
+    fill(main, view.el);
+    cleanup = view.cleanup || null;
+    window.__tessera.views += 1;
+    document.title = `${view.title || 'Tessera'} · Tessera console`;
+    main.focus({ preventScroll: true });
+  } catch (e) {
+    fill(main, errorBox(e));
+    window.__tessera.errors.push(String(e?.message || e));
+  }
+}
+
+onUnauthorized(() => {
+  if (!document.querySelector('#key')) askForKey(document.getElementById('main'), 'The server refused the key. Enter another.');
+});
+document.getElementById('signout').addEventListener('click', () => { auth.key = null; render(); });
+window.addEventListener('hashchange', render);
+api('/version').then((v) => { document.getElementById('server').textContent = `v${v.version || ''}`; }).catch(() => {});
+render();

@@ -1,0 +1,126 @@
+// A job's events (`GET /v1/jobs/{id}/events`) read over fetch rather than EventSource,
+// which cannot send the API key. Resumes with `Last-Event-ID` after a dropped
+// connection or a reload (the last id is kept per job in session storage), and applies
+// an event only if its id is the next one: none missing, none twice.
+
+import { api, auth } from './api.js';
+
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'cancelled_dirty']);
+
+/** Split an SSE body into frames, keeping the unfinished tail. */
+export function frames(buffer) {
+  const out = [];
+  let rest = buffer;
+  let cut;
+  while ((cut = rest.search(/\r?\n\r?\n/)) >= 0) {
+    const block = rest.slice(0, cut);
+    rest = rest.slice(cut + (rest[cut] === '\r' ? 4 : 2));
+    const f = { id: null, event: 'message', data: [] };
+    for (const line of block.split(/\r?\n/)) {
+      if (!line || line.startsWith(':')) continue;
+      const i = line.indexOf(':');
+      const field = i < 0 ? line : line.slice(0, i);
+      const value = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
+      if (field === 'id') f.id = value;
+      else if (field === 'event') f.event = value;
+      else if (field === 'data') f.data.push(value);
+    }
+    if (f.data.length) out.push({ ...f, data: f.data.join('\n') });
+  }
+  return { out, rest };
+}
+
+/**
+ * Follow a job's events until it ends. `onEvent(event)` gets each event once, in
+ * order; `onState({connected, reconnects, last})` follows the connection. Answers a
+ * handle with `stop()` and `drop()` (close the current connection, as a network would).
+ */
+export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} }) {
+  // What this tab already received, replayed first after a reload; the stream then
+  // resumes after the last of them.
+  const storeKey = `tessera.events.${jobId}`;
+  let kept = [];
+  try { kept = JSON.parse(sessionStorage.getItem(storeKey) || '[]'); } catch { kept = []; }
+  let last = 0;
+  for (const e of kept) {
+    if (e.seq !== last + 1) break;
+    last = e.seq;
+    onEvent(e);
+  }
+  kept = kept.slice(0, last);
+  const keep = (e) => {
+    kept.push(e);
+    try { sessionStorage.setItem(storeKey, JSON.stringify(kept)); } catch {
+      // Over the storage quota: a reload then replays the whole stream instead.
+      sessionStorage.removeItem(storeKey);
+    }
+  };
+  let stopped = false;
+  let reconnects = 0;
+  let controller = null;
+  const state = (connected) => onState({ connected, reconnects, last });
+
+  async function once() {
+    controller = new AbortController();
+    const headers = { Accept: 'text/event-stream' };
+    if (last > 0) headers['Last-Event-ID'] = String(last);
+    if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
+    const r = await fetch(`/v1/jobs/${jobId}/events`, { headers, signal: controller.signal });
+    if (!r.ok) throw new Error(`events: HTTP ${r.status}`);
+    state(true);
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      const { out, rest } = frames(buffer);
+      buffer = rest;
+      for (const f of out) {
+        const seq = Number(f.id);
+        if (!Number.isFinite(seq) || seq !== last + 1) continue;
+        last = seq;
+        const event = JSON.parse(f.data);
+        keep(event);
+        onEvent(event);
+      }
+    }
+  }
+
+  (async () => {
+    let delay = 500;
+    while (!stopped) {
+      try {
+        await once();
+        delay = 500;
+      } catch (e) {
+        if (stopped) break;
+        delay = Math.min(8000, delay * 2);
+      }
+      state(false);
+      if (stopped) break;
+      // The stream ends when the job has ended and every event was sent; it also ends
+      // when a connection drops. Only the job's status tells which.
+      const job = await api(`/v1/jobs/${jobId}`).catch(() => null);
+      if (job && TERMINAL.has(job.status) && last >= (await latest(jobId))) {
+        onEnd(job);
+        break;
+      }
+      reconnects += 1;
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  })();
+
+  return {
+    stop() { stopped = true; controller?.abort(); },
+    drop() { controller?.abort(); },
+    get last() { return last; },
+    get reconnects() { return reconnects; },
+  };
+}
+
+async function latest(jobId) {
+  const p = await api(`/v1/jobs/${jobId}/progress`).catch(() => null);
+  return p?.latest_event_id ?? 0;
+}

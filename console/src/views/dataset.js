@@ -1,0 +1,155 @@
+// A dataset: drop photos to upload them (chunked, resumable, a bar per file and one
+// overall), its images as a thumbnail grid with EXIF and a GPS map, and the form that
+// starts a reconstruction with what the server's capabilities allow.
+
+import { api, all, blobUrl, capabilities } from '../api.js';
+import { h, fill, errorBox, field, fmt, toast } from '../dom.js';
+import { uploadFile } from '../upload.js';
+import { gpsMap } from './map.js';
+
+const IMAGE = /\.(jpe?g|png|tiff?|webp|heic|heif)$/i;
+
+/** Run `f` over `items`, `n` at a time. */
+async function pool(items, n, f) {
+  const queue = [...items.entries()];
+  await Promise.all(Array.from({ length: Math.min(n, queue.length) }, async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) await f(next[1], next[0]);
+  }));
+}
+
+function recipeForm(pid, did, caps) {
+  const has = (c) => caps.features?.[c] === true;
+  const engine = new Set(caps['x-tessera']?.engine_capabilities || []);
+  const mappers = ['incremental', 'global', 'hierarchical'].filter((m) => has(`map.${m}`));
+  const mapper = h('select', { name: 'mapper' }, mappers.map((m) => h('option', { value: m }, m)));
+  const pairs = h('select', { name: 'pairs' },
+    h('option', { value: 'auto' }, 'auto (chosen from the photos)'),
+    ['exhaustive', 'sequential'].filter((p) => has(`pairs.${p}`)).map((p) => h('option', { value: p }, p)));
+  const ba = h('select', { name: 'ba' }, ['standard', 'two_stage'].filter((b) => engine.has(`ba.${b}`)).map((b) => h('option', { value: b }, b.replace('_', ' '))));
+  const georef = h('select', { name: 'georeference' }, h('option', { value: 'none' }, 'none'),
+    engine.has('georegister.sim3') ? h('option', { value: 'gps' }, 'GPS from EXIF') : null);
+  const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin'].filter((e) => engine.has(`export.${e}`))
+    .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e }), e.replace('_', ' ')));
+  const out = h('div');
+  const form = h('form', {
+    class: 'recipe',
+    'aria-label': 'Start a reconstruction',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const body = {
+        dataset_id: did,
+        spec: {
+          kind: mapper.value,
+          'x-tessera': {
+            ba: ba.value || 'standard',
+            georeference: georef.value,
+            exports: [...form.querySelectorAll('input[name=export]:checked')].map((i) => i.value),
+          },
+        },
+      };
+      if (pairs.value !== 'auto') body.pairs = { strategy: pairs.value };
+      try {
+        const r = await api(`/v1/projects/${pid}/pipelines/${mapper.value}`, { method: 'POST', body });
+        location.hash = `#/jobs/${r.job_id}`;
+      } catch (err) { fill(out, errorBox(err)); }
+    },
+  },
+  field('Mapper', mapper), field('Pairs', pairs), field('Bundle adjustment', ba), field('Georeference', georef),
+  h('fieldset', {}, h('legend', {}, 'Exports (points for the viewer always)'), exports),
+  h('button', { type: 'submit', disabled: !mappers.length }, 'Start reconstruction'),
+  mappers.length ? null : h('p', { class: 'dim' }, 'This server has no reconstruction engine.'), out);
+  return form;
+}
+
+export async function view(pid, did) {
+  const [d, caps] = await Promise.all([api(`/v1/projects/${pid}/datasets/${did}`), capabilities()]);
+  const grid = h('ul', { class: 'grid', 'aria-label': 'Images' });
+  const detail = h('aside', { class: 'detail', 'aria-live': 'polite' });
+  const mapBox = h('div', { class: 'map' });
+  const uploads = h('ul', { class: 'uploads' });
+  const overall = h('progress', { max: 1, value: 0, hidden: true, 'aria-label': 'All uploads' });
+  const count = h('span', { class: 'dim' });
+
+  async function showImage(img) {
+    fill(detail, h('p', { class: 'dim' }, 'Loading…'));
+    try {
+      const [src, exif] = await Promise.all([blobUrl(`/v1/images/${img.image_id}/thumbnail?size=512`), api(`/v1/images/${img.image_id}/exif`)]);
+      const rows = [
+        ['Size', `${img.width}×${img.height}, ${fmt.bytes(img.byte_size)}`],
+        ['Camera', exif.camera || '–'],
+        ['Focal length', exif.focal_length_mm ? `${exif.focal_length_mm.toFixed(1)} mm` : '–'],
+        ['GPS', exif.gps ? `${exif.gps.lat.toFixed(6)}, ${exif.gps.lon.toFixed(6)}${exif.gps.alt != null ? `, ${exif.gps.alt.toFixed(1)} m` : ''}` : '–'],
+        ['Taken', exif.exif?.DateTimeOriginal || '–'],
+      ];
+      fill(detail, h('h3', {}, img.name), h('img', { src, alt: img.name, class: 'preview' }),
+        h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
+    } catch (e) { fill(detail, errorBox(e)); }
+  }
+
+  async function refresh() {
+    const images = await all(`/v1/datasets/${did}/images`);
+    count.textContent = `${images.length} image${images.length === 1 ? '' : 's'}`;
+    window.__tessera.dataset = { id: did, images: images.length };
+    fill(grid, images.map((img) => {
+      const thumb = h('img', { alt: img.name, loading: 'lazy', width: 160, height: 120 });
+      blobUrl(`/v1/images/${img.image_id}/thumbnail?size=256`).then((u) => { thumb.src = u; }).catch(() => {});
+      return h('li', {}, h('button', { class: 'thumb', onclick: () => showImage(img), title: img.name }, thumb, h('span', {}, img.name)));
+    }));
+    // EXIF GPS for the map, a few requests at a time.
+    const points = [];
+    await pool(images, 6, async (img) => {
+      const e = await api(`/v1/images/${img.image_id}/exif`).catch(() => null);
+      if (e?.gps) points.push({ ...e.gps, name: img.name });
+    });
+    fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.'));
+  }
+
+  async function uploadAll(files) {
+    const list = [...files].filter((f) => IMAGE.test(f.name));
+    const skipped = files.length - list.length;
+    if (skipped) toast(`${skipped} file(s) skipped: not photos`, 'warn');
+    if (!list.length) return;
+    const total = list.reduce((s, f) => s + f.size, 0);
+    const sent = new Map();
+    overall.hidden = false;
+    overall.max = total;
+    const bump = () => { overall.value = [...sent.values()].reduce((a, b) => a + b, 0); };
+    let failed = 0;
+    await pool(list, 3, async (file) => {
+      const bar = h('progress', { max: file.size, value: 0, 'aria-label': `Upload of ${file.name}` });
+      const state = h('span', { class: 'dim' }, 'waiting');
+      uploads.append(h('li', {}, h('span', { class: 'name' }, file.name), bar, state));
+      try {
+        const sha = await uploadFile(file, (n) => { bar.value = n; sent.set(file.name, n); bump(); state.textContent = `${fmt.bytes(n)} of ${fmt.bytes(file.size)}`; });
+        await api(`/v1/datasets/${did}/images`, { method: 'POST', body: { name: file.name, blob_sha: sha } });
+        state.textContent = 'added';
+      } catch (e) {
+        failed += 1;
+        state.replaceWith(errorBox(e));
+      }
+    });
+    toast(failed ? `${list.length - failed} added, ${failed} failed` : `${list.length} photo(s) added`, failed ? 'warn' : 'info');
+    await refresh();
+  }
+
+  const input = h('input', { type: 'file', multiple: true, accept: 'image/*,.heic,.heif', id: 'files', class: 'visually-hidden', onchange: (e) => uploadAll(e.target.files) });
+  const drop = h('div', {
+    class: 'drop',
+    ondragover: (e) => { e.preventDefault(); drop.classList.add('over'); },
+    ondragleave: () => drop.classList.remove('over'),
+    ondrop: (e) => { e.preventDefault(); drop.classList.remove('over'); uploadAll(e.dataTransfer.files); },
+  }, h('p', {}, 'Drop photos here, or '), h('label', { for: 'files', class: 'button', tabindex: 0, onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); input.click(); } } }, 'choose files'), input);
+
+  await refresh().catch((e) => toast(e.message, 'error'));
+  return {
+    title: d.name,
+    el: h('section', {},
+      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, 'Project'), ' / '),
+      h('h1', {}, d.name, ' ', count),
+      h('p', { class: 'dim' }, `${d.camera_model} · ${d.intrinsics_mode.replace('_', ' ')} · manifest ${String(d.manifest_hash).slice(0, 12)}`),
+      drop, overall, uploads,
+      h('div', { class: 'split' }, grid, detail),
+      h('h2', {}, 'Where they were taken'), mapBox,
+      h('h2', {}, 'Reconstruct'), recipeForm(pid, did, caps)),
+  };
+}

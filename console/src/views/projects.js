@@ -1,0 +1,91 @@
+// Projects and their datasets and reconstructions.
+
+import { api, all } from '../api.js';
+import { h, fill, errorBox, field, fmt, toast } from '../dom.js';
+
+export async function list() {
+  const items = await all('/v1/projects');
+  const rows = h('tbody', {}, items.map((p) => h('tr', {},
+    h('td', {}, h('a', { href: `#/projects/${p.project_id}` }, p.name)),
+    h('td', { class: 'dim' }, p.description || ''),
+    h('td', { class: 'dim' }, fmt.time(p.created_at)))));
+  const name = h('input', { name: 'name', required: true, maxlength: 200 });
+  const description = h('input', { name: 'description', maxlength: 2000 });
+  const out = h('div');
+  const form = h('form', {
+    class: 'inline',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      try {
+        const p = await api('/v1/projects', { method: 'POST', body: { name: name.value.trim(), description: description.value.trim() || undefined } });
+        location.hash = `#/projects/${p.project_id}`;
+      } catch (err) { fill(out, errorBox(err)); }
+    },
+  }, field('Name', name), field('Description', description), h('button', { type: 'submit' }, 'Create project'));
+  return {
+    title: 'Projects',
+    el: h('section', {},
+      h('h1', {}, 'Projects'),
+      items.length
+        ? h('table', { class: 'list' }, h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Description'), h('th', {}, 'Created'))), rows)
+        : h('p', { class: 'dim' }, 'No projects yet.'),
+      h('h2', {}, 'New project'), form, out),
+  };
+}
+
+function statusBadge(status) {
+  return h('span', { class: `badge ${status}` }, status);
+}
+
+export async function detail(pid) {
+  const [project, datasets, models, jobs] = await Promise.all([
+    api(`/v1/projects/${pid}`),
+    all(`/v1/projects/${pid}/datasets`),
+    api('/v1/camera-models').then((m) => m.items).catch(() => []),
+    all(`/v1/jobs?project_id=${pid}`).catch(() => []),
+  ]);
+  const name = h('input', { required: true, maxlength: 200 });
+  const camera = h('select', {}, models.map((m) => h('option', { value: m.name, selected: m.name === 'SIMPLE_RADIAL' }, m.name)));
+  const intrinsics = h('select', {},
+    h('option', { value: 'single_camera' }, 'one camera (photos of one size share intrinsics)'),
+    h('option', { value: 'per_image' }, 'one camera per photo'));
+  const out = h('div');
+  const form = h('form', {
+    class: 'inline',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      try {
+        const d = await api(`/v1/projects/${pid}/datasets`, {
+          method: 'POST',
+          body: { name: name.value.trim(), camera_model: camera.value, intrinsics_mode: intrinsics.value },
+        });
+        toast(`Dataset ${d.name} created`);
+        location.hash = `#/projects/${pid}/datasets/${d.dataset_id}`;
+      } catch (err) { fill(out, errorBox(err)); }
+    },
+  }, field('Name', name), field('Camera model', camera), field('Intrinsics', intrinsics), h('button', { type: 'submit' }, 'Create dataset'));
+  const recons = jobs.filter((j) => ['incremental', 'global', 'hierarchical'].includes(j.recipe)).reverse();
+  return {
+    title: project.name,
+    el: h('section', {},
+      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / '),
+      h('h1', {}, project.name),
+      project.description ? h('p', { class: 'dim' }, project.description) : null,
+      h('p', {}, h('a', { class: 'button', href: `#/projects/${pid}/privacy` }, 'Photo privacy review')),
+      h('h2', {}, 'Datasets'),
+      datasets.length
+        ? h('ul', { class: 'cards' }, datasets.map((d) => h('li', { class: 'card' },
+          h('a', { href: `#/projects/${pid}/datasets/${d.dataset_id}` }, h('strong', {}, d.name)),
+          h('div', { class: 'dim' }, `${d.camera_model} · ${d.intrinsics_mode.replace('_', ' ')}`))))
+        : h('p', { class: 'dim' }, 'No datasets yet.'),
+      h('h3', {}, 'New dataset'), form, out,
+      h('h2', {}, 'Reconstructions'),
+      recons.length
+        ? h('table', { class: 'list' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Job'), h('th', {}, 'Recipe'), h('th', {}, 'Status'), h('th', {}, 'Created'))),
+          h('tbody', {}, recons.map((j) => h('tr', {},
+            h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || j.job_id)),
+            h('td', {}, j.recipe), h('td', {}, statusBadge(j.status)), h('td', { class: 'dim' }, fmt.time(j.created_at))))))
+        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a recipe.')),
+  };
+}

@@ -1,0 +1,346 @@
+// The 3D viewer: a sealed snapshot's coloured points and a frustum per registered
+// photo, drawn with plain WebGL. The preview (≤ 10 000 points) comes first; the full
+// cloud follows in Range requests of 64 Ki points, drawn as they arrive. Orbit with
+// the mouse or the arrow keys, pan with shift (or the right button), zoom with the
+// wheel or +/−; click a camera to see its photo.
+
+import { api, auth } from '../api.js';
+import { h } from '../dom.js';
+import { header, records, HEADER, RECORD } from '../gl/points.js';
+import * as m from '../gl/math.js';
+
+const CHUNK = 65536;
+
+const POINT_VS = `attribute vec3 p; attribute vec3 c; uniform mat4 mvp; uniform float size; varying vec3 vc;
+void main() { gl_Position = mvp * vec4(p, 1.0); gl_PointSize = size; vc = c; }`;
+const POINT_FS = `precision mediump float; varying vec3 vc; void main() { gl_FragColor = vec4(vc, 1.0); }`;
+const LINE_VS = `attribute vec3 p; uniform mat4 mvp; void main() { gl_Position = mvp * vec4(p, 1.0); }`;
+const LINE_FS = `precision mediump float; uniform vec3 color; void main() { gl_FragColor = vec4(color, 1.0); }`;
+
+function program(gl, vs, fs) {
+  const compile = (type, src) => {
+    const s = gl.createShader(type);
+    gl.shaderSource(s, src);
+    gl.compileShader(s);
+    if (!gl.getShaderParameter(s, gl.COMPILE_STATUS)) throw new Error(gl.getShaderInfoLog(s));
+    return s;
+  };
+  const p = gl.createProgram();
+  gl.attachShader(p, compile(gl.VERTEX_SHADER, vs));
+  gl.attachShader(p, compile(gl.FRAGMENT_SHADER, fs));
+  gl.linkProgram(p);
+  if (!gl.getProgramParameter(p, gl.LINK_STATUS)) throw new Error(gl.getProgramInfoLog(p));
+  return p;
+}
+
+/** Percentile bounds of positions, so a few far outliers do not shrink the scene. */
+function robustBounds(pos, n) {
+  const lo = [];
+  const hi = [];
+  for (let a = 0; a < 3; a += 1) {
+    const v = [];
+    const step = Math.max(1, Math.floor(n / 5000));
+    for (let i = 0; i < n; i += step) v.push(pos[i * 3 + a]);
+    v.sort((x, y) => x - y);
+    lo.push(v[Math.floor(v.length * 0.02)] ?? 0);
+    hi.push(v[Math.floor(v.length * 0.98)] ?? 0);
+  }
+  return { lo, hi };
+}
+
+export class Viewer {
+  constructor({ onCamera = () => {} } = {}) {
+    this.onCamera = onCamera;
+    this.canvas = h('canvas', { class: 'viewer', tabindex: 0, role: 'img', 'aria-label': '3D view of the reconstruction: arrow keys orbit, + and − zoom' });
+    this.status = h('p', { class: 'dim viewer-status', 'aria-live': 'polite' }, 'No snapshot yet.');
+    this.el = h('div', { class: 'viewer-box' }, this.canvas, this.status);
+    this.state = {
+      webgl: false, points: 0, total: 0, cameras: 0, seq: null, frames: 0, error: null,
+      // Where each camera is on the page now, so a test can click one as a person would.
+      cameraPositions: () => {
+        const r = this.canvas.getBoundingClientRect();
+        const mvp = this.mvp();
+        return this.cams.map((c) => {
+          const s = m.toScreen(mvp, c.center, r.width, r.height);
+          return s && { name: c.name, x: r.left + s[0], y: r.top + s[1] };
+        }).filter((p) => p && p.x > r.left && p.x < r.right && p.y > r.top && p.y < r.bottom);
+      },
+    };
+    window.__tessera.viewer = this.state;
+    this.yaw = 0.6;
+    this.pitch = -0.35;
+    this.dist = 10;
+    this.target = [0, 0, 0];
+    this.cams = [];
+    this.loading = null;
+    this.gl = this.canvas.getContext('webgl', { antialias: true, preserveDrawingBuffer: true });
+    if (!this.gl) {
+      this.state.error = 'no WebGL context';
+      this.status.textContent = 'This browser gave no WebGL context; the 3D view cannot be drawn.';
+      return;
+    }
+    const gl = this.gl;
+    this.state.webgl = true;
+    this.pointProg = program(gl, POINT_VS, POINT_FS);
+    this.lineProg = program(gl, LINE_VS, LINE_FS);
+    this.buffers = { pos: gl.createBuffer(), col: gl.createBuffer(), lines: gl.createBuffer(), sel: gl.createBuffer() };
+    this.count = 0;
+    this.lineCount = 0;
+    this.selCount = 0;
+    this.bindInput();
+    this.resize = new ResizeObserver(() => this.draw());
+    this.resize.observe(this.canvas);
+  }
+
+  bindInput() {
+    let drag = null;
+    const c = this.canvas;
+    c.addEventListener('contextmenu', (e) => e.preventDefault());
+    c.addEventListener('pointerdown', (e) => { drag = { x: e.clientX, y: e.clientY, pan: e.shiftKey || e.button === 2, moved: 0 }; c.setPointerCapture(e.pointerId); });
+    c.addEventListener('pointermove', (e) => {
+      if (!drag) return;
+      const dx = e.clientX - drag.x;
+      const dy = e.clientY - drag.y;
+      drag.moved += Math.abs(dx) + Math.abs(dy);
+      drag.x = e.clientX;
+      drag.y = e.clientY;
+      if (drag.pan) this.pan(dx, dy); else this.orbit(dx * 0.01, dy * 0.01);
+    });
+    c.addEventListener('pointerup', (e) => {
+      if (drag && drag.moved < 4) this.pick(e);
+      drag = null;
+    });
+    c.addEventListener('wheel', (e) => { e.preventDefault(); this.zoom(Math.exp(e.deltaY * 0.001)); }, { passive: false });
+    c.addEventListener('keydown', (e) => {
+      const k = { ArrowLeft: () => this.orbit(-0.1, 0), ArrowRight: () => this.orbit(0.1, 0), ArrowUp: () => this.orbit(0, -0.1), ArrowDown: () => this.orbit(0, 0.1), '+': () => this.zoom(0.9), '=': () => this.zoom(0.9), '-': () => this.zoom(1.1) }[e.key];
+      if (k) { e.preventDefault(); k(); }
+    });
+  }
+
+  orbit(dYaw, dPitch) {
+    this.yaw += dYaw;
+    this.pitch = Math.max(-1.5, Math.min(1.5, this.pitch + dPitch));
+    this.draw();
+  }
+
+  zoom(f) { this.dist = Math.max(1e-3, this.dist * f); this.draw(); }
+
+  pan(dx, dy) {
+    const { right, up } = this.basis();
+    const s = this.dist * 0.0015;
+    this.target = m.add(this.target, m.add(m.scale(right, -dx * s), m.scale(up, dy * s)));
+    this.draw();
+  }
+
+  /** COLMAP's world has y down; the view keeps −y up. */
+  eye() {
+    const cp = Math.cos(this.pitch);
+    return m.add(this.target, [Math.sin(this.yaw) * cp * this.dist, Math.sin(this.pitch) * this.dist, -Math.cos(this.yaw) * cp * this.dist]);
+  }
+
+  basis() {
+    const f = m.norm(m.sub(this.target, this.eye()));
+    const right = m.norm(m.cross(f, [0, -1, 0]));
+    return { right, up: m.cross(right, f) };
+  }
+
+  mvp() {
+    const w = this.canvas.clientWidth || 640;
+    const hgt = this.canvas.clientHeight || 400;
+    const proj = m.perspective(0.9, w / hgt, this.dist * 0.01, this.dist * 100);
+    return m.multiply(proj, m.lookAt(this.eye(), this.target, [0, -1, 0]));
+  }
+
+  draw() {
+    const gl = this.gl;
+    if (!gl) return;
+    const dpr = window.devicePixelRatio || 1;
+    const w = Math.max(1, Math.floor(this.canvas.clientWidth * dpr));
+    const hgt = Math.max(1, Math.floor(this.canvas.clientHeight * dpr));
+    if (this.canvas.width !== w || this.canvas.height !== hgt) { this.canvas.width = w; this.canvas.height = hgt; }
+    gl.viewport(0, 0, w, hgt);
+    gl.clearColor(0.07, 0.08, 0.1, 1);
+    gl.clear(gl.COLOR_BUFFER_BIT | gl.DEPTH_BUFFER_BIT);
+    gl.enable(gl.DEPTH_TEST);
+    const mvp = this.mvp();
+    if (this.count) {
+      gl.useProgram(this.pointProg);
+      gl.uniformMatrix4fv(gl.getUniformLocation(this.pointProg, 'mvp'), false, mvp);
+      gl.uniform1f(gl.getUniformLocation(this.pointProg, 'size'), 2.0 * dpr);
+      const p = gl.getAttribLocation(this.pointProg, 'p');
+      const c = gl.getAttribLocation(this.pointProg, 'c');
+      gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.pos);
+      gl.enableVertexAttribArray(p);
+      gl.vertexAttribPointer(p, 3, gl.FLOAT, false, 0, 0);
+      gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.col);
+      gl.enableVertexAttribArray(c);
+      gl.vertexAttribPointer(c, 3, gl.UNSIGNED_BYTE, true, 0, 0);
+      gl.drawArrays(gl.POINTS, 0, this.count);
+      gl.disableVertexAttribArray(c);
+    }
+    const lines = (buf, n, color) => {
+      if (!n) return;
+      gl.useProgram(this.lineProg);
+      gl.uniformMatrix4fv(gl.getUniformLocation(this.lineProg, 'mvp'), false, mvp);
+      gl.uniform3fv(gl.getUniformLocation(this.lineProg, 'color'), color);
+      const p = gl.getAttribLocation(this.lineProg, 'p');
+      gl.bindBuffer(gl.ARRAY_BUFFER, buf);
+      gl.enableVertexAttribArray(p);
+      gl.vertexAttribPointer(p, 3, gl.FLOAT, false, 0, 0);
+      gl.drawArrays(gl.LINES, 0, n);
+    };
+    lines(this.buffers.lines, this.lineCount, [0.95, 0.6, 0.2]);
+    lines(this.buffers.sel, this.selCount, [0.3, 0.9, 1.0]);
+    this.state.frames += 1;
+  }
+
+  setPoints(positions, colors, n) {
+    const gl = this.gl;
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.pos);
+    gl.bufferData(gl.ARRAY_BUFFER, positions.subarray(0, n * 3), gl.STATIC_DRAW);
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.col);
+    gl.bufferData(gl.ARRAY_BUFFER, colors.subarray(0, n * 3), gl.STATIC_DRAW);
+    this.count = n;
+    this.state.points = n;
+  }
+
+  frustum(cam, size) {
+    const R = m.rotation(cam.pose.rotation);
+    const t = cam.pose.translation;
+    const { w, hgt, f, cx, cy } = cam.intr;
+    const corners = [[0, 0], [w, 0], [w, hgt], [0, hgt]].map(([u, v]) => m.cameraToWorld(R, t, [((u - cx) / f) * size, ((v - cy) / f) * size, size]));
+    const c = cam.center;
+    const out = [];
+    for (let i = 0; i < 4; i += 1) out.push(c, corners[i], corners[i], corners[(i + 1) % 4]);
+    return out.flat();
+  }
+
+  setCameras(images, cameras, size) {
+    const byId = new Map(cameras.map((c) => [c.camera_id, c]));
+    this.cams = images.map((img) => {
+      const cam = byId.get(img.camera_id) || { width: 1, height: 1, params: [1] };
+      // Models with fx and fy keep the principal point at 2 and 3; the others at 1, 2.
+      const twoFocal = /^(PINHOLE|OPENCV|OPENCV_FISHEYE|FULL_OPENCV|FOV|THIN_PRISM_FISHEYE|RAD_TAN_THIN_PRISM_FISHEYE)$/.test(cam.model);
+      const at = twoFocal ? 2 : 1;
+      const intr = {
+        w: cam.width, hgt: cam.height, f: cam.params[0] || 1,
+        cx: cam.params[at] ?? cam.width / 2, cy: cam.params[at + 1] ?? cam.height / 2,
+      };
+      const R = m.rotation(img.cam_from_world.rotation);
+      const center = m.cameraToWorld(R, img.cam_from_world.translation, [0, 0, 0]);
+      return { name: img.name, image_id: img.image_id, center, intr, pose: img.cam_from_world };
+    });
+    const verts = new Float32Array(this.cams.flatMap((c) => this.frustum(c, size)));
+    const gl = this.gl;
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.lines);
+    gl.bufferData(gl.ARRAY_BUFFER, verts, gl.STATIC_DRAW);
+    this.lineCount = verts.length / 3;
+    this.frustumSize = size;
+    this.state.cameras = this.cams.length;
+  }
+
+  /** Look at `center` from where the photos were taken (their mean position), far
+   * enough back to see the scene and the cameras. */
+  frame(center, diag) {
+    this.target = center;
+    this.dist = diag * 1.2;
+    if (!this.cams.length) return;
+    const mean = m.scale(this.cams.reduce((s, c) => m.add(s, c.center), [0, 0, 0]), 1 / this.cams.length);
+    const v = m.sub(mean, center);
+    const len = Math.hypot(...v);
+    if (len < 1e-9) return;
+    this.dist = Math.max(len * 1.6, diag * 0.8);
+    this.pitch = Math.max(-1.4, Math.min(1.4, Math.asin(v[1] / len)));
+    this.yaw = Math.atan2(v[0], -v[2]);
+  }
+
+  pick(e) {
+    const r = this.canvas.getBoundingClientRect();
+    const x = e.clientX - r.left;
+    const y = e.clientY - r.top;
+    const mvp = this.mvp();
+    let best = null;
+    for (const c of this.cams) {
+      const s = m.toScreen(mvp, c.center, r.width, r.height);
+      if (!s) continue;
+      const d = Math.hypot(s[0] - x, s[1] - y);
+      if (d < 14 && (!best || d < best.d)) best = { d, c };
+    }
+    if (best) this.select(best.c);
+  }
+
+  /** Highlight a camera and report it. */
+  select(cam) {
+    const verts = new Float32Array(this.frustum(cam, this.frustumSize * 1.5));
+    const gl = this.gl;
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.sel);
+    gl.bufferData(gl.ARRAY_BUFFER, verts, gl.STATIC_DRAW);
+    this.selCount = verts.length / 3;
+    this.state.selected = cam.name;
+    this.draw();
+    this.onCamera(cam);
+  }
+
+  /** Show sealed snapshot `seq` of reconstruction `rid` (newer calls win). */
+  async load(rid, seq) {
+    if (!this.gl || this.state.seq === seq) return;
+    const token = {};
+    this.loading = token;
+    this.state.complete = false;
+    this.state.loadingSeq = seq;
+    const base = `/v1/reconstructions/${rid}/snapshots/${seq}`;
+    try {
+      const [cameras, images, preview] = await Promise.all([
+        api(`${base}/cameras.json`), api(`${base}/images.json`),
+        api(`${base}/points_preview.bin`, { raw: true }).then((r) => r.arrayBuffer()),
+      ]);
+      if (this.loading !== token) return;
+      const first = this.state.seq === null;
+      const hd = header(preview);
+      const pv = records(new Uint8Array(preview, HEADER));
+      const { lo, hi } = robustBounds(pv.positions, pv.n);
+      const diag = Math.hypot(...m.sub(hi, lo)) || 1;
+      this.state.seq = seq;
+      this.state.total = hd.count;
+      this.setPoints(pv.positions, pv.colors, pv.n);
+      this.setCameras(images.images, cameras.cameras, diag * 0.04);
+      if (first) this.frame(m.scale(m.add(lo, hi), 0.5), diag);
+      this.draw();
+      this.status.textContent = `Snapshot ${seq}: ${this.state.cameras} cameras, ${pv.n} of ${hd.count} points`;
+      await this.loadAll(`${base}/points.bin`, hd.count, token);
+    } catch (e) {
+      this.state.error = String(e.message || e);
+      this.status.textContent = `Could not load snapshot ${seq}: ${e.message || e}`;
+    }
+  }
+
+  /** The full cloud in Range requests, drawn as each part arrives. */
+  async loadAll(url, count, token) {
+    const positions = new Float32Array(count * 3);
+    const colors = new Uint8Array(count * 3);
+    let have = 0;
+    while (have < count) {
+      const start = HEADER + have * RECORD;
+      const end = HEADER + Math.min(count, have + CHUNK) * RECORD - 1;
+      const headers = { Range: `bytes=${start}-${end}` };
+      if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
+      const r = await fetch(url, { headers });
+      if (!r.ok) throw new Error(`points.bin: HTTP ${r.status}`);
+      let bytes = new Uint8Array(await r.arrayBuffer());
+      // A server that ignores Range sends everything: skip to where this part starts.
+      if (r.status === 200) bytes = bytes.subarray(start);
+      const part = records(bytes.subarray(0, Math.min(bytes.byteLength, (count - have) * RECORD)));
+      if (this.loading !== token) return;
+      if (!part.n) break;
+      positions.set(part.positions, have * 3);
+      colors.set(part.colors, have * 3);
+      have += part.n;
+      this.setPoints(positions, colors, have);
+      this.draw();
+      this.status.textContent = `Snapshot ${this.state.seq}: ${this.state.cameras} cameras, ${have} of ${count} points`;
+    }
+    this.state.complete = have === count;
+  }
+
+  destroy() { this.loading = null; this.resize?.disconnect(); }
+}

@@ -1,0 +1,251 @@
+// The console end to end in a real browser: Debian's Chromium driven by playwright-core
+// (no browser download), WebGL through SwiftShader, against a fresh `tessera serve` on
+// 127.0.0.1. Everything a person does without a terminal: create a project and a
+// dataset, upload the sample photos, start a recipe, watch the stage timeline reach
+// "succeeded" through a dropped event stream and a reload (no event missing or
+// repeated), see the cloud with the right number of points and click a camera, enrol
+// an opted-out subject, add photos, open one and see its variants and face boxes; then
+// the same page asking for an API key. Any console error or page error fails the run.
+// Screenshots of each view go to $SCREENSHOTS (default target/console-screenshots).
+//
+// Usage: node e2e.mjs   (env: TESSERA_BIN, REPO, SCREENSHOTS, CHROMIUM)
+
+import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import assert from 'node:assert/strict';
+
+const REPO = resolve(process.env.REPO || new URL('../..', import.meta.url).pathname);
+const BIN = process.env.TESSERA_BIN || join(process.env.CARGO_TARGET_DIR || join(REPO, 'target'), 'debug', 'tessera');
+const SHOTS = resolve(process.env.SCREENSHOTS || join(REPO, 'target', 'console-screenshots'));
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SAMPLE = join(REPO, 'sample', 'images');
+const FACES = join(REPO, '..', 'shared', 'testdata', 'faces');
+mkdirSync(SHOTS, { recursive: true });
+
+const log = (...a) => console.log(`[e2e ${new Date().toISOString().slice(11, 19)}]`, ...a);
+
+/** Start `tessera serve` on a free port; answers {base, key, stop}. */
+async function serve(args = []) {
+  const state = mkdtempSync(join(tmpdir(), 'tessera-console-'));
+  const child = spawn(BIN, ['--state', state, 'serve', '--addr', '127.0.0.1:0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let key = null;
+  const base = await new Promise((res, rej) => {
+    let buf = '';
+    const timer = setTimeout(() => rej(new Error(`serve did not start: ${buf}`)), 60_000);
+    child.stderr.on('data', (d) => {
+      buf += d;
+      // Whole lines only: a chunk may end mid-line.
+      for (const line of buf.split('\n').slice(0, -1)) {
+        if (line.startsWith('tsk_')) key = line.trim();
+        const m = line.match(/^serving the Tessera API on (http:\/\/\S+)/);
+        if (m) { clearTimeout(timer); res(m[1]); }
+      }
+    });
+    child.on('exit', (c) => rej(new Error(`serve exited ${c}: ${buf}`)));
+  });
+  child.stderr.resume();
+  return { base, key, stop: () => { child.kill('SIGTERM'); rmSync(state, { recursive: true, force: true }); } };
+}
+
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  args: [
+    '--no-sandbox', '--headless=new', '--use-angle=swiftshader', '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+  ],
+});
+
+/** A page that records every console error and page error. */
+async function openPage(base, viewport = { width: 1280, height: 800 }) {
+  const context = await browser.newContext({ viewport, baseURL: base });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+  page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
+  page.setDefaultTimeout(60_000);
+  return { context, page, errors };
+}
+
+const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: false });
+const state = (page, expr) => page.evaluate(expr);
+
+/** Wait for `predicate(arg)` in the page (a function: the page's CSP forbids eval). */
+async function until(page, what, predicate, arg = null, timeout = 300_000) {
+  await page.waitForFunction(predicate, arg, { timeout, polling: 250 }).catch((e) => {
+    throw new Error(`${what}: ${e.message}`);
+  });
+}
+
+const t0 = Date.now();
+const server = await serve(['--concurrency', '2']);
+log('serve at', server.base);
+try {
+  const { page, errors, context } = await openPage(server.base);
+
+  // 1. Projects: create one with the form, by keyboard as far as the button.
+  await page.goto('/');
+  await page.getByLabel('Name').fill('Castle survey');
+  await page.getByLabel('Description').fill('console end to end');
+  await page.getByLabel('Description').press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Create project', 'the button is next in tab order');
+  await page.keyboard.press('Enter');
+  await page.waitForURL(/#\/projects\//);
+  const pid = page.url().split('/').pop();
+  await page.getByRole('heading', { name: 'Castle survey' }).waitFor();
+
+  // 2. A dataset, and the sample photos uploaded in chunks.
+  await page.getByLabel('Name').fill('facade');
+  await page.getByRole('button', { name: 'Create dataset' }).click();
+  await page.waitForURL(/datasets\//);
+  const photos = readdirSync(SAMPLE).filter((f) => /\.jpe?g$/i.test(f)).sort();
+  await page.locator('#files').setInputFiles(photos.map((f) => join(SAMPLE, f)));
+  await until(page, 'every photo uploaded and listed', (n) => window.__tessera.dataset?.images === n, photos.length);
+  await page.locator('svg.gps circle').first().waitFor();
+  const onMap = await page.locator('svg.gps circle').count();
+  assert.equal(onMap, photos.length, 'every sample photo carries GPS and is on the map');
+  await page.locator('.thumb').first().click();
+  await page.locator('aside.detail dd').first().waitFor();
+  assert.match(await page.locator('aside.detail').textContent(), /Focal length\s*[\d.]+ mm/);
+  await page.waitForFunction(() => [...document.querySelectorAll('.thumb img')].every((i) => i.complete && i.naturalWidth > 0));
+  await shot(page, '1-dataset');
+  await page.goto(`/#/projects/${pid}`);
+  await page.getByRole('heading', { name: 'Datasets' }).waitFor();
+  await shot(page, '0-project');
+  await page.goBack();
+  await page.getByRole('button', { name: 'Start reconstruction' }).waitFor();
+
+  // 3. A recipe from the form; the timeline live, through a dropped stream and a reload.
+  await page.getByLabel('Exports').check().catch(() => {});
+  await page.getByRole('button', { name: 'Start reconstruction' }).click();
+  await page.waitForURL(/#\/jobs\//);
+  const jobId = page.url().split('/').pop();
+  await until(page, 'the first events', () => window.__tessera.job?.seqs.length >= 3);
+  await state(page, () => window.__tessera.job.stream.drop());
+  await until(page, 'a reconnect after the dropped stream', () => window.__tessera.job.reconnects >= 1 && window.__tessera.job.connected);
+  const beforeReload = await state(page, () => window.__tessera.job.seqs.length);
+  await page.reload();
+  await until(page, 'the stored events replayed after the reload', (n) => window.__tessera.job?.seqs.length >= n, beforeReload);
+  await until(page, 'the job to succeed', () => window.__tessera.job.ended && window.__tessera.job.status === 'succeeded', null, 600_000);
+  const job = await state(page, () => window.__tessera.job);
+  const progress = await (await fetch(`${server.base}/v1/jobs/${jobId}/progress`)).json();
+  assert.equal(job.duplicates, 0, 'no event twice');
+  assert.equal(job.gaps, 0, 'no event missing');
+  assert.deepEqual(job.seqs, Array.from({ length: progress.latest_event_id }, (_, i) => i + 1), 'every event, once, in order');
+  const unfinished = await page.locator('.timeline li.running strong').allTextContents();
+  assert.deepEqual(unfinished, [], 'every stage in the timeline completed');
+  assert.ok(await page.locator('.timeline li.done').count() >= 4);
+  await page.getByText('succeeded', { exact: true }).first().waitFor();
+
+  // 4. The viewer: the final snapshot's full cloud, read back from the page's state.
+  const snaps = await (await fetch(`${server.base}/v1/reconstructions/${jobId}/snapshots`)).json();
+  const last = snaps.seqs[snaps.seqs.length - 1];
+  assert.ok(snaps.seqs.length >= 2, 'snapshots were sealed while mapping ran, then the final model');
+  await until(page, 'the newest snapshot fully loaded', (seq) => window.__tessera.viewer?.seq === seq && window.__tessera.viewer.complete === true, last);
+  const viewer = await state(page, () => { const { cameraPositions, ...v } = window.__tessera.viewer; return v; });
+  assert.equal(viewer.webgl, true, 'a WebGL context was created');
+  const summary = await (await fetch(`${server.base}/v1/reconstructions/${jobId}/snapshots/${last}/summary.json`)).json();
+  assert.equal(viewer.points, summary.models[0].num_points3D, 'every point of the snapshot is drawn');
+  assert.equal(viewer.cameras, summary.models[0].num_reg_images, 'a frustum per registered photo');
+  const lit = await page.evaluate(() => {
+    const c = document.querySelector('canvas.viewer');
+    const probe = document.createElement('canvas');
+    probe.width = c.width; probe.height = c.height;
+    const g = probe.getContext('2d');
+    g.drawImage(c, 0, 0);
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 18) + Math.abs(d[i + 1] - 20) + Math.abs(d[i + 2] - 26) > 40) n += 1;
+    return n;
+  });
+  assert.ok(lit > 500, `the canvas shows the cloud (${lit} lit pixels)`);
+  const cams = await state(page, () => window.__tessera.viewer.cameraPositions());
+  assert.ok(cams.length > 0, 'cameras are on screen');
+  await page.locator('canvas.viewer').scrollIntoViewIfNeeded();
+  const [cam] = await state(page, () => window.__tessera.viewer.cameraPositions());
+  await page.mouse.click(cam.x, cam.y);
+  await until(page, 'the clicked camera selected', () => Boolean(window.__tessera.viewer.selected));
+  const picked = await state(page, () => window.__tessera.viewer.selected);
+  await page.locator(`aside.detail img[alt="${picked}"]`).waitFor();
+  await shot(page, '2-reconstruction');
+  // Readable on a phone: nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const wide = await page.evaluate(() => [...document.querySelectorAll('body *')]
+    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+    .map((e) => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`).slice(0, 8));
+  assert.deepEqual(wide, [], 'no sideways scrolling at 390 px');
+  await shot(page, '2-reconstruction-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // 5. Privacy review: enrol a subject, add photos (one broken), open one.
+  await page.goto(`/#/projects/${pid}/privacy`);
+  await page.getByLabel(/Match threshold/).fill('0.363');
+  await page.getByRole('button', { name: 'Save threshold' }).click();
+  await page.getByText(/Threshold saved/).waitFor();
+  await page.getByLabel('Name or label').fill('astronaut');
+  await page.getByLabel(/Reference photos/).setInputFiles(join(FACES, 'astronaut.png'));
+  await page.getByRole('button', { name: 'Enrol opted-out subject' }).click();
+  await page.getByText(/enrolled/).waitFor();
+  const group = readFileSync(join(FACES, 'composite_pd_1280x896.jpg'));
+  await page.getByLabel('Photos to publish').setInputFiles([
+    { name: 'group.jpg', mimeType: 'image/jpeg', buffer: group },
+    { name: 'truncated.jpg', mimeType: 'image/jpeg', buffer: Buffer.concat([group.subarray(0, 2000), Buffer.alloc(4000)]) },
+  ]);
+  await page.getByRole('button', { name: 'Add photos' }).click();
+  await page.getByText(/Photos added/).waitFor();
+  for (let i = 0; i < 240; i += 1) {
+    const p = await state(page, () => window.__tessera.privacy?.photos || []);
+    if (p.length === 2 && p.some((x) => x.status === 'published') && p.some((x) => x.status === 'failed')) break;
+    await page.waitForTimeout(500);
+    await page.evaluate(() => window.dispatchEvent(new HashChangeEvent('hashchange')));
+  }
+  const listed = await state(page, () => window.__tessera.privacy.photos);
+  assert.deepEqual(listed.map((p) => p.status).sort(), ['failed', 'published'], JSON.stringify(listed));
+  await page.locator('.reason').first().waitFor();
+  assert.match(await page.locator('.reason').first().textContent(), /truncated\.jpg/);
+  await shot(page, '3-privacy');
+  await page.getByRole('link', { name: 'group.jpg' }).click();
+  await until(page, 'the variants shown', () => window.__tessera.photo?.loaded === true);
+  const shown = await state(page, () => window.__tessera.photo);
+  assert.equal(shown.status, 'published');
+  assert.ok(shown.variants.some((v) => v.variant === 'public' && v.width === 1280), JSON.stringify(shown));
+  assert.equal(shown.variants.length, 2, 'the public variant and the opted-out subject\'s own, side by side');
+  assert.equal(await page.locator('svg.boxes rect.face').count(), shown.faces, 'a box per face over the original (admin in none mode)');
+  // Draw a blur region with the mouse and save it.
+  const box = await page.locator('.boxed').boundingBox();
+  await page.mouse.move(box.x + 10, box.y + 10);
+  await page.mouse.down();
+  await page.mouse.move(box.x + 120, box.y + 90, { steps: 5 });
+  await page.mouse.up();
+  await page.getByRole('button', { name: 'Save regions and re-blur' }).click();
+  await page.getByText(/saved/).first().waitFor();
+  await shot(page, '4-photo');
+  assert.deepEqual(errors, [], 'no console errors');
+  await context.close();
+
+  // 6. With API keys: the page asks for one and keeps it in session storage only.
+  const keyed = await serve(['--auth', 'api_key', '--no-workers']);
+  try {
+    const k = await openPage(keyed.base);
+    await k.page.goto('/');
+    await k.page.getByRole('heading', { name: 'API key' }).waitFor();
+    await shot(k.page, '5-api-key');
+    await k.page.getByLabel('Key').fill(keyed.key);
+    await k.page.getByRole('button', { name: 'Use this key' }).click();
+    await k.page.getByRole('heading', { name: 'Projects' }).waitFor();
+    const stored = await k.page.evaluate(() => ({ session: sessionStorage.getItem('tessera.apiKey'), local: localStorage.length, cookies: document.cookie }));
+    assert.equal(stored.session, keyed.key);
+    assert.equal(stored.local, 0);
+    assert.equal(stored.cookies, '');
+    // 401s are expected here (the probe before the key): only they may be logged.
+    const unexpected = k.errors.filter((e) => !/401/.test(e));
+    assert.deepEqual(unexpected, [], 'no console errors but the expected 401');
+    await k.context.close();
+  } finally { keyed.stop(); }
+  log(`passed in ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${SHOTS}`);
+} finally {
+  await browser.close();
+  server.stop();
+}
