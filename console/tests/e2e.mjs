@@ -179,7 +179,46 @@ try {
   await shot(page, '2-reconstruction-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
 
-  // 5. Privacy review: enrol a subject, add photos (one broken), open one.
+  // 5. Drag and drop, and an upload that survives a dropped connection: the second chunk's
+  // connection is reset once; the uploader asks the server how much it has and goes on.
+  await page.goto(`/#/projects/${pid}`);
+  await page.getByLabel('Name').fill('dropped');
+  await page.getByRole('button', { name: 'Create dataset' }).click();
+  await page.waitForURL(/datasets\//);
+  await page.locator('.drop').waitFor();
+  let reset = 0;
+  await page.route('**/v1/uploads/*', (route) => {
+    const range = route.request().headers()['content-range'] || '';
+    if (route.request().method() === 'PATCH' && reset === 0 && /^bytes 2097152-/.test(range)) {
+      reset += 1;
+      return route.abort('connectionreset');
+    }
+    return route.continue();
+  });
+  const before = errors.length;
+  await page.evaluate(async () => {
+    // A photo larger than one 2 MiB chunk: 1400×1000 of noise, as PNG.
+    const c = document.createElement('canvas');
+    c.width = 1400;
+    c.height = 1000;
+    const g = c.getContext('2d');
+    const img = g.createImageData(c.width, c.height);
+    for (let i = 0; i < img.data.length; i += 1) img.data[i] = i % 4 === 3 ? 255 : Math.random() * 255;
+    g.putImageData(img, 0, 0);
+    const blob = await new Promise((r) => c.toBlob(r, 'image/png'));
+    const dt = new DataTransfer();
+    dt.items.add(new File([blob], 'noise.png', { type: 'image/png' }));
+    document.querySelector('.drop').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  await until(page, 'the dropped photo uploaded and listed', () => window.__tessera.dataset?.images === 1);
+  await page.unroute('**/v1/uploads/*');
+  assert.equal(reset, 1, 'a chunk was cut off');
+  const dropped = errors.splice(before);
+  assert.ok(dropped.every((e) => /ERR_CONNECTION_RESET/.test(e)), `only the reset connection is logged: ${dropped}`);
+  const uploads = await page.locator('.uploads li').allTextContents();
+  assert.deepEqual(uploads.map((u) => u.trim()), ['noise.pngadded']);
+
+  // 6. Privacy review: enrol a subject, add photos (one broken), open one.
   await page.goto(`/#/projects/${pid}/privacy`);
   await page.getByLabel(/Match threshold/).fill('0.363');
   await page.getByRole('button', { name: 'Save threshold' }).click();
@@ -225,7 +264,7 @@ try {
   assert.deepEqual(errors, [], 'no console errors');
   await context.close();
 
-  // 6. With API keys: the page asks for one and keeps it in session storage only.
+  // 7. With API keys: the page asks for one and keeps it in session storage only.
   const keyed = await serve(['--auth', 'api_key', '--no-workers']);
   try {
     const k = await openPage(keyed.base);
