@@ -146,6 +146,7 @@ try {
   await until(page, 'the newest snapshot fully loaded', (seq) => window.__tessera.viewer?.seq === seq && window.__tessera.viewer.complete === true, last);
   const viewer = await state(page, () => { const { cameraPositions, ...v } = window.__tessera.viewer; return v; });
   assert.equal(viewer.webgl, true, 'a WebGL context was created');
+  assert.ok(viewer.requested.some((s) => s < last), `the view followed snapshots sealed while mapping ran: ${viewer.requested}`);
   const summary = await (await fetch(`${server.base}/v1/reconstructions/${jobId}/snapshots/${last}/summary.json`)).json();
   assert.equal(viewer.points, summary.models[0].num_points3D, 'every point of the snapshot is drawn');
   assert.equal(viewer.cameras, summary.models[0].num_reg_images, 'a frustum per registered photo');

@@ -287,7 +287,7 @@ export class Viewer {
     const token = {};
     this.loading = token;
     this.state.complete = false;
-    this.state.loadingSeq = seq;
+    (this.state.requested ||= []).push(seq);
     const base = `/v1/reconstructions/${rid}/snapshots/${seq}`;
     try {
       const [cameras, images, preview] = await Promise.all([
