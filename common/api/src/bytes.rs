@@ -17,8 +17,9 @@ pub async fn serve_object(
     key: &str,
     content_type: &str,
     etag: &str,
+    freshness: Freshness,
 ) -> Result<Response, ObjectStoreError> {
-    let (etag, mut base) = validators(etag);
+    let (etag, mut base) = validators(etag, freshness);
     if not_modified(req, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, base).into_response());
     }
@@ -49,7 +50,20 @@ pub async fn serve_object(
     })
 }
 
-fn validators(etag: &str) -> (String, HeaderMap) {
+/// How long a client may keep an answer without asking again. Always `private`: every
+/// answer here was read with a key, and a shared cache must never hand it to another
+/// caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// The URL's bytes never change (an image by id, a sealed snapshot's file).
+    Immutable,
+    /// The URL's bytes may change or stop being served (a photo's published file after a
+    /// re-blur or an unpublish), or each read must reach the server (audited reads):
+    /// revalidated every time, a 304 while unchanged.
+    Revalidate,
+}
+
+fn validators(etag: &str, freshness: Freshness) -> (String, HeaderMap) {
     let etag = format!("\"{etag}\"");
     let mut base = HeaderMap::new();
     base.insert(
@@ -58,7 +72,10 @@ fn validators(etag: &str) -> (String, HeaderMap) {
     );
     base.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=31536000, immutable"),
+        HeaderValue::from_static(match freshness {
+            Freshness::Immutable => "private, max-age=31536000, immutable",
+            Freshness::Revalidate => "private, no-cache",
+        }),
     );
     base.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     (etag, base)
@@ -78,15 +95,18 @@ fn unsatisfiable(mut base: HeaderMap, len: u64) -> Response {
     (StatusCode::RANGE_NOT_SATISFIABLE, base).into_response()
 }
 
-/// Answer a GET for `bytes` of `content_type`, honouring the request's validators and
-/// range; `etag` defaults to the bytes' SHA-256.
+/// Answer a GET for immutable `bytes` of `content_type`, honouring the request's
+/// validators and range; `etag` defaults to the bytes' SHA-256.
 pub fn serve(
     req: &HeaderMap,
     bytes: ::bytes::Bytes,
     content_type: &str,
     etag: Option<String>,
 ) -> Response {
-    let (etag, mut base) = validators(&etag.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes))));
+    let (etag, mut base) = validators(
+        &etag.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes))),
+        Freshness::Immutable,
+    );
     if not_modified(req, &etag) {
         return (StatusCode::NOT_MODIFIED, base).into_response();
     }

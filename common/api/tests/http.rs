@@ -1419,6 +1419,9 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
     let public = format!("{}{}", s.base, variants[0]["url"].as_str().unwrap());
     let jpeg = c.get(&public).send().await.unwrap();
     assert_eq!(jpeg.headers()["content-type"], "image/jpeg");
+    // One URL per variant, not per version: a re-blur or an unpublish must reach the
+    // client, so it revalidates every time (and no shared cache keeps it).
+    assert_eq!(jpeg.headers()["cache-control"], "private, no-cache");
     let img = image::load_from_memory(&jpeg.bytes().await.unwrap()).unwrap();
     assert_eq!((img.width(), img.height()), (1280, 896));
     let thumb = image::load_from_memory(

@@ -143,6 +143,10 @@ pub struct Photo {
     pub replaced_keys: Vec<String>,
     /// Written last; `None` while unpublished.
     pub published_at: Option<Millis>,
+    /// Why its last processing failed for good (it is unpublished with it); cleared when
+    /// processing starts again. Rows from before this existed: none.
+    #[serde(default)]
+    pub failure: Option<String>,
     /// When the original upload was deleted under the project's retention: the photo can
     /// no longer be re-decided, only unpublished.
     #[serde(default)]

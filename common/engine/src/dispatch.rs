@@ -190,10 +190,7 @@ impl Engine {
                     }
                 }
                 ClaimDecision::Exhausted(dead) => {
-                    match self
-                        .finish_dead(&task, dead, Condition::Rev(task.rev))
-                        .await
-                    {
+                    match self.finish_dead(dead, Condition::Rev(task.rev)).await {
                         Ok(true) => {
                             return Ok(Claim::Skipped("attempt ceiling reached: dead", None));
                         }
@@ -224,14 +221,13 @@ impl Engine {
     /// Returns `false` when the condition no longer held (someone else changed the task).
     pub(crate) async fn finish_dead(
         &self,
-        old: &Task,
         dead: Task,
         condition: Condition,
     ) -> Result<bool, EngineError> {
         let compensations = self
             .registry
             .get(&dead.kind)
-            .map(|h| h.compensate(old))
+            .map(|h| h.compensate(&dead))
             .unwrap_or_default();
         if self
             .commit_terminal(dead.clone(), condition, compensations)
@@ -493,7 +489,7 @@ impl Engine {
         }
         if next.state.is_terminal() {
             let compensations = match (next.state, self.registry.get(&claimed.kind)) {
-                (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(claimed),
+                (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(&next),
                 _ => Vec::new(),
             };
             if self

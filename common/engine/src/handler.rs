@@ -130,7 +130,8 @@ pub trait TaskHandler: Send + Sync + 'static {
 
     /// Writes that undo what must not stay visible when the task ends without success —
     /// failed permanently or dead after its last attempt (for example unpublishing a
-    /// photo). They commit in the same transaction as that final state.
+    /// photo). They commit in the same transaction as that final state. `task` is the task
+    /// in that final state: its `last_error` says why, for records people read.
     fn compensate(&self, _task: &Task) -> Vec<Write> {
         Vec::new()
     }

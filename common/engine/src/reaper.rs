@@ -149,9 +149,7 @@ impl Engine {
     ) -> Result<Released, EngineError> {
         let back = crate::lifecycle::lapsed(task, now);
         if back.state == TaskState::Dead {
-            let done = self
-                .finish_dead(task, back, Condition::Rev(task.rev))
-                .await?;
+            let done = self.finish_dead(back, Condition::Rev(task.rev)).await?;
             return Ok(if done {
                 Released::Dead
             } else {

@@ -247,6 +247,16 @@ async fn a_final_failure_unpublishes_in_the_same_transaction() {
         after.variant_version, row.variant_version,
         "nothing new was started"
     );
+    // Why, for whoever reviews the photo, written with the failure.
+    let reason = after.failure.as_deref().expect("the failure is recorded");
+    assert!(
+        reason.contains(&row.upload_key) || reason.contains("upload"),
+        "{reason}"
+    );
+    assert!(matches!(
+        photos::status::state(&after, false),
+        photos::status::PhotoState::Failed { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,6 +114,21 @@ async fn the_router_answers_function_url_events_on_dynamodb() {
     let (status, caps) = call(&app, event("GET", "/v1/capabilities", Some(&key), None)).await;
     assert_eq!(status, 200);
     assert!(caps.to_string().contains("features.extract.sift"), "{caps}");
+    // The web console: the same files `tessera serve` serves, no key needed for them.
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console/src/main.js", "text/javascript"),
+    ] {
+        let res = app
+            .clone()
+            .oneshot(event("GET", path, None, None))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{path}");
+        let ct = res.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with(kind), "{path}: {ct}");
+        assert!(res.headers().contains_key("content-security-policy"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -714,6 +714,7 @@ pub async fn image_bytes(
         &img.object_key(),
         ct,
         &img.content_sha,
+        served::Freshness::Immutable,
     )
     .await
     .map_err(|e| object_problem(&img, e))

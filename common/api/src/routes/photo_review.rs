@@ -12,31 +12,18 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use sha2::Digest;
 use tessera_core::photo::Photo;
-use tessera_jobs::photos::status::{self, PhotoState};
+use tessera_jobs::photos::status::{self, Listed, PhotoState};
 
-/// The state of one photo (its row read by the caller).
-pub(crate) async fn state_of(
-    s: &ApiState,
-    caller: &Caller,
-    p: &Photo,
-) -> Result<PhotoState, Problem> {
-    let mut last = status::last_jobs(&s.engine, &caller.tenant, p.project).await?;
-    let job = last.remove(&p.id).map(|(j, _)| j);
-    let failure = match &job {
-        Some(j) => status::failure(&s.engine, j).await?,
-        None => None,
-    };
-    // `owned_photo` has already unset `published_at` where the files are not servable.
-    Ok(status::state(
-        Some(p),
-        p.published_at.is_some(),
-        job.as_ref().map(|j| (j, failure.as_deref())),
-    ))
+/// The state of one photo (its row as the caller may see it: `owned_photo` has already
+/// unset `published_at` where the files are not servable).
+pub(crate) fn state_of(p: &Photo) -> PhotoState {
+    status::state(p, p.published_at.is_some())
 }
 
 /// `GET /v1/x-tessera/projects/{pid}/photos`: every photo, newest first, with its state
 /// (`ingesting`, `ingested`, `processing`, `published`, `failed` with `reason`), its
-/// faces and decisions, and links to its files.
+/// faces and decisions, and links to its files; uploads ingest refused are listed as
+/// failed, with why.
 pub async fn list(
     State(s): State<ApiState>,
     caller: Caller,
@@ -44,37 +31,23 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     let project = super::projects::owned(&s, &caller, &pid).await?;
     let store = s.engine.ports().store.as_ref();
-    let rows = tessera_jobs::photos::project::photos(store, project.id).await?;
-    let all = status::project_photos(
-        &s.engine,
-        &caller.tenant,
-        project.id,
-        project.subjects_rev,
-        rows,
-    )
-    .await?;
+    let all = status::project_photos(store, project.id, project.subjects_rev).await?;
     let none = std::collections::HashMap::new();
     let items: Vec<Value> = all
-        .iter()
-        .map(|ps| match &ps.row {
-            Some(row) => {
-                let mut row = row.clone();
+        .into_iter()
+        .map(|l| match l {
+            Listed::Row(mut row, state) => {
                 if !row.servable(project.subjects_rev) {
                     row.published_at = None;
                 }
-                let mut v = super::privacy::photo_view(&row, &ps.state, &none);
-                v["job_id"] = json!(ps.job_id);
-                v
+                super::privacy::photo_view(&row, &state, &none)
             }
-            None => {
-                let state = serde_json::to_value(&ps.state).expect("serializable");
-                json!({
-                    "photo_id": ps.photo_id, "project_id": project.id, "name": ps.name,
-                    "status": state["status"], "reason": state.get("reason"),
-                    "job_id": ps.job_id, "faces": null, "variants": [],
-                    "_links": super::links(&format!("/v1/x-tessera/photos/{}", ps.photo_id), &[]),
-                })
-            }
+            Listed::Refused(r) => json!({
+                "photo_id": r.photo_id, "project_id": r.project, "name": r.name,
+                "status": "failed", "reason": r.reason, "created_at": r.at.to_rfc3339(),
+                "faces": null, "variants": [],
+                "_links": super::links(&format!("/v1/x-tessera/photos/{}", r.photo_id), &[]),
+            }),
         })
         .collect();
     let total = items.len();
@@ -126,6 +99,8 @@ pub async fn original(
         &p.upload_key,
         ct,
         &etag,
+        // Every read is audited, so every read reaches the server.
+        crate::bytes::Freshness::Revalidate,
     )
     .await
     .map_err(Problem::internal)

@@ -502,7 +502,7 @@ pub async fn get_photo(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let p = owned_photo(&s, &caller, &id).await?;
-    let state = super::photo_review::state_of(&s, &caller, &p).await?;
+    let state = super::photo_review::state_of(&p);
     let downloads = download_urls(&s, &p).await;
     Ok(Json(photo_view(&p, &state, &downloads)))
 }
@@ -598,9 +598,18 @@ pub async fn file(
     };
     // Versioned keys are never overwritten, so the key is a strong validator.
     let etag = hex::encode(sha2::Sha256::digest(key.as_bytes()));
-    crate::bytes::serve_object(&headers, s.engine.ports().objects.as_ref(), key, ct, &etag)
-        .await
-        .map_err(Problem::internal)
+    // The URL names a variant, not a version: after a re-blur or an unpublish the same
+    // URL must not be answered from a cache.
+    crate::bytes::serve_object(
+        &headers,
+        s.engine.ports().objects.as_ref(),
+        key,
+        ct,
+        &etag,
+        crate::bytes::Freshness::Revalidate,
+    )
+    .await
+    .map_err(Problem::internal)
 }
 
 /// Blur regions request.

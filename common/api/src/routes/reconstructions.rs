@@ -209,7 +209,6 @@ async fn serve_file(
             FILES.join(", ")
         )));
     }
-    let body = derived(s, job, seq, idx, name).await?;
     let ct = if name.ends_with(".bin") {
         "application/x-sfm-points-v1"
     } else {
@@ -220,7 +219,37 @@ async fn serve_file(
         0 => format!("{}-{seq}-{name}", job.id),
         _ => format!("{}-{seq}-{idx}-{name}", job.id),
     };
+    // Once derived, a file is read from the store as asked: a Range request of a large
+    // cloud reads that range, not the whole file.
+    let objects = s.engine.ports().objects.as_ref();
+    let cached = format!("{}/{name}", derived_dir(job, seq, idx));
+    if objects
+        .head(&cached)
+        .await
+        .map_err(Problem::internal)?
+        .is_some()
+    {
+        return crate::bytes::serve_object(
+            headers,
+            objects,
+            &cached,
+            ct,
+            &etag,
+            crate::bytes::Freshness::Immutable,
+        )
+        .await
+        .map_err(Problem::internal);
+    }
+    let body = derived(s, job, seq, idx, name).await?;
     Ok(crate::bytes::serve(headers, body, ct, Some(etag)))
+}
+
+/// Where the files derived from sub-model `idx` of snapshot `seq` are kept.
+fn derived_dir(job: &Job, seq: u64, idx: usize) -> String {
+    match idx {
+        0 => format!("recon/{}/sfmapi/{seq}", job.id),
+        _ => format!("recon/{}/sfmapi/{seq}/submodels/{idx}", job.id),
+    }
 }
 
 /// Where sub-model `idx` of sealed snapshot `seq` is sealed, or 404.
@@ -269,10 +298,7 @@ async fn derived(
     name: &str,
 ) -> Result<bytes::Bytes, Problem> {
     let objects = s.engine.ports().objects.clone();
-    let dir = match idx {
-        0 => format!("recon/{}/sfmapi/{seq}", job.id),
-        _ => format!("recon/{}/sfmapi/{seq}/submodels/{idx}", job.id),
-    };
+    let dir = derived_dir(job, seq, idx);
     let cached = format!("{dir}/{name}");
     // A derived file exists only for a sealed snapshot, so a stored one is served without
     // listing the snapshots again.

@@ -135,6 +135,12 @@ pub async fn erase_project(
             done.datasets += 1;
         }
     }
+    // Refused uploads name their files: nothing of them stays either.
+    for r in super::status::refusals(store, project).await? {
+        store
+            .transact(vec![super::status::forget_refusal(r.photo_id)])
+            .await?;
+    }
     for s in subjects(store, project).await? {
         store
             .transact(vec![Write::Delete {

@@ -23,6 +23,10 @@ use tessera_engine::{TaskContext, TaskError, TaskHandler, TaskOutput};
 /// The handler.
 pub struct Ingest;
 
+/// Why a late event for an erased photo is dropped; such a photo must leave no record
+/// beyond its tombstone, so no refusal is written for it.
+const ERASED_LATE: &str = "was erased; an event for it arrived late and is ignored";
+
 fn refuse(key: &str, why: String) -> TaskError {
     TaskError::permanent(format!("upload `{key}` refused: {why}"))
 }
@@ -82,7 +86,7 @@ impl TaskHandler for Ingest {
             .is_some()
         {
             return Err(TaskError::permanent(format!(
-                "photo {photo_id} was erased; an event for it arrived late and is ignored"
+                "photo {photo_id} {ERASED_LATE}"
             )));
         }
         let started = ctx.phase_started(Phase::Ingest).await?;
@@ -143,6 +147,7 @@ impl TaskHandler for Ingest {
                     replaced_keys: Vec::new(),
                     published_at: None,
                     original_deleted_at: None,
+                    failure: None,
                     created_at: Millis::now(),
                 };
                 super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await;
@@ -176,5 +181,36 @@ impl TaskHandler for Ingest {
             "photo": photo_id, "pipeline": row.pipeline, "follow_up": follow.job_id,
             "width": row.width, "height": row.height, "orientation": row.orientation,
         })))
+    }
+
+    /// An upload refused for good has no row: the refusal is recorded in its project, so
+    /// the photo reads as failed with the reason instead of vanishing.
+    fn compensate(&self, task: &tessera_core::task::Task) -> Vec<Write> {
+        let reason = task.last_error.as_ref().map_or_else(
+            || "ingest ended without success".to_string(),
+            |e| e.message.clone(),
+        );
+        if reason.contains(ERASED_LATE) {
+            return Vec::new();
+        }
+        let Ok(event) = serde_json::from_value::<ObjectCreated>(task.payload.clone()) else {
+            return Vec::new();
+        };
+        let Some((project, photo_id, name)) = event
+            .object_key()
+            .ok()
+            .and_then(|k| keys::parse_upload(&k).ok())
+        else {
+            return Vec::new();
+        };
+        vec![super::status::record_refusal(
+            &super::status::RefusedUpload {
+                photo_id,
+                project,
+                name,
+                reason,
+                at: Millis::now(),
+            },
+        )]
     }
 }

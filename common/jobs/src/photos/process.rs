@@ -258,6 +258,7 @@ impl TaskHandler for Process {
         let mut bump = vec![
             ("variant_version", row::json(&version)),
             ("published_at", serde_json::Value::Null),
+            ("failure", serde_json::Value::Null),
             ("staged_keys", row::json(&staged)),
         ];
         // Faces are stored once detected (a thumbnail_dims photo has none yet).
@@ -366,8 +367,12 @@ impl TaskHandler for Process {
     }
 
     fn compensate(&self, task: &Task) -> Vec<Write> {
+        let reason = task.last_error.as_ref().map_or_else(
+            || format!("task `{}` ended without success", task.name),
+            |e| e.message.clone(),
+        );
         payload_photo(task)
-            .map(row::unpublish)
+            .map(|id| row::fail(id, &reason))
             .into_iter()
             .collect()
     }

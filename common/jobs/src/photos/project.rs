@@ -397,7 +397,7 @@ pub struct PrivacyStatus {
     /// Photos whose files were decided at an older revision or under older rules: they
     /// are being re-decided, and their files are not served meanwhile.
     pub not_current: u64,
-    /// Photos published now.
+    /// Photos whose files are served now (published, and decided at the current subjects).
     pub published: u64,
 }
 
@@ -415,6 +415,6 @@ pub async fn privacy_status(
             .iter()
             .filter(|ph| ph.needs_reprocess(p.subjects_rev))
             .count() as u64,
-        published: all.iter().filter(|ph| ph.published_at.is_some()).count() as u64,
+        published: all.iter().filter(|ph| ph.servable(p.subjects_rev)).count() as u64,
     })
 }

@@ -41,6 +41,19 @@ pub fn unpublish(id: PhotoId) -> Write {
     }
 }
 
+/// Unpublish and say why, whatever the version: what a final failure of the photo's
+/// processing commits with the job's end.
+pub fn fail(id: PhotoId, reason: &str) -> Write {
+    Write::Set {
+        key: records::photo_key(id),
+        fields: vec![
+            ("published_at".into(), Value::Null),
+            ("failure".into(), Value::String(reason.to_string())),
+        ],
+        condition: Condition::None,
+    }
+}
+
 /// JSON of a field value.
 pub fn json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("row fields serialize")

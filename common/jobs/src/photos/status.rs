@@ -1,21 +1,23 @@
 //! A photo's state as the people who run a photo platform see it: ingesting, ingested,
-//! processing, published, or failed *with the reason*. The row says how far a photo
-//! got; the jobs about it say whether the last attempt failed and why (an upload that
-//! was refused never gets a row, so only its ingest job knows it existed).
+//! processing, published, or failed *with the reason*. Read from records alone, never
+//! from the job list: the row says how far a photo got and, after a final failure of
+//! its processing, why (`Photo::failure`, written with the failure by the handler's
+//! compensation); an upload ingest refused never gets a row, so its refusal is kept as
+//! a [`RefusedUpload`] in the project, written the same way.
 //!
 //! Fail closed: a photo is `published` only while its files are servable at the
-//! project's current subject revision; a photo whose last job failed reads as failed
-//! even if older files exist, since those are not served either.
+//! project's current subject revision.
 
-use super::{ObjectCreated, kinds};
-use std::collections::HashMap;
-use tessera_core::job::{Job, JobStatus};
-use tessera_core::photo::{Photo, keys};
-use tessera_core::{JobId, PhotoId, ProjectId, TenantId};
-use tessera_engine::{Engine, EngineError};
+use serde::{Deserialize, Serialize};
+use tessera_core::Millis;
+use tessera_core::photo::Photo;
+use tessera_core::ports::state_store::{
+    Condition, Index, Item, ItemKey, Query, StateStore, StoreError, Write,
+};
+use tessera_core::{PhotoId, ProjectId};
 
 /// Where a photo is.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum PhotoState {
     /// Uploaded; ingest has not written its row yet.
@@ -26,169 +28,124 @@ pub enum PhotoState {
     Processing,
     /// Its files are served.
     Published,
-    /// The last attempt failed; nothing is served.
+    /// Refused or failed for good; nothing is served.
     Failed {
         /// What failed and what to do.
         reason: String,
     },
 }
 
-/// One photo of a project, with its row where ingest wrote one.
-#[derive(Debug, Clone)]
-pub struct PhotoStatus {
-    /// The photo.
+/// The state of a photo from its row and whether the row's files are servable now.
+pub fn state(row: &Photo, servable: bool) -> PhotoState {
+    match (&row.failure, servable) {
+        (_, true) => PhotoState::Published,
+        (Some(reason), false) => PhotoState::Failed {
+            reason: reason.clone(),
+        },
+        (None, false) if row.faces.is_none() => PhotoState::Ingested,
+        (None, false) => PhotoState::Processing,
+    }
+}
+
+/// An upload that ingest refused for good (not an image, truncated, too large, …): the
+/// only trace of a photo that never got a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefusedUpload {
+    /// The photo id the upload was given.
     pub photo_id: PhotoId,
-    /// Its file name as uploaded.
+    /// Its project.
+    pub project: ProjectId,
+    /// Its file name.
     pub name: String,
-    /// The row, once ingested.
-    pub row: Option<Photo>,
-    /// Where it is.
-    pub state: PhotoState,
-    /// The last job about it.
-    pub job_id: Option<JobId>,
+    /// Why, naming the file.
+    pub reason: String,
+    /// When.
+    pub at: Millis,
 }
 
-/// The photo a job is about, for the per-photo job kinds; `None` for the others.
-pub fn photo_of_job(job: &Job) -> Option<(PhotoId, Option<String>)> {
-    match job.kind.as_str() {
-        kinds::INGEST_JOB => {
-            let event: ObjectCreated = serde_json::from_value(job.spec.clone()).ok()?;
-            let key = event.object_key().ok()?;
-            let (_, photo, name) = keys::parse_upload(&key).ok()?;
-            Some((photo, Some(name)))
-        }
-        kinds::FACE_PROCESS_JOB | kinds::THUMBNAIL_DIMS_JOB | kinds::REPROCESS_JOB => {
-            let photo = job.spec.get("photo")?.as_str()?.parse().ok()?;
-            Some((photo, None))
-        }
-        _ => None,
+fn refused_partition(project: ProjectId) -> String {
+    format!("PROJECT#{project}#REFUSED")
+}
+
+/// The write that records a refusal (replacing an earlier one for the same photo).
+pub fn record_refusal(r: &RefusedUpload) -> Write {
+    let mut item = Item::new(
+        refusal_key(r.photo_id),
+        serde_json::to_value(r).expect("serializable"),
+    );
+    item.by_parent = Some(ItemKey::new(
+        refused_partition(r.project),
+        r.photo_id.to_string(),
+    ));
+    Write::Put {
+        item,
+        condition: Condition::None,
     }
 }
 
-/// The state of a photo from its row (if any), whether the row's files are servable,
-/// and its last job with that job's failure message.
-pub fn state(
-    row: Option<&Photo>,
-    servable: bool,
-    last_job: Option<(&Job, Option<&str>)>,
-) -> PhotoState {
-    if let Some((job, failure)) = last_job {
-        match job.status() {
-            JobStatus::Failed => {
-                return PhotoState::Failed {
-                    reason: failure
-                        .unwrap_or("the photo's last job failed without a message")
-                        .to_string(),
-                };
-            }
-            JobStatus::Cancelled if !servable => {
-                return PhotoState::Failed {
-                    reason: "its processing was cancelled; reprocess it".into(),
-                };
-            }
-            _ => {}
-        }
-    }
-    match row {
-        None => PhotoState::Ingesting,
-        Some(_) if servable => PhotoState::Published,
-        Some(p) if p.faces.is_none() => PhotoState::Ingested,
-        Some(_) => PhotoState::Processing,
+/// The write that forgets a refusal.
+pub fn forget_refusal(photo: PhotoId) -> Write {
+    Write::Delete {
+        key: refusal_key(photo),
+        condition: Condition::None,
     }
 }
 
-/// The message of a failed job: its first failed task's last error.
-pub async fn failure(engine: &Engine, job: &Job) -> Result<Option<String>, EngineError> {
-    if job.status() != JobStatus::Failed {
-        return Ok(None);
-    }
-    Ok(engine.job_tasks(job.id).await?.into_iter().find_map(|t| {
-        t.last_error
-            .filter(|_| {
-                matches!(
-                    t.state,
-                    tessera_core::task::TaskState::Failed | tessera_core::task::TaskState::Dead
-                )
-            })
-            .map(|e| e.message)
-    }))
+fn refusal_key(photo: PhotoId) -> ItemKey {
+    ItemKey::new(format!("REFUSED#{photo}"), "REFUSED")
 }
 
-/// The last job about each photo of `project`, newest wins. Reads the tenant's job
-/// list (a page at a time): jobs are the only record of an upload ingest refused.
-pub async fn last_jobs(
-    engine: &Engine,
-    tenant: &TenantId,
+/// The project's refused uploads.
+pub async fn refusals(
+    store: &dyn StateStore,
     project: ProjectId,
-) -> Result<HashMap<PhotoId, (Job, Option<String>)>, EngineError> {
-    let mut out: HashMap<PhotoId, (Job, Option<String>)> = HashMap::new();
-    let mut after = None;
-    loop {
-        let (jobs, next) = engine.list_jobs(tenant, after, 500).await?;
-        for job in jobs.into_iter().filter(|j| j.project == Some(project)) {
-            let Some((photo, name)) = photo_of_job(&job) else {
-                continue;
-            };
-            let newer = out
-                .get(&photo)
-                .is_none_or(|(j, _)| j.created_at <= job.created_at);
-            if newer {
-                let name = name.or_else(|| out.get(&photo).and_then(|(_, n)| n.clone()));
-                out.insert(photo, (job, name));
-            }
-        }
-        match next {
-            Some(n) => after = Some(n),
-            None => return Ok(out),
+) -> Result<Vec<RefusedUpload>, StoreError> {
+    tessera_core::projects::query_all(
+        store,
+        Query::partition(Index::ByParent, refused_partition(project), 500),
+    )
+    .await
+}
+
+/// One photo of a project and where it is.
+#[derive(Debug, Clone)]
+pub enum Listed {
+    /// A photo with a row.
+    Row(Box<Photo>, PhotoState),
+    /// An upload refused before it got a row.
+    Refused(RefusedUpload),
+}
+
+impl Listed {
+    /// The photo's id.
+    pub fn photo_id(&self) -> PhotoId {
+        match self {
+            Listed::Row(p, _) => p.id,
+            Listed::Refused(r) => r.photo_id,
         }
     }
 }
 
-/// Every photo of a project with its state, newest first: the rows, and the uploads
-/// whose ingest is running or failed.
+/// Every photo of a project with its state, newest first: the rows, and the refused
+/// uploads that never got one.
 pub async fn project_photos(
-    engine: &Engine,
-    tenant: &TenantId,
+    store: &dyn StateStore,
     project: ProjectId,
     subjects_rev: u64,
-    rows: Vec<Photo>,
-) -> Result<Vec<PhotoStatus>, EngineError> {
-    let mut last = last_jobs(engine, tenant, project).await?;
-    let mut out = Vec::new();
+) -> Result<Vec<Listed>, StoreError> {
+    let rows = super::project::photos(store, project).await?;
+    let mut out: Vec<Listed> = Vec::new();
     for row in rows {
-        let job = last.remove(&row.id);
-        let failed = match &job {
-            Some((j, _)) => failure(engine, j).await?,
-            None => None,
-        };
-        let servable = row.servable(subjects_rev);
-        out.push(PhotoStatus {
-            photo_id: row.id,
-            name: row.file_name.clone(),
-            state: state(
-                Some(&row),
-                servable,
-                job.as_ref().map(|(j, _)| (j, failed.as_deref())),
-            ),
-            job_id: job.map(|(j, _)| j.id),
-            row: Some(row),
-        });
+        let s = state(&row, row.servable(subjects_rev));
+        out.push(Listed::Row(Box::new(row), s));
     }
-    // Uploads with no row: ingest is running, or refused them.
-    for (photo, (job, name)) in last {
-        if job.kind != kinds::INGEST_JOB || job.status() == JobStatus::Succeeded {
-            continue;
+    for r in refusals(store, project).await? {
+        // A later upload of the same photo that was ingested has a row: the row wins.
+        if !out.iter().any(|l| l.photo_id() == r.photo_id) {
+            out.push(Listed::Refused(r));
         }
-        let failed = failure(engine, &job).await?;
-        out.push(PhotoStatus {
-            photo_id: photo,
-            name: name.unwrap_or_default(),
-            row: None,
-            state: state(None, false, Some((&job, failed.as_deref()))),
-            job_id: Some(job.id),
-        });
     }
-    out.sort_by_key(|p| std::cmp::Reverse(p.photo_id.to_string()));
+    out.sort_by_key(|l| std::cmp::Reverse(l.photo_id().to_string()));
     Ok(out)
 }
 
@@ -197,8 +154,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_photo_without_a_row_or_job_is_ingesting_and_a_failure_wins_over_old_files() {
-        assert_eq!(state(None, false, None), PhotoState::Ingesting);
+    fn a_failure_reads_as_failed_with_its_reason() {
         let v = serde_json::to_value(PhotoState::Failed {
             reason: "not an image".into(),
         })
