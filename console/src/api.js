@@ -75,15 +75,27 @@ export async function all(path) {
 
 const blobCache = new Map();
 /**
- * An object URL for bytes behind auth (an <img src> cannot send the key). Cached per
- * path for the page's life: photo files are immutable (versioned keys).
+ * An object URL for bytes behind auth (an <img src> cannot send the key), cached by
+ * path and `version`: a photo's files at one URL change when it is re-blurred, so
+ * callers pass its `variant_version`. Cleared with the key ([`forget`]), so another
+ * key never sees what this one fetched.
  */
-export async function blobUrl(path) {
-  if (!blobCache.has(path)) {
-    blobCache.set(path, api(path, { raw: true }).then(async (r) => URL.createObjectURL(await r.blob())));
-    blobCache.get(path).catch(() => blobCache.delete(path));
+export async function blobUrl(path, version = '') {
+  const k = `${path}#${version}`;
+  if (!blobCache.has(k)) {
+    blobCache.set(k, api(path, { raw: true }).then(async (r) => URL.createObjectURL(await r.blob())));
+    blobCache.get(k).catch(() => blobCache.delete(k));
   }
-  return blobCache.get(path);
+  return blobCache.get(k);
+}
+
+/** Drop the key and everything fetched or kept with it. */
+export function forget() {
+  auth.key = null;
+  for (const p of blobCache.values()) p.then((u) => URL.revokeObjectURL(u)).catch(() => {});
+  blobCache.clear();
+  caps = null;
+  for (const k of Object.keys(sessionStorage)) if (k.startsWith('tessera.')) sessionStorage.removeItem(k);
 }
 
 /** The capabilities, fetched once. */

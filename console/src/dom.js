@@ -6,7 +6,11 @@ export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    if (k.startsWith('on')) {
+      // Handlers only as functions: a string would be script from data.
+      if (typeof v !== 'function') throw new TypeError(`h(): ${k} must be a function`);
+      el.addEventListener(k.slice(2), v);
+    }
     else if (k === 'class') el.className = v;
     else if (k === 'dataset') Object.assign(el.dataset, v);
     else if (v === true) el.setAttribute(k, '');

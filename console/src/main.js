@@ -1,7 +1,7 @@
 // The console: a hash router over views, each built only from the public API. With
 // `--auth api_key` the page asks for a key first and keeps it in session storage.
 
-import { api, auth, onUnauthorized } from './api.js';
+import { api, auth, forget, onUnauthorized } from './api.js';
 import { h, fill, errorBox } from './dom.js';
 import * as projects from './views/projects.js';
 import * as dataset from './views/dataset.js';
@@ -70,9 +70,10 @@ async function render() {
 }
 
 onUnauthorized(() => {
+  if (auth.key) forget();
   if (!document.querySelector('#key')) askForKey(document.getElementById('main'), 'The server refused the key. Enter another.');
 });
-document.getElementById('signout').addEventListener('click', () => { auth.key = null; render(); });
+document.getElementById('signout').addEventListener('click', () => { forget(); render(); });
 window.addEventListener('hashchange', render);
 api('/version').then((v) => { document.getElementById('server').textContent = `v${v.version || ''}`; }).catch(() => {});
 render();

@@ -6,15 +6,17 @@
 import { api, auth } from './api.js';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'cancelled_dirty']);
+/** Most events kept in session storage per job. */
+const MAX_KEPT = 5000;
 
 /** Split an SSE body into frames, keeping the unfinished tail. */
 export function frames(buffer) {
   const out = [];
   let rest = buffer;
-  let cut;
-  while ((cut = rest.search(/\r?\n\r?\n/)) >= 0) {
-    const block = rest.slice(0, cut);
-    rest = rest.slice(cut + (rest[cut] === '\r' ? 4 : 2));
+  let m;
+  while ((m = /\r?\n\r?\n/.exec(rest))) {
+    const block = rest.slice(0, m.index);
+    rest = rest.slice(m.index + m[0].length);
     const f = { id: null, event: 'message', data: [] };
     for (const line of block.split(/\r?\n/)) {
       if (!line || line.startsWith(':')) continue;
@@ -48,12 +50,18 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} })
     onEvent(e);
   }
   kept = kept.slice(0, last);
+  // Written at most once a second; past MAX_KEPT (or the storage quota) nothing more is
+  // kept and a reload replays the whole stream from the server instead.
+  let saveTimer = null;
+  const save = () => {
+    saveTimer = null;
+    try { sessionStorage.setItem(storeKey, JSON.stringify(kept)); } catch { kept = null; sessionStorage.removeItem(storeKey); }
+  };
   const keep = (e) => {
+    if (!kept) return;
+    if (kept.length >= MAX_KEPT) { kept = null; sessionStorage.removeItem(storeKey); return; }
     kept.push(e);
-    try { sessionStorage.setItem(storeKey, JSON.stringify(kept)); } catch {
-      // Over the storage quota: a reload then replays the whole stream instead.
-      sessionStorage.removeItem(storeKey);
-    }
+    saveTimer ||= setTimeout(save, 1000);
   };
   let stopped = false;
   let reconnects = 0;
@@ -66,7 +74,7 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} })
     if (last > 0) headers['Last-Event-ID'] = String(last);
     if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
     const r = await fetch(`/v1/jobs/${jobId}/events`, { headers, signal: controller.signal });
-    if (!r.ok) throw new Error(`events: HTTP ${r.status}`);
+    if (!r.ok) throw Object.assign(new Error(`events: HTTP ${r.status}`), { status: r.status });
     state(true);
     const reader = r.body.getReader();
     const decoder = new TextDecoder();
@@ -90,12 +98,19 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} })
 
   (async () => {
     let delay = 500;
+    let idle = 0;
     while (!stopped) {
+      const before = last;
       try {
         await once();
         delay = 500;
       } catch (e) {
         if (stopped) break;
+        // A refused key or a job that is gone will not come back by retrying.
+        if (e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
+          onState({ connected: false, reconnects, last, error: e.message });
+          break;
+        }
         delay = Math.min(8000, delay * 2);
       }
       state(false);
@@ -103,17 +118,29 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} })
       // The stream ends when the job has ended and every event was sent; it also ends
       // when a connection drops. Only the job's status tells which.
       const job = await api(`/v1/jobs/${jobId}`).catch(() => null);
+      if (stopped) break;
       if (job && TERMINAL.has(job.status) && last >= (await latest(jobId))) {
-        onEnd(job);
+        if (saveTimer) { clearTimeout(saveTimer); save(); }
+        if (!stopped) onEnd(job);
+        break;
+      }
+      // Many reconnects in a row with nothing new: something is wrong; say so and stop.
+      idle = last === before ? idle + 1 : 0;
+      if (idle >= 30) {
+        onState({ connected: false, reconnects, last, error: 'the event stream makes no progress' });
         break;
       }
       reconnects += 1;
-      await new Promise((r) => setTimeout(r, delay));
+      await new Promise((r) => setTimeout(r, delay * (idle > 3 ? 4 : 1)));
     }
   })();
 
   return {
-    stop() { stopped = true; controller?.abort(); },
+    stop() {
+      stopped = true;
+      controller?.abort();
+      if (saveTimer) { clearTimeout(saveTimer); save(); }
+    },
     drop() { controller?.abort(); },
     get last() { return last; },
     get reconnects() { return reconnects; },

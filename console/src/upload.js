@@ -18,7 +18,8 @@ export async function uploadFile(file, onProgress = () => {}, { chunk = 2 << 20 
   let up = null;
   if (saved) {
     try { up = await api(`/v1/uploads/${saved}`); } catch { up = null; }
-    if (up && up.expected_size !== file.size) up = null;
+    // Only an upload that can still take bytes or be finalized is resumed.
+    if (up && (up.expected_size !== file.size || !['open', 'received', 'finalized'].includes(up.state))) up = null;
   }
   if (!up) up = await api('/v1/uploads', { method: 'POST', body: { expected_size: file.size } });
   sessionStorage.setItem(keyOf(file), up.upload_id);

@@ -153,7 +153,9 @@ export async function view(jobId) {
       onState: (s) => {
         state.connected = s.connected;
         state.reconnects = s.reconnects;
-        conn.textContent = s.connected ? `live · event ${s.last}` : `reconnecting · after event ${s.last}`;
+        conn.textContent = s.error
+          ? `events stopped: ${s.error}`
+          : s.connected ? `live · event ${s.last}` : `reconnecting · after event ${s.last}`;
       },
       onEnd: async () => {
         conn.textContent = `ended · ${state.seqs.length} events`;

@@ -172,19 +172,31 @@ export async function photo(id) {
   // The unblurred original, only if the server lets this key see it.
   let original = null;
   try {
-    const src = await blobUrl(`/v1/x-tessera/photos/${id}/original`);
+    const src = await blobUrl(`/v1/x-tessera/photos/${id}/original`, p.variant_version);
     original = h('img', { src, alt: `${p.name}, unblurred original` });
   } catch (e) {
     original = e.status === 403 ? null : h('p', { class: 'dim' }, e.message);
   }
   const variants = h('div', { class: 'variants' });
   const loaded = [];
+  const show = (v, img) => blobUrl(v.url, p.variant_version)
+    .then((u) => new Promise((res) => { img.onload = () => res(img.naturalWidth); img.onerror = () => res(0); img.src = u; }))
+    .then((w) => { window.__tessera.photo.variants.push({ variant: v.variant, width: w }); });
   for (const v of p.variants || []) {
     if (!v.url) continue;
     const img = h('img', { alt: `${v.variant} variant of ${p.name}` });
-    const shown = blobUrl(v.url).then((u) => new Promise((res) => { img.onload = () => res(img.naturalWidth); img.onerror = () => res(0); img.src = u; }));
-    loaded.push(shown.then((w) => window.__tessera.photo.variants.push({ variant: v.variant, width: w })));
-    variants.append(h('figure', {}, img, h('figcaption', {}, v.variant === 'public' ? 'public (opted-out faces blurred)' : `${who(v.variant)}'s own copy (their face shown)`)));
+    if (v.variant === 'public') {
+      loaded.push(show(v, img));
+      variants.append(h('figure', {}, img, h('figcaption', {}, 'public (opted-out faces blurred)')));
+    } else {
+      // A subject's own copy shows their face: fetched (and audited) only when asked for.
+      const ask = h('button', {
+        class: 'ghost',
+        onclick: () => { ask.replaceWith(img); show(v, img); },
+      }, `Show ${who(v.variant)}'s own copy (audited)`);
+      variants.append(h('figure', {}, ask, h('figcaption', {}, `${who(v.variant)}'s own copy: their face shown, others blurred`)));
+      window.__tessera.photo.subjectCopies = (window.__tessera.photo.subjectCopies || 0) + 1;
+    }
   }
   Promise.all(loaded).then(() => { window.__tessera.photo.loaded = true; });
 
@@ -194,7 +206,7 @@ export async function photo(id) {
   const pub = (p.variants || []).find((v) => v.variant === 'public' && v.url);
   if (!base && pub) {
     base = h('img', { alt: `${p.name}, public variant` });
-    blobUrl(pub.url).then((u) => { base.src = u; }).catch(() => {});
+    blobUrl(pub.url, p.variant_version).then((u) => { base.src = u; }).catch(() => {});
   }
   const canvas = base ? overlay(base, original ? faces : [], regions, draw) : h('p', { class: 'dim' }, 'Nothing to show yet.');
 

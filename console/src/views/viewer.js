@@ -48,6 +48,16 @@ function robustBounds(pos, n) {
   return { lo, hi };
 }
 
+/** Bytes `start..=end` of `url` (a server that ignores Range sends all: cut to them). */
+async function range(url, start, end) {
+  const headers = { Range: `bytes=${start}-${end}` };
+  if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
+  const r = await fetch(url, { headers });
+  if (!r.ok) throw new Error(`${url.split('/').pop()}: HTTP ${r.status}`);
+  const bytes = new Uint8Array(await r.arrayBuffer());
+  return r.status === 200 ? bytes.subarray(start, end + 1) : bytes;
+}
+
 export class Viewer {
   constructor({ onCamera = () => {} } = {}) {
     this.onCamera = onCamera;
@@ -56,6 +66,8 @@ export class Viewer {
     this.el = h('div', { class: 'viewer-box' }, this.canvas, this.status);
     this.state = {
       webgl: false, points: 0, total: 0, cameras: 0, seq: null, frames: 0, error: null,
+      // Show a snapshot (what a `snapshot_available` event does).
+      load: (rid, seq) => this.load(rid, seq),
       // Where each camera is on the page now, so a test can click one as a person would.
       cameraPositions: () => {
         const r = this.canvas.getBoundingClientRect();
@@ -290,13 +302,15 @@ export class Viewer {
     (this.state.requested ||= []).push(seq);
     const base = `/v1/reconstructions/${rid}/snapshots/${seq}`;
     try {
-      const [cameras, images, preview] = await Promise.all([
+      const [cameras, images, preview, head] = await Promise.all([
         api(`${base}/cameras.json`), api(`${base}/images.json`),
         api(`${base}/points_preview.bin`, { raw: true }).then((r) => r.arrayBuffer()),
+        // The whole cloud's own header: the preview's counts only the preview.
+        range(`${base}/points.bin`, 0, HEADER - 1),
       ]);
       if (this.loading !== token) return;
       const first = this.state.seq === null;
-      const hd = header(preview);
+      const hd = header(head.buffer.slice(head.byteOffset, head.byteOffset + HEADER));
       const pv = records(new Uint8Array(preview, HEADER));
       const { lo, hi } = robustBounds(pv.positions, pv.n);
       const diag = Math.hypot(...m.sub(hi, lo)) || 1;
@@ -322,13 +336,7 @@ export class Viewer {
     while (have < count) {
       const start = HEADER + have * RECORD;
       const end = HEADER + Math.min(count, have + CHUNK) * RECORD - 1;
-      const headers = { Range: `bytes=${start}-${end}` };
-      if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
-      const r = await fetch(url, { headers });
-      if (!r.ok) throw new Error(`points.bin: HTTP ${r.status}`);
-      let bytes = new Uint8Array(await r.arrayBuffer());
-      // A server that ignores Range sends everything: skip to where this part starts.
-      if (r.status === 200) bytes = bytes.subarray(start);
+      const bytes = await range(url, start, end);
       const part = records(bytes.subarray(0, Math.min(bytes.byteLength, (count - have) * RECORD)));
       if (this.loading !== token) return;
       if (!part.n) break;
