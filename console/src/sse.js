@@ -34,10 +34,11 @@ export function frames(buffer) {
 
 /**
  * Follow a job's events until it ends. `onEvent(event)` gets each event once, in
- * order; `onState({connected, reconnects, last})` follows the connection. Answers a
+ * order, from the first after `after`; `onState({connected, reconnects, last})` follows
+ * the connection. Answers a
  * handle with `stop()` and `drop()` (close the current connection, as a network would).
  */
-export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} }) {
+export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, after = 0 }) {
   // What this tab already received, replayed first after a reload; the stream then
   // resumes after the last of them.
   const storeKey = `tessera.events.${jobId}`;
@@ -47,9 +48,15 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {} })
   for (const e of kept) {
     if (e.seq !== last + 1) break;
     last = e.seq;
-    onEvent(e);
+    // Events the caller already has (`after`) are not given again.
+    if (e.seq > after) onEvent(e);
   }
   kept = kept.slice(0, last);
+  if (after > last) {
+    // Nothing kept past what the caller has (storage full or cleared): resume after it.
+    kept = null;
+    last = after;
+  }
   // Written at most once a second; past MAX_KEPT (or the storage quota) nothing more is
   // kept and a reload replays the whole stream from the server instead.
   let saveTimer = null;

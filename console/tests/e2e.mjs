@@ -101,6 +101,7 @@ try {
   await page.getByRole('button', { name: 'Create dataset' }).click();
   await page.waitForURL(/datasets\//);
   const photos = readdirSync(SAMPLE).filter((f) => /\.jpe?g$/i.test(f)).sort();
+  const datasetUrl = page.url();
   await page.locator('#files').setInputFiles(photos.map((f) => join(SAMPLE, f)));
   await until(page, 'every photo uploaded and listed', (n) => window.__tessera.dataset?.images === n, photos.length);
   await page.locator('svg.gps circle').first().waitFor();
@@ -118,7 +119,6 @@ try {
   await page.getByRole('button', { name: 'Start reconstruction' }).waitFor();
 
   // 3. A recipe from the form; the timeline live, through a dropped stream and a reload.
-  await page.getByLabel('Exports').check().catch(() => {});
   await page.getByRole('button', { name: 'Start reconstruction' }).click();
   await page.waitForURL(/#\/jobs\//);
   const jobId = page.url().split('/').pop();
@@ -223,6 +223,32 @@ try {
   assert.deepEqual(wide, [], 'no sideways scrolling at 390 px');
   await shot(page, '2-reconstruction-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
+
+  // 4b. Cancel, resume and force cancel from the buttons, on other recipes of the same
+  // photos (a PLY export, then two-stage BA: new jobs whose earlier stages are cached).
+  const startWith = async (choose) => {
+    await page.goto(datasetUrl);
+    await page.getByRole('button', { name: 'Start reconstruction' }).waitFor();
+    await choose();
+    await page.getByRole('button', { name: 'Start reconstruction' }).click();
+    await page.waitForURL(/#\/jobs\//);
+    await page.getByRole('button', { name: 'Cancel', exact: true }).waitFor();
+    return page.url().split('/').pop();
+  };
+  const cancelled = ['cancelled', 'cancelled_dirty'];
+  const second = await startWith(() => page.getByLabel('ply').check());
+  assert.notEqual(second, jobId, 'a new job');
+  await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+  await until(page, 'the cancel to land', (c) => c.includes(window.__tessera.job.status), cancelled, 120_000);
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await until(page, 'the resumed job to succeed', () => window.__tessera.job.status === 'succeeded' && window.__tessera.job.ended, null, 300_000);
+  const resumed = await state(page, () => window.__tessera.job);
+  assert.equal(resumed.duplicates + resumed.gaps, 0, 'the resumed job\'s events, once each');
+  const third = await startWith(() => page.getByLabel('Bundle adjustment').selectOption('two_stage'));
+  await page.getByRole('button', { name: 'Force cancel' }).click();
+  await until(page, 'the force cancel to land', (c) => c.includes(window.__tessera.job.status), cancelled, 120_000);
+  const forced = await (await fetch(`${server.base}/v1/jobs/${third}`)).json();
+  assert.equal(forced.cancel_force, true, JSON.stringify(forced));
 
   // 5. Drag and drop, and an upload that survives a dropped connection: the second chunk's
   // connection is reset once; the uploader asks the server how much it has and goes on.

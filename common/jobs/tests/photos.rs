@@ -155,6 +155,8 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
     let edits = project::set_regions(r.store(), photo, &[region])
         .await
         .unwrap();
+    // What the region hides is not served meanwhile: unpublished until re-blurred.
+    assert!(r.photo(photo).await.published_at.is_none());
     let p = project::load(r.store(), p.id).await.unwrap();
     let job = r
         .engine
@@ -171,6 +173,7 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
     r.settle().await;
     let second = r.photo(photo).await;
     assert_eq!(second.variant_version, 3);
+    assert!(second.published_at.is_some(), "published again, region in");
     assert_eq!(second.renditions.len(), 3, "N = 2 → 3 files");
     // Faces were not detected again: identical boxes and embeddings, no detection phase.
     let strip = |p: &Photo| {

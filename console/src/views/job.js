@@ -29,14 +29,14 @@ export async function view(jobId) {
   const logLines = [];
 
   const buttons = {
-    cancel: h('button', { onclick: () => act(':cancel') }, 'Cancel'),
-    force: h('button', { class: 'danger', onclick: () => act(':cancel?force=true') }, 'Force cancel'),
-    resume: h('button', { onclick: () => act(':resume') }, 'Resume'),
+    cancel: h('button', { onclick: () => act(':cancel', 'Cancel') }, 'Cancel'),
+    force: h('button', { class: 'danger', onclick: () => act(':cancel?force=true', 'Force cancel') }, 'Force cancel'),
+    resume: h('button', { onclick: () => act(':resume', 'Resume') }, 'Resume'),
   };
-  async function act(action) {
+  async function act(action, label) {
     try {
       await api(`/v1/jobs/${jobId}${action}`, { method: 'POST' });
-      toast(`${action.replace(/[:?].*?=?/, '')} requested`);
+      toast(`${label} requested`);
       if (action === ':resume' && !stream) startStream();
       await refreshJob();
     } catch (e) { toast(e.message, 'error'); }
@@ -150,6 +150,8 @@ export async function view(jobId) {
   function startStream() {
     stream = follow(jobId, {
       onEvent,
+      // Following again after a resume: this view already has what it was given.
+      after: state.seqs.length ? state.seqs[state.seqs.length - 1] : 0,
       onState: (s) => {
         state.connected = s.connected;
         state.reconnects = s.reconnects;

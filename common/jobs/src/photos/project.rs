@@ -238,7 +238,8 @@ pub async fn enrol(
 pub const MAX_BLUR_REGIONS: usize = 200;
 
 /// Replace a photo's manual blur regions (fractions of the stored image), checking
-/// each; returns the new edit revision.
+/// each, and unpublish it until it is re-blurred with them; returns the new edit
+/// revision.
 pub async fn set_regions(
     store: &dyn StateStore,
     photo: PhotoId,
@@ -270,6 +271,9 @@ pub async fn set_regions(
                     serde_json::to_value(regions).expect("serializable"),
                 ),
                 ("edits_rev".into(), rev.into()),
+                // Fail closed: the published files lack the new regions, so they are
+                // not served until the photo is re-blurred with them.
+                ("published_at".into(), serde_json::Value::Null),
             ],
             condition: Condition::Rev(item.rev),
         }])
