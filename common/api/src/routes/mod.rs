@@ -444,7 +444,7 @@ pub fn table() -> Vec<Operation> {
             M::POST,
             "/v1/projects/{project_id}/pipelines/{recipe}",
             "/v1/projects/{project_id}/pipelines/{recipe}",
-            "Run a recipe (202 + Location)",
+            "Run a recipe (202 + Location); Tessera's finishing choices in spec.x-tessera: {ba: standard|two_stage, georeference: none|gps, exports: [ply, nvm, colmap_text, colmap_bin]}",
             "pipelines",
             202,
             post(pipelines::submit),
