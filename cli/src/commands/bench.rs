@@ -348,7 +348,13 @@ fn bare_run(
     must(
         timed(
             "extract",
-            &commands::extract(spec, &db, &images, info.cuda, true),
+            &commands::extract(
+                spec,
+                &db,
+                &images,
+                info.cuda,
+                tessera_sfm::backend::CameraSharing::Shared,
+            ),
         )?,
         "feature_extractor",
     )?;

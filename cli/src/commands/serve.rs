@@ -95,8 +95,11 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
         ),
     });
     let addr = listener.local_addr()?;
-    eprintln!("serving the Tessera API on http://{addr}");
-    eprintln!("console: open http://{addr}/ in a browser");
+    // One write: a reader that stops at the address line (a test, a supervisor) may
+    // close the pipe, and a second write to it would end the server.
+    eprintln!(
+        "console: open http://{addr}/ in a browser\nserving the Tessera API on http://{addr}"
+    );
     let stop = CancellationToken::new();
     let worker = (!args.no_workers).then(|| {
         let w = Worker::new(

@@ -95,17 +95,18 @@ fn unsatisfiable(mut base: HeaderMap, len: u64) -> Response {
     (StatusCode::RANGE_NOT_SATISFIABLE, base).into_response()
 }
 
-/// Answer a GET for immutable `bytes` of `content_type`, honouring the request's
-/// validators and range; `etag` defaults to the bytes' SHA-256.
+/// Answer a GET for `bytes` of `content_type`, honouring the request's validators and
+/// range; `etag` defaults to the bytes' SHA-256.
 pub fn serve(
     req: &HeaderMap,
     bytes: ::bytes::Bytes,
     content_type: &str,
     etag: Option<String>,
+    freshness: Freshness,
 ) -> Response {
     let (etag, mut base) = validators(
         &etag.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes))),
-        Freshness::Immutable,
+        freshness,
     );
     if not_modified(req, &etag) {
         return (StatusCode::NOT_MODIFIED, base).into_response();

@@ -8,8 +8,9 @@
 //! key (they hold no data). A strict Content-Security-Policy keeps the page to its own
 //! origin: no inline script, no third-party anything.
 
+use ::bytes::Bytes;
 use axum::extract::Path;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
@@ -58,14 +59,9 @@ fn etags() -> &'static Vec<String> {
     TAGS.get_or_init(|| {
         ASSETS
             .iter()
-            .map(|(_, b)| format!("\"{}\"", &hex::encode(Sha256::digest(b))[..32]))
+            .map(|(_, b)| hex::encode(Sha256::digest(b))[..32].to_string())
             .collect()
     })
-}
-
-/// Total bytes of the console, for the bench.
-pub fn total_bytes() -> usize {
-    ASSETS.iter().map(|(_, b)| b.len()).sum()
 }
 
 fn serve(path: &str, headers: &HeaderMap) -> Response {
@@ -73,25 +69,16 @@ fn serve(path: &str, headers: &HeaderMap) -> Response {
         return crate::Problem::not_found(format!("the console has no file `{path}`"))
             .into_response();
     };
-    let etag = &etags()[i];
-    let mut r = if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag))
-    {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        (StatusCode::OK, ASSETS[i].1).into_response()
-    };
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type(path)),
-    );
-    h.insert(header::ETAG, HeaderValue::from_str(etag).expect("hex"));
     // Revalidated every time: file names carry no hash, and a new binary must not be
     // paired with a cached old module.
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let mut r = crate::bytes::serve(
+        headers,
+        Bytes::from_static(ASSETS[i].1),
+        content_type(path),
+        Some(etags()[i].clone()),
+        crate::bytes::Freshness::Revalidate,
+    );
+    let h = r.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),

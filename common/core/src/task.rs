@@ -211,6 +211,13 @@ pub struct Task {
 }
 
 impl Task {
+    /// Why it ended without success, as its last error says, or `otherwise`.
+    pub fn failure_message(&self, otherwise: &str) -> String {
+        self.last_error
+            .as_ref()
+            .map_or_else(|| otherwise.to_string(), |e| e.message.clone())
+    }
+
     /// The time that matters for the reaper: when a queued task becomes due, or when a
     /// running task's lease lapses. `None` for states the reaper never looks at.
     pub fn due_at(&self) -> Option<Millis> {

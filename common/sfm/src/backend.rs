@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::Path;
 use tessera_core::event::Phase;
-use tessera_core::spec::{BaMode, MapperKind, PairStrategy, ReconstructionSpec};
+use tessera_core::spec::{BaMode, Georef, MapperKind, PairStrategy, ReconstructionSpec};
 use tessera_core::{Classify, ErrorClass};
 
 /// A capability a backend may offer.
@@ -80,6 +80,9 @@ impl BackendInfo {
         match spec.ba {
             BaMode::Standard => self.require("ba.standard", "")?,
             BaMode::TwoStage => self.require("ba.two_stage", "")?,
+        }
+        if !matches!(spec.georef, Georef::None) {
+            self.require("georegister.sim3", "leave out georeferencing")?;
         }
         for e in &spec.exports {
             let name = serde_json::to_value(e)
@@ -157,6 +160,30 @@ pub enum LineEvent {
     Warning(String),
 }
 
+/// How feature extraction gives photos their camera intrinsics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CameraSharing {
+    /// One camera for every photo: right only for one camera at one size (COLMAP drops
+    /// photos whose size differs from the shared camera's).
+    Shared,
+    /// The engine's own rule (COLMAP 4: photos whose size and EXIF agree share one).
+    Auto,
+    /// One camera per photo.
+    PerImage,
+}
+
+impl CameraSharing {
+    /// What `spec` asks for photos that come in `sizes` distinct sizes: its own camera
+    /// per photo if it says so, else one shared camera where every photo has one size.
+    pub fn of(spec: &ReconstructionSpec, sizes: usize) -> Self {
+        match (spec.per_image_intrinsics, sizes) {
+            (true, _) => Self::PerImage,
+            (false, 1) => Self::Shared,
+            (false, _) => Self::Auto,
+        }
+    }
+}
+
 /// An engine backend: the command lines for each stage, the meaning of its output, and
 /// what its feature database holds. Every method refuses, naming the capability, what
 /// the backend does not offer.
@@ -165,14 +192,14 @@ pub trait EngineBackend: Send + Sync + 'static {
     fn info(&self) -> &BackendInfo;
 
     /// Feature extraction into `db` for the photos in `images` (only those listed in
-    /// `image_list`, when given); `single_camera` shares intrinsics, `existing_camera`
+    /// `image_list`, when given), the photos' cameras as `cameras` says; `existing_camera`
     /// reuses a camera already in the database.
     fn extract(
         &self,
         spec: &ReconstructionSpec,
         db: &Path,
         images: &Path,
-        single_camera: bool,
+        cameras: CameraSharing,
         image_list: Option<&Path>,
         existing_camera: Option<u32>,
     ) -> Result<Vec<Invocation>, Unsupported>;

@@ -218,21 +218,14 @@ pub async fn list(
     QueryParams(paging): QueryParams<Paging>,
 ) -> Result<Json<Value>, Problem> {
     let project = super::projects::owned(&s, &caller, &pid).await?;
-    let mut page = super::page_of(
-        &s,
-        catalog::datasets_partition(project.id),
-        &paging,
-        dataset_view,
-    )
-    .await?;
-    if let Some(items) = page.0["items"].as_array_mut() {
-        for view in items {
-            let did = view["dataset_id"].as_str().unwrap_or_default().to_string();
-            let d = owned(&s, &caller, &did).await?;
-            with_manifest(&s, view, &d).await?;
-        }
+    let (datasets, next) =
+        super::page_records::<Dataset>(&s, catalog::datasets_partition(project.id), &paging)
+            .await?;
+    let mut items = Vec::with_capacity(datasets.len());
+    for d in &datasets {
+        items.push(full_view(&s, d).await?);
     }
-    Ok(page)
+    Ok(super::page_json(items, next))
 }
 
 /// `GET /v1/projects/{pid}/datasets/{did}`.
@@ -822,7 +815,13 @@ pub async fn thumbnail(
         .map_err(Problem::internal)?;
         ::bytes::Bytes::from(jpeg)
     };
-    Ok(served::serve(&headers, body, "image/jpeg", None))
+    Ok(served::serve(
+        &headers,
+        body,
+        "image/jpeg",
+        None,
+        served::Freshness::Immutable,
+    ))
 }
 
 /// How much of an image the EXIF route reads: EXIF sits near the start of a JPEG (APP1,

@@ -42,6 +42,32 @@ impl Paging {
     }
 }
 
+/// One AIP-158 page of the records a by-parent partition holds, and the cursor after it.
+pub async fn page_records<T: serde::de::DeserializeOwned>(
+    s: &ApiState,
+    partition: String,
+    paging: &Paging,
+) -> Result<(Vec<T>, Option<String>), crate::Problem> {
+    use tessera_core::ports::state_store::{Index, Query};
+    let mut q = Query::partition(Index::ByParent, partition, paging.size());
+    q.after = paging.page_token.clone();
+    let page = s.engine.ports().store.query(&q).await?;
+    let records = page
+        .items
+        .iter()
+        .map(tessera_core::records::decode::<T>)
+        .collect::<Result<_, _>>()?;
+    Ok((records, page.next))
+}
+
+/// A `Page<T>` answer.
+pub fn page_json(
+    items: Vec<serde_json::Value>,
+    next: Option<String>,
+) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({ "items": items, "next_page_token": next, "total": null }))
+}
+
 /// One AIP-158 page of the records a by-parent partition holds, each shown by `view`.
 pub async fn page_of<T: serde::de::DeserializeOwned>(
     s: &ApiState,
@@ -49,18 +75,8 @@ pub async fn page_of<T: serde::de::DeserializeOwned>(
     paging: &Paging,
     view: impl Fn(&T) -> serde_json::Value,
 ) -> Result<axum::Json<serde_json::Value>, crate::Problem> {
-    use tessera_core::ports::state_store::{Index, Query};
-    let mut q = Query::partition(Index::ByParent, partition, paging.size());
-    q.after = paging.page_token.clone();
-    let page = s.engine.ports().store.query(&q).await?;
-    let items: Vec<serde_json::Value> = page
-        .items
-        .iter()
-        .map(|i| tessera_core::records::decode::<T>(i).map(|r| view(&r)))
-        .collect::<Result<_, _>>()?;
-    Ok(axum::Json(
-        serde_json::json!({ "items": items, "next_page_token": page.next, "total": null }),
-    ))
+    let (records, next) = page_records::<T>(s, partition, paging).await?;
+    Ok(page_json(records.iter().map(view).collect(), next))
 }
 
 /// AIP-161's `?update_mask=a,b` on a PATCH: only the named fields change, and each must

@@ -68,11 +68,11 @@ impl Sections {
         ]
     }
 
-    /// sfmapi's per-stage `provider` (§6.8.1): the engine a stage runs on, `None` where
-    /// no section names one. One job runs on one engine, so every section that names a
-    /// provider must name the same one, and it must be this server's engine; 422
-    /// otherwise, with the candidates.
-    pub fn provider(&self, s: &ApiState) -> Result<Option<String>, Problem> {
+    /// Check sfmapi's per-stage `provider` (§6.8.1), the engine a stage runs on. One job
+    /// runs on one engine, so every section that names a provider must name the same
+    /// one, and it must be this server's engine (the 202 echoes it); 422 otherwise, with
+    /// the candidates.
+    pub fn check_provider(&self, s: &ApiState) -> Result<(), Problem> {
         let engine = &s.backend.0;
         let mut chosen: Option<(&str, String)> = None;
         for (section, v) in self.all() {
@@ -103,7 +103,7 @@ impl Sections {
             }
             chosen = Some((section, name.to_string()));
         }
-        Ok(chosen.map(|(_, p)| p))
+        Ok(())
     }
 }
 
@@ -160,31 +160,24 @@ pub(crate) fn require_capabilities(
 /// Tessera's own choices for what runs after mapping, from a mapping spec's
 /// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" |
 /// "gps", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}` (`points_bin`, which
-/// the snapshots need, is always written). 501 naming the engine capability it lacks;
-/// 422 for a value that is none of these.
-fn finishing(
-    s: &ApiState,
-    options: Option<&Value>,
-) -> Result<(BaMode, Georef, Vec<ExportFormat>), Problem> {
+/// the snapshots need, is always written). 422 for a value that is none of these;
+/// whether the engine offers them is checked on the whole spec ([`engine_check`]).
+fn finishing(options: Option<&Value>) -> Result<(BaMode, Georef, Vec<ExportFormat>), Problem> {
     let o = options.cloned().unwrap_or(Value::Null);
     if !o.is_null() && !o.is_object() {
         return Err(Problem::validation("spec.x-tessera must be an object"));
     }
-    let offered = |c: &str| s.capabilities.iter().any(|x| x == c);
-    let ba = match o["ba"].as_str() {
-        None | Some("standard") => BaMode::Standard,
-        Some("two_stage") if offered("ba.two_stage") => BaMode::TwoStage,
-        Some("two_stage") => return Err(Problem::capability_unavailable("ba.two_stage")),
-        Some(other) => {
-            return Err(Problem::validation(format!(
-                "spec.x-tessera.ba `{other}`: use standard or two_stage"
-            )));
-        }
+    let ba = match &o["ba"] {
+        Value::Null => BaMode::Standard,
+        v => serde_json::from_value(v.clone()).map_err(|_| {
+            Problem::validation(format!(
+                "spec.x-tessera.ba `{v}`: use standard or two_stage"
+            ))
+        })?,
     };
     let georef = match o["georeference"].as_str() {
         None | Some("none") => Georef::None,
-        Some("gps") if offered("georegister.sim3") => Georef::Gps { target_epsg: None },
-        Some("gps") => return Err(Problem::capability_unavailable("georegister.sim3")),
+        Some("gps") => Georef::Gps { target_epsg: None },
         Some(other) => {
             return Err(Problem::validation(format!(
                 "spec.x-tessera.georeference `{other}`: use none or gps (the photos' EXIF GPS)"
@@ -197,26 +190,33 @@ fn finishing(
         .map(Vec::as_slice)
         .unwrap_or_default()
     {
-        let (format, capability) = match e.as_str() {
-            Some("ply") => (ExportFormat::Ply, "export.ply"),
-            Some("nvm") => (ExportFormat::Nvm, "export.nvm"),
-            Some("colmap_text") => (ExportFormat::ColmapText, "export.colmap_text"),
-            Some("colmap_bin") => (ExportFormat::ColmapBin, "export.colmap_bin"),
-            Some("points_bin") => (ExportFormat::PointsBin, "export.points_bin"),
-            _ => {
-                return Err(Problem::validation(format!(
+        // The capability spelling (`colmap_text`) of the spec's format (`colmap-text`).
+        let format: ExportFormat = e
+            .as_str()
+            .and_then(|n| serde_json::from_value(json!(n.replace('_', "-"))).ok())
+            .ok_or_else(|| {
+                Problem::validation(format!(
                     "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin"
-                )));
-            }
-        };
-        if !offered(capability) {
-            return Err(Problem::capability_unavailable(capability));
-        }
+                ))
+            })?;
         if !exports.contains(&format) {
             exports.push(format);
         }
     }
     Ok((ba, georef, exports))
+}
+
+/// 501 naming the first capability `spec` needs that this server's engine lacks: the
+/// same check the engine runs before each stage.
+fn engine_check(s: &ApiState, spec: &ReconstructionSpec) -> Result<(), Problem> {
+    tessera_sfm::backend::BackendInfo {
+        name: s.backend.0.clone(),
+        version: s.backend.1.clone(),
+        cuda: false,
+        capabilities: s.capabilities.iter().cloned().collect(),
+    }
+    .check_spec(spec)
+    .map_err(|u| Problem::capability_unavailable(&u.capability))
 }
 
 async fn spec_for(
@@ -227,7 +227,7 @@ async fn spec_for(
     pairs: Option<&Value>,
     options: Option<&Value>,
 ) -> Result<Planned, Problem> {
-    let (ba, georef, exports) = finishing(s, options)?;
+    let (ba, georef, exports) = finishing(options)?;
     let images = super::datasets::all_images(s, &d).await?;
     if images.is_empty() {
         return Err(Problem::validation(format!(
@@ -288,6 +288,7 @@ async fn spec_for(
         image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
         priority: 0,
     };
+    engine_check(s, &spec)?;
     let megapixels = images
         .iter()
         .map(|i| (i.width.unwrap_or(0) * i.height.unwrap_or(0)) as f64 / 1e6)
@@ -478,7 +479,7 @@ pub async fn reconstruct(
     mapper: MapperKind,
     sections: &Sections,
 ) -> Result<Response, Problem> {
-    sections.provider(s)?;
+    sections.check_provider(s)?;
     let planned = spec_for(
         s,
         d,
@@ -505,26 +506,33 @@ pub async fn stage(
         "matches" => "match",
         _ => "verify",
     };
-    let features = if stage == "features" {
-        req.spec.as_ref()
-    } else {
-        None
+    // The stage's own spec is a FeaturesSpec or a VerifySpec.
+    let (features, verify) = match stage {
+        "features" => (req.spec, None),
+        "verify" => (None, req.spec),
+        _ => (None, None),
+    };
+    let sections = Sections {
+        features,
+        pairs: req.pairs,
+        matcher: req.matcher,
+        verify,
+        spec: None,
     };
     let d = super::datasets::owned(s, caller, did).await?;
-    require_capabilities(s, features, req.pairs.as_ref(), req.matcher.as_ref())?;
-    Sections {
-        features: req.spec.clone(),
-        pairs: req.pairs.clone(),
-        matcher: req.matcher.clone(),
-        ..Sections::default()
-    }
-    .provider(s)?;
+    require_capabilities(
+        s,
+        sections.features.as_ref(),
+        sections.pairs.as_ref(),
+        sections.matcher.as_ref(),
+    )?;
+    sections.check_provider(s)?;
     let planned = spec_for(
         s,
         d,
         MapperKind::Incremental,
-        features,
-        req.pairs.as_ref(),
+        sections.features.as_ref(),
+        sections.pairs.as_ref(),
         None,
     )
     .await?;

@@ -221,27 +221,29 @@ async fn serve_file(
     };
     // Once derived, a file is read from the store as asked: a Range request of a large
     // cloud reads that range, not the whole file.
-    let objects = s.engine.ports().objects.as_ref();
     let cached = format!("{}/{name}", derived_dir(job, seq, idx));
-    if objects
-        .head(&cached)
-        .await
-        .map_err(Problem::internal)?
-        .is_some()
+    match crate::bytes::serve_object(
+        headers,
+        s.engine.ports().objects.as_ref(),
+        &cached,
+        ct,
+        &etag,
+        crate::bytes::Freshness::Immutable,
+    )
+    .await
     {
-        return crate::bytes::serve_object(
-            headers,
-            objects,
-            &cached,
-            ct,
-            &etag,
-            crate::bytes::Freshness::Immutable,
-        )
-        .await
-        .map_err(Problem::internal);
+        Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => {
+            let body = derived(s, job, seq, idx, name).await?;
+            Ok(crate::bytes::serve(
+                headers,
+                body,
+                ct,
+                Some(etag),
+                crate::bytes::Freshness::Immutable,
+            ))
+        }
+        r => r.map_err(Problem::internal),
     }
-    let body = derived(s, job, seq, idx, name).await?;
-    Ok(crate::bytes::serve(headers, body, ct, Some(etag)))
 }
 
 /// Where the files derived from sub-model `idx` of snapshot `seq` are kept.

@@ -186,10 +186,7 @@ impl TaskHandler for Ingest {
     /// An upload refused for good has no row: the refusal is recorded in its project, so
     /// the photo reads as failed with the reason instead of vanishing.
     fn compensate(&self, task: &tessera_core::task::Task) -> Vec<Write> {
-        let reason = task.last_error.as_ref().map_or_else(
-            || "ingest ended without success".to_string(),
-            |e| e.message.clone(),
-        );
+        let reason = task.failure_message("ingest ended without success");
         if reason.contains(ERASED_LATE) {
             return Vec::new();
         }

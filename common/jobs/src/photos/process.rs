@@ -367,10 +367,7 @@ impl TaskHandler for Process {
     }
 
     fn compensate(&self, task: &Task) -> Vec<Write> {
-        let reason = task.last_error.as_ref().map_or_else(
-            || format!("task `{}` ended without success", task.name),
-            |e| e.message.clone(),
-        );
+        let reason = task.failure_message(&format!("task `{}` ended without success", task.name));
         payload_photo(task)
             .map(|id| row::fail(id, &reason))
             .into_iter()

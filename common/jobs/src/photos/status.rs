@@ -139,13 +139,14 @@ pub async fn project_photos(
         let s = state(&row, row.servable(subjects_rev));
         out.push(Listed::Row(Box::new(row), s));
     }
+    // A later upload of the same photo that was ingested has a row: the row wins.
+    let with_rows: std::collections::HashSet<PhotoId> = out.iter().map(Listed::photo_id).collect();
     for r in refusals(store, project).await? {
-        // A later upload of the same photo that was ingested has a row: the row wins.
-        if !out.iter().any(|l| l.photo_id() == r.photo_id) {
+        if !with_rows.contains(&r.photo_id) {
             out.push(Listed::Refused(r));
         }
     }
-    out.sort_by_key(|l| std::cmp::Reverse(l.photo_id().to_string()));
+    out.sort_by_key(|l| std::cmp::Reverse(l.photo_id()));
     Ok(out)
 }
 

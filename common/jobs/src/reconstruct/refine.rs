@@ -298,7 +298,13 @@ impl TaskHandler for Relocalize {
                     &base_spec,
                     &db,
                     &images,
-                    false,
+                    // The new photos join the model's cameras (`existing_camera`) or get
+                    // their own; never one camera shared among just themselves.
+                    if base_spec.per_image_intrinsics {
+                        tessera_sfm::backend::CameraSharing::PerImage
+                    } else {
+                        tessera_sfm::backend::CameraSharing::Auto
+                    },
                     Some(&list),
                     existing_camera,
                 ),

@@ -426,10 +426,8 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let db = dir.join("database.db");
         let sizes: BTreeSet<(u64, u64)> = photos.iter().map(|p| (p.width, p.height)).collect();
-        // Photos of one size share one camera unless the spec asks for one per photo;
-        // photos of several sizes cannot share intrinsics, so each gets its own.
-        let shared = sizes.len() == 1 && !self.spec.per_image_intrinsics;
-        if sizes.len() > 1 && !self.spec.per_image_intrinsics {
+        let cameras = tessera_sfm::backend::CameraSharing::of(&self.spec, sizes.len());
+        if cameras == tessera_sfm::backend::CameraSharing::Auto {
             self.ctx
                 .emit(EventKind::Warning {
                     message: format!(
@@ -439,7 +437,7 @@ impl Run<'_> {
                 })
                 .await?;
         }
-        let invocations = backend.extract(&self.spec, &db, &images, shared, None, None);
+        let invocations = backend.extract(&self.spec, &db, &images, cameras, None, None);
         let report = self
             .exec(
                 invocations,

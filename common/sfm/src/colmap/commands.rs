@@ -1,6 +1,7 @@
 //! COLMAP command lines for each stage, from a reconstruction spec. Every SIFT stage
 //! gets `use_gpu 0` on a machine without CUDA, or COLMAP 3.8 aborts (exit 134).
 
+use crate::backend::CameraSharing;
 use std::path::Path;
 use tessera_core::spec::{BaMode, PairStrategy, ReconstructionSpec};
 
@@ -12,16 +13,14 @@ fn gpu(cuda: bool) -> &'static str {
     if cuda { "1" } else { "0" }
 }
 
-/// `feature_extractor`. `single_camera` shares one set of intrinsics between all
-/// photos, which is right only when they all come from one camera at one size (COLMAP
-/// skips photos whose size differs from the shared camera's); the spec's
-/// `per_image_intrinsics` gives each photo its own.
+/// `feature_extractor`, the photos' cameras as `cameras` says (COLMAP 3.8's own rule,
+/// `Auto`, is one camera per photo).
 pub fn extract(
     spec: &ReconstructionSpec,
     db: &Path,
     images: &Path,
     cuda: bool,
-    single_camera: bool,
+    cameras: CameraSharing,
 ) -> Vec<String> {
     let model = serde_json::to_value(spec.camera_model)
         .ok()
@@ -34,13 +33,17 @@ pub fn extract(
         "--image_path",
         &p(images),
         "--ImageReader.single_camera",
-        if single_camera && !spec.per_image_intrinsics {
+        if cameras == CameraSharing::Shared {
             "1"
         } else {
             "0"
         },
         "--ImageReader.single_camera_per_image",
-        if spec.per_image_intrinsics { "1" } else { "0" },
+        if cameras == CameraSharing::PerImage {
+            "1"
+        } else {
+            "0"
+        },
         "--ImageReader.camera_model",
         &model,
         "--SiftExtraction.use_gpu",

@@ -6,7 +6,9 @@ pub mod commands;
 pub mod database;
 pub mod progress;
 
-use crate::backend::{BackendInfo, EngineBackend, Invocation, LineEvent, Unsupported};
+use crate::backend::{
+    BackendInfo, CameraSharing, EngineBackend, Invocation, LineEvent, Unsupported,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -141,12 +143,12 @@ impl EngineBackend for ColmapBackend {
         spec: &ReconstructionSpec,
         db: &Path,
         images: &Path,
-        single_camera: bool,
+        cameras: CameraSharing,
         image_list: Option<&Path>,
         existing_camera: Option<u32>,
     ) -> Result<Vec<Invocation>, Unsupported> {
         self.require("features.extract.sift")?;
-        let mut args = commands::extract(spec, db, images, self.info.cuda, single_camera);
+        let mut args = commands::extract(spec, db, images, self.info.cuda, cameras);
         if let Some(list) = image_list {
             args.extend(["--image_list_path".into(), list.display().to_string()]);
         }

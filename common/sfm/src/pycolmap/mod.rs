@@ -8,7 +8,9 @@
 //! COLMAP 3.8 on a CPU and brings the global mapper (`map.global`) without CUDA. The
 //! command-line backend stays for the worker container's CUDA COLMAP.
 
-use crate::backend::{BackendInfo, EngineBackend, Invocation, LineEvent, Unsupported};
+use crate::backend::{
+    BackendInfo, CameraSharing, EngineBackend, Invocation, LineEvent, Unsupported,
+};
 use crate::colmap::database;
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -225,7 +227,7 @@ impl EngineBackend for PycolmapBackend {
         spec: &ReconstructionSpec,
         db: &Path,
         images: &Path,
-        single_camera: bool,
+        cameras: CameraSharing,
         image_list: Option<&Path>,
         existing_camera: Option<u32>,
     ) -> Result<Vec<Invocation>, Unsupported> {
@@ -238,10 +240,14 @@ impl EngineBackend for PycolmapBackend {
             ("database", p(db)),
             ("images", p(images)),
             ("camera-model", model),
-            ("single-camera", u8::from(single_camera).to_string()),
             (
-                "per-image-camera",
-                u8::from(spec.per_image_intrinsics).to_string(),
+                "camera-mode",
+                match cameras {
+                    CameraSharing::Shared => "single",
+                    CameraSharing::Auto => "auto",
+                    CameraSharing::PerImage => "per_image",
+                }
+                .to_string(),
             ),
             ("max-image-size", spec.max_image_size.to_string()),
             ("max-features", spec.max_features.to_string()),

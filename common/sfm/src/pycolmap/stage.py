@@ -88,12 +88,11 @@ def extract(args):
     options.max_image_size = args.max_image_size
     options.sift.max_num_features = args.max_features
     # COLMAP 4's AUTO shares a camera between photos whose size and EXIF agree.
-    if args.per_image_camera:
-        mode = pycolmap.CameraMode.PER_IMAGE
-    elif args.single_camera:
-        mode = pycolmap.CameraMode.SINGLE
-    else:
-        mode = pycolmap.CameraMode.AUTO
+    mode = {
+        "single": pycolmap.CameraMode.SINGLE,
+        "auto": pycolmap.CameraMode.AUTO,
+        "per_image": pycolmap.CameraMode.PER_IMAGE,
+    }[args.camera_mode]
     with Verbose():
         pycolmap.extract_features(
             args.database,
@@ -279,8 +278,7 @@ def main():
     p.add_argument("--database", required=True)
     p.add_argument("--images", required=True)
     p.add_argument("--camera-model", default="SIMPLE_RADIAL")
-    p.add_argument("--single-camera", type=int, default=0)
-    p.add_argument("--per-image-camera", type=int, default=0)
+    p.add_argument("--camera-mode", choices=["single", "auto", "per_image"], default="auto")
     p.add_argument("--max-image-size", type=int, default=3200)
     p.add_argument("--max-features", type=int, default=8192)
     p.add_argument("--image-list")
