@@ -101,6 +101,7 @@ export function forget() {
 /** The capabilities, fetched once. */
 let caps;
 export function capabilities() {
-  caps ||= api('/v1/capabilities');
+  // A failure is not kept: the next call asks again.
+  caps ||= api('/v1/capabilities').catch((e) => { caps = null; throw e; });
   return caps;
 }

@@ -23,6 +23,23 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+const SVG_NS = 'http://www.w3.org/2000/svg';
+/** An SVG element with attributes (its text, if any, set with `textContent`). */
+export function svg(tag, attrs = {}, text) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+/** A status as a badge (job, task, photo). */
+export function badge(status, attrs = {}) {
+  return h('span', { class: `badge ${status}`, ...attrs }, status);
+}
+
+/** The sfmapi recipes that make a reconstruction (the others are stage jobs). */
+export const RECON_RECIPES = ['incremental', 'global', 'hierarchical'];
+
 /** Replace an element's children. */
 export function fill(el, ...children) {
   el.replaceChildren();

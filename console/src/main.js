@@ -21,6 +21,11 @@ const routes = [
 ];
 
 let cleanup = null;
+// Renders overlap when the address changes mid-load: only the newest may draw.
+let rendering = 0;
+// Whether this tab has been let in: then a 401 comes through `onUnauthorized`, and no
+// page needs a probe first.
+let admitted = false;
 
 function askForKey(main, why) {
   const input = h('input', { type: 'password', autocomplete: 'off', placeholder: 'tsk_…', required: true });
@@ -39,6 +44,7 @@ function askForKey(main, why) {
 }
 
 async function render() {
+  const mine = ++rendering;
   const main = document.getElementById('main');
   cleanup?.();
   cleanup = null;
@@ -49,31 +55,47 @@ async function render() {
     return;
   }
   try {
-    // One authenticated call first: 401 means a key is needed (or the one kept is gone).
-    const probe = await api('/v1/projects?page_size=1', { raw: true }).catch((e) => e);
-    if (probe?.status === 401) {
-      askForKey(main, auth.key ? 'That key was refused. Enter another.' : undefined);
-      return;
+    if (!admitted) {
+      // One authenticated call first: 401 means a key is needed.
+      const hadKey = Boolean(auth.key);
+      const probe = await api('/v1/projects?page_size=1', { raw: true }).catch((e) => e);
+      if (mine !== rendering) return;
+      if (probe?.status === 401) {
+        askForKey(main, hadKey ? 'That key was refused. Enter another.' : undefined);
+        return;
+      }
+      admitted = true;
     }
     fill(main, h('p', { class: 'dim' }, 'Loading…'));
     const args = (location.hash || '#/').match(route[0]).slice(1);
     const view = await route[1](...args);
+    if (mine !== rendering) {
+      view.cleanup?.();
+      return;
+    }
     fill(main, view.el);
     cleanup = view.cleanup || null;
     window.__tessera.views += 1;
     document.title = `${view.title || 'Tessera'} · Tessera console`;
     main.focus({ preventScroll: true });
   } catch (e) {
+    if (mine !== rendering) return;
+    // A refused key: `onUnauthorized` has asked for another.
+    if (e?.status === 401) return;
     fill(main, errorBox(e));
     window.__tessera.errors.push(String(e?.message || e));
   }
 }
 
 onUnauthorized(() => {
-  if (auth.key) forget();
-  if (!document.querySelector('#key')) askForKey(document.getElementById('main'), 'The server refused the key. Enter another.');
+  const hadKey = Boolean(auth.key);
+  admitted = false;
+  if (hadKey) forget();
+  if (!document.querySelector('#key')) {
+    askForKey(document.getElementById('main'), hadKey ? 'The server refused the key. Enter another.' : undefined);
+  }
 });
-document.getElementById('signout').addEventListener('click', () => { forget(); render(); });
+document.getElementById('signout').addEventListener('click', () => { forget(); admitted = false; render(); });
 window.addEventListener('hashchange', render);
 api('/version').then((v) => { document.getElementById('server').textContent = `v${v.version || ''}`; }).catch(() => {});
 render();

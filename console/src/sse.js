@@ -3,9 +3,10 @@
 // connection or a reload (the last id is kept per job in session storage), and applies
 // an event only if its id is the next one: none missing, none twice.
 
-import { api, auth } from './api.js';
+import { api } from './api.js';
 
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'cancelled_dirty']);
+/** A job's statuses after which nothing more happens. */
+export const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'cancelled_dirty']);
 /** Most events kept in session storage per job. */
 const MAX_KEPT = 5000;
 
@@ -44,6 +45,7 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
   const storeKey = `tessera.events.${jobId}`;
   let kept = [];
   try { kept = JSON.parse(sessionStorage.getItem(storeKey) || '[]'); } catch { kept = []; }
+  if (!Array.isArray(kept)) kept = [];
   let last = 0;
   for (const e of kept) {
     if (e.seq !== last + 1) break;
@@ -62,11 +64,18 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
   let saveTimer = null;
   const save = () => {
     saveTimer = null;
+    if (!kept) return;
     try { sessionStorage.setItem(storeKey, JSON.stringify(kept)); } catch { kept = null; sessionStorage.removeItem(storeKey); }
   };
   const keep = (e) => {
     if (!kept) return;
-    if (kept.length >= MAX_KEPT) { kept = null; sessionStorage.removeItem(storeKey); return; }
+    if (kept.length >= MAX_KEPT) {
+      kept = null;
+      clearTimeout(saveTimer);
+      saveTimer = null;
+      sessionStorage.removeItem(storeKey);
+      return;
+    }
     kept.push(e);
     saveTimer ||= setTimeout(save, 1000);
   };
@@ -79,9 +88,7 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
     controller = new AbortController();
     const headers = { Accept: 'text/event-stream' };
     if (last > 0) headers['Last-Event-ID'] = String(last);
-    if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
-    const r = await fetch(`/v1/jobs/${jobId}/events`, { headers, signal: controller.signal });
-    if (!r.ok) throw Object.assign(new Error(`events: HTTP ${r.status}`), { status: r.status });
+    const r = await api(`/v1/jobs/${jobId}/events`, { raw: true, headers, signal: controller.signal });
     state(true);
     const reader = r.body.getReader();
     const decoder = new TextDecoder();
@@ -149,8 +156,6 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
       if (saveTimer) { clearTimeout(saveTimer); save(); }
     },
     drop() { controller?.abort(); },
-    get last() { return last; },
-    get reconnects() { return reconnects; },
   };
 }
 

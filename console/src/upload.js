@@ -12,7 +12,7 @@ const keyOf = (file) => `tessera.upload.${file.name}.${file.size}.${file.lastMod
  * SHA-256 once finalized. Retries a failed chunk up to 8 times with backoff, each time
  * asking the server how much it already has.
  */
-export async function uploadFile(file, onProgress = () => {}, { chunk = 2 << 20 } = {}) {
+export async function uploadFile(file, onProgress = () => {}) {
   if (file.size === 0) throw new ApiError(422, { detail: `${file.name} is empty` });
   const saved = sessionStorage.getItem(keyOf(file));
   let up = null;
@@ -23,7 +23,8 @@ export async function uploadFile(file, onProgress = () => {}, { chunk = 2 << 20 
   }
   if (!up) up = await api('/v1/uploads', { method: 'POST', body: { expected_size: file.size } });
   sessionStorage.setItem(keyOf(file), up.upload_id);
-  const step = Math.min(chunk, up.max_chunk_bytes || chunk);
+  // The server says how much one chunk may carry.
+  const step = up.max_chunk_bytes || 2 << 20;
   let sent = up.received_bytes || 0;
   let failures = 0;
   onProgress(sent, file.size);

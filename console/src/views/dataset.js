@@ -3,7 +3,7 @@
 // starts a reconstruction with what the server's capabilities allow.
 
 import { api, all, blobUrl, capabilities } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES } from '../dom.js';
 import { uploadFile } from '../upload.js';
 import { gpsMap } from './map.js';
 
@@ -20,16 +20,16 @@ async function pool(items, n, f) {
 function recipeForm(pid, did, caps) {
   const has = (c) => caps.features?.[c] === true;
   const engine = new Set(caps['x-tessera']?.engine_capabilities || []);
-  const mappers = ['incremental', 'global', 'hierarchical'].filter((m) => has(`map.${m}`));
+  const mappers = RECON_RECIPES.filter((m) => has(`map.${m}`));
   const mapper = h('select', { name: 'mapper' }, mappers.map((m) => h('option', { value: m }, m)));
   const pairs = h('select', { name: 'pairs' },
     h('option', { value: 'auto' }, 'auto (chosen from the photos)'),
     ['exhaustive', 'sequential'].filter((p) => has(`pairs.${p}`)).map((p) => h('option', { value: p }, p)));
-  const ba = h('select', { name: 'ba' }, ['standard', 'two_stage'].filter((b) => engine.has(`ba.${b}`)).map((b) => h('option', { value: b }, b.replace('_', ' '))));
+  const ba = h('select', { name: 'ba' }, ['standard', 'two_stage'].filter((b) => engine.has(`ba.${b}`)).map((b) => h('option', { value: b }, fmt.phase(b))));
   const georef = h('select', { name: 'georeference' }, h('option', { value: 'none' }, 'none'),
     engine.has('georegister.sim3') ? h('option', { value: 'gps' }, 'GPS from EXIF') : null);
   const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin'].filter((e) => engine.has(`export.${e}`))
-    .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e }), e.replace('_', ' ')));
+    .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e }), fmt.phase(e)));
   const out = h('div');
   const form = h('form', {
     class: 'recipe',
@@ -70,10 +70,20 @@ export async function view(pid, did) {
   const overall = h('progress', { max: 1, value: 0, hidden: true, 'aria-label': 'All uploads' });
   const count = h('span', { class: 'dim' });
 
+  // Each image's EXIF, asked for once: the map and the details panel share it (an image
+  // id's bytes never change).
+  const exifs = new Map();
+  const exifOf = (img) => {
+    if (!exifs.has(img.image_id)) {
+      exifs.set(img.image_id, api(`/v1/images/${img.image_id}/exif`).catch((e) => { exifs.delete(img.image_id); throw e; }));
+    }
+    return exifs.get(img.image_id);
+  };
+
   async function showImage(img) {
     fill(detail, h('p', { class: 'dim' }, 'Loading…'));
     try {
-      const [src, exif] = await Promise.all([blobUrl(`/v1/images/${img.image_id}/thumbnail?size=512`), api(`/v1/images/${img.image_id}/exif`)]);
+      const [src, exif] = await Promise.all([blobUrl(`/v1/images/${img.image_id}/thumbnail?size=512`), exifOf(img)]);
       const rows = [
         ['Size', `${img.width}×${img.height}, ${fmt.bytes(img.byte_size)}`],
         ['Camera', exif.camera || '–'],
@@ -95,13 +105,13 @@ export async function view(pid, did) {
       blobUrl(`/v1/images/${img.image_id}/thumbnail?size=256`).then((u) => { thumb.src = u; }).catch(() => {});
       return h('li', {}, h('button', { class: 'thumb', onclick: () => showImage(img), title: img.name }, thumb, h('span', {}, img.name)));
     }));
-    // EXIF GPS for the map, a few requests at a time.
+    // EXIF GPS for the map, a few requests at a time, drawn when all have answered
+    // (the page does not wait for it).
     const points = [];
-    await pool(images, 6, async (img) => {
-      const e = await api(`/v1/images/${img.image_id}/exif`).catch(() => null);
+    pool(images, 6, async (img) => {
+      const e = await exifOf(img).catch(() => null);
       if (e?.gps) points.push({ ...e.gps, name: img.name });
-    });
-    fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.'));
+    }).then(() => fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.')));
   }
 
   async function uploadAll(files) {
@@ -146,7 +156,7 @@ export async function view(pid, did) {
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, 'Project'), ' / '),
       h('h1', {}, d.name, ' ', count),
-      h('p', { class: 'dim' }, `${d.camera_model} · ${d.intrinsics_mode.replace('_', ' ')} · manifest ${String(d.manifest_hash).slice(0, 12)}`),
+      h('p', { class: 'dim' }, `${d.camera_model} · ${fmt.phase(d.intrinsics_mode)} · manifest ${String(d.manifest_hash).slice(0, 12)}`),
       drop, overall, uploads,
       h('div', { class: 'split' }, grid, detail),
       h('h2', {}, 'Where they were taken'), mapBox,

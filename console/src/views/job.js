@@ -4,19 +4,17 @@
 // snapshot.
 
 import { api, all, blobUrl } from '../api.js';
-import { h, fill, errorBox, fmt, toast } from '../dom.js';
-import { follow } from '../sse.js';
+import { h, fill, errorBox, fmt, toast, badge as statusBadge, RECON_RECIPES } from '../dom.js';
+import { follow, TERMINAL } from '../sse.js';
 import { Viewer } from './viewer.js';
-
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'cancelled_dirty']);
 
 export async function view(jobId) {
   let job = await api(`/v1/jobs/${jobId}`);
-  const isRecon = ['incremental', 'global', 'hierarchical'].includes(job.recipe);
+  const isRecon = RECON_RECIPES.includes(job.recipe);
   const state = { id: jobId, status: job.status, seqs: [], duplicates: 0, gaps: 0, reconnects: 0, connected: false, phases: {} };
   window.__tessera.job = state;
 
-  const badge = h('span', { class: `badge ${job.status}`, 'aria-live': 'polite' }, job.status);
+  const badge = statusBadge(job.status, { 'aria-live': 'polite' });
   const conn = h('span', { class: 'dim conn' });
   const timeline = h('ol', { class: 'timeline', 'aria-label': 'Stages' });
   const tasks = h('ol', { class: 'tasks', 'aria-label': 'Tasks' });
@@ -44,7 +42,7 @@ export async function view(jobId) {
 
   function renderTasks() {
     fill(tasks, (job.tasks || []).map((t) => h('li', { class: t.status },
-      h('strong', {}, t.kind), ' ', h('span', { class: `badge ${t.status}` }, t.status),
+      h('strong', {}, t.kind), ' ', statusBadge(t.status),
       (t['x-tessera']?.stages || []).length ? h('span', { class: 'dim' }, ` (${t['x-tessera'].stages.map((s) => s.name || s).join(', ')})`) : null)));
     const live = !TERMINAL.has(job.status);
     buttons.cancel.disabled = !live || job.cancel_requested;
@@ -66,7 +64,7 @@ export async function view(jobId) {
       const info = h('span', { class: 'dim' });
       const li = h('li', { class: 'running' }, h('strong', {}, fmt.phase(name)), bar, info);
       timeline.append(li);
-      phases.set(name, { li, bar, info, started: null });
+      phases.set(name, { li, bar, info });
       state.phases[name] = 'running';
     }
     return phases.get(name);
@@ -80,7 +78,6 @@ export async function view(jobId) {
     switch (e.type) {
       case 'phase_started': {
         const p = phaseRow(e.phase);
-        p.started = e.at;
         p.info.textContent = `started ${new Date(e.ts || e.at).toLocaleTimeString()}`;
         break;
       }
@@ -115,7 +112,11 @@ export async function view(jobId) {
         log.textContent = logLines.join('\n');
         break;
       case 'snapshot_available':
-        if (isRecon) showLatest();
+        // The event names its snapshot: show the newest, once (a reload replays many).
+        if (isRecon && e.snapshot > newest) {
+          newest = e.snapshot;
+          viewer.load(jobId, newest);
+        }
         break;
       default:
         break;
@@ -125,6 +126,7 @@ export async function view(jobId) {
   // The viewer, and photos by name for the camera it picks.
   let viewer = null;
   let names = null;
+  let newest = 0;
   if (isRecon) {
     viewer = new Viewer({
       onCamera: async (cam) => {

@@ -2,12 +2,7 @@
 // equirectangular plot of the points' bounding box, corrected for latitude, with a
 // scale bar in metres.
 
-const NS = 'http://www.w3.org/2000/svg';
-const svg = (tag, attrs = {}) => {
-  const el = document.createElementNS(NS, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  return el;
-};
+import { svg } from '../dom.js';
 
 /** An SVG map of `{lat, lon, name}` points. */
 export function gpsMap(points, { width = 480, height = 300 } = {}) {
@@ -24,14 +19,11 @@ export function gpsMap(points, { width = 480, height = 300 } = {}) {
   const px = (x) => width / 2 + (x - cx) * scale;
   const py = (y) => height / 2 - (y - cy) * scale;
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'gps' });
-  const title = svg('title');
-  title.textContent = `${points.length} photos with GPS around ${lat0.toFixed(5)}, ${(points.reduce((s, p) => s + p.lon, 0) / points.length).toFixed(5)}`;
+  const title = svg('title', {}, `${points.length} photos with GPS around ${lat0.toFixed(5)}, ${(points.reduce((s, p) => s + p.lon, 0) / points.length).toFixed(5)}`);
   root.append(title, svg('rect', { x: 0, y: 0, width, height, class: 'bg' }));
   points.forEach((p, i) => {
     const c = svg('circle', { cx: px(xs[i]), cy: py(ys[i]), r: 5, class: 'pt' });
-    const t = svg('title');
-    t.textContent = `${p.name}: ${p.lat.toFixed(6)}, ${p.lon.toFixed(6)}`;
-    c.append(t);
+    c.append(svg('title', {}, `${p.name}: ${p.lat.toFixed(6)}, ${p.lon.toFixed(6)}`));
     root.append(c);
   });
   // Scale bar: a round number of metres near a quarter of the width.
@@ -41,8 +33,7 @@ export function gpsMap(points, { width = 480, height = 300 } = {}) {
   const m = [1, 2, 5, 10].map((f) => f * nice).find((v) => v >= targetM * 0.6) || nice;
   const len = (m / metresPerUnit) * scale;
   root.append(svg('line', { x1: pad, y1: height - 12, x2: pad + len, y2: height - 12, class: 'bar' }));
-  const label = svg('text', { x: pad, y: height - 16, class: 'label' });
-  label.textContent = m >= 1000 ? `${m / 1000} km` : `${m} m`;
+  const label = svg('text', { x: pad, y: height - 16, class: 'label' }, m >= 1000 ? `${m / 1000} km` : `${m} m`);
   root.append(label);
   return root;
 }

@@ -6,10 +6,9 @@
 // regions drawn with the mouse, and reprocessing.
 
 import { api, blobUrl } from '../api.js';
-import { h, fill, errorBox, field, toast } from '../dom.js';
+import { h, fill, errorBox, field, toast, badge, svg as svgEl } from '../dom.js';
 import { uploadFile } from '../upload.js';
 
-const badge = (status) => h('span', { class: `badge ${status}` }, status);
 
 /** Subject ids to labels, for the photo being shown. */
 let labels = new Map();
@@ -119,16 +118,10 @@ export async function photos(pid) {
 
 /** Boxes (fractions of the image) over an image, in an SVG the size of the image. */
 function overlay(img, faces, regions, onDraw) {
-  const NS = 'http://www.w3.org/2000/svg';
-  const svg = document.createElementNS(NS, 'svg');
-  svg.setAttribute('viewBox', '0 0 1 1');
-  svg.setAttribute('preserveAspectRatio', 'none');
-  svg.classList.add('boxes');
+  const svg = svgEl('svg', { viewBox: '0 0 1 1', preserveAspectRatio: 'none', class: 'boxes' });
   const rect = (r, cls, title) => {
-    const el = document.createElementNS(NS, 'rect');
-    for (const [k, v] of Object.entries({ x: r.x, y: r.y, width: r.w, height: r.h })) el.setAttribute(k, v);
-    el.setAttribute('class', cls);
-    if (title) { const t = document.createElementNS(NS, 'title'); t.textContent = title; el.append(t); }
+    const el = svgEl('rect', { x: r.x, y: r.y, width: r.w, height: r.h, class: cls });
+    if (title) el.append(svgEl('title', {}, title));
     svg.append(el);
     return el;
   };
@@ -219,7 +212,7 @@ export async function photo(id) {
       } catch (e) { fill(out, errorBox(e)); }
     },
   }, 'Save regions and re-blur');
-  const clear = h('button', { class: 'ghost', onclick: () => { regions.length = 0; window.dispatchEvent(new HashChangeEvent('hashchange')); } }, 'Discard unsaved');
+  const clear = h('button', { class: 'ghost', onclick: () => window.dispatchEvent(new HashChangeEvent('hashchange')) }, 'Discard unsaved');
   const reprocess = h('button', {
     onclick: async () => {
       try { await api(`/v1/x-tessera/photos/${id}:reprocess`, { method: 'POST' }); toast('Reprocessing'); } catch (e) { fill(out, errorBox(e)); }

@@ -1,7 +1,7 @@
 // Projects and their datasets and reconstructions.
 
 import { api, all } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES } from '../dom.js';
 
 export async function list() {
   const items = await all('/v1/projects');
@@ -33,10 +33,6 @@ export async function list() {
   };
 }
 
-function statusBadge(status) {
-  return h('span', { class: `badge ${status}` }, status);
-}
-
 export async function detail(pid) {
   const [project, datasets, models, jobs] = await Promise.all([
     api(`/v1/projects/${pid}`),
@@ -64,7 +60,7 @@ export async function detail(pid) {
       } catch (err) { fill(out, errorBox(err)); }
     },
   }, field('Name', name), field('Camera model', camera), field('Intrinsics', intrinsics), h('button', { type: 'submit' }, 'Create dataset'));
-  const recons = jobs.filter((j) => ['incremental', 'global', 'hierarchical'].includes(j.recipe)).reverse();
+  const recons = jobs.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse();
   return {
     title: project.name,
     el: h('section', {},
@@ -76,7 +72,7 @@ export async function detail(pid) {
       datasets.length
         ? h('ul', { class: 'cards' }, datasets.map((d) => h('li', { class: 'card' },
           h('a', { href: `#/projects/${pid}/datasets/${d.dataset_id}` }, h('strong', {}, d.name)),
-          h('div', { class: 'dim' }, `${d.camera_model} · ${d.intrinsics_mode.replace('_', ' ')}`))))
+          h('div', { class: 'dim' }, `${d.camera_model} · ${fmt.phase(d.intrinsics_mode)}`))))
         : h('p', { class: 'dim' }, 'No datasets yet.'),
       h('h3', {}, 'New dataset'), form, out,
       h('h2', {}, 'Reconstructions'),
@@ -85,7 +81,7 @@ export async function detail(pid) {
           h('thead', {}, h('tr', {}, h('th', {}, 'Job'), h('th', {}, 'Recipe'), h('th', {}, 'Status'), h('th', {}, 'Created'))),
           h('tbody', {}, recons.map((j) => h('tr', {},
             h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || j.job_id)),
-            h('td', {}, j.recipe), h('td', {}, statusBadge(j.status)), h('td', { class: 'dim' }, fmt.time(j.created_at))))))
+            h('td', {}, j.recipe), h('td', {}, badge(j.status)), h('td', { class: 'dim' }, fmt.time(j.created_at))))))
         : h('p', { class: 'dim' }, 'None yet: open a dataset and start a recipe.')),
   };
 }

@@ -4,7 +4,7 @@
 // the mouse or the arrow keys, pan with shift (or the right button), zoom with the
 // wheel or +/−; click a camera to see its photo.
 
-import { api, auth } from '../api.js';
+import { api } from '../api.js';
 import { h } from '../dom.js';
 import { header, records, HEADER, RECORD } from '../gl/points.js';
 import * as m from '../gl/math.js';
@@ -50,10 +50,7 @@ function robustBounds(pos, n) {
 
 /** Bytes `start..=end` of `url` (a server that ignores Range sends all: cut to them). */
 async function range(url, start, end) {
-  const headers = { Range: `bytes=${start}-${end}` };
-  if (auth.key) headers.Authorization = `Bearer ${auth.key}`;
-  const r = await fetch(url, { headers });
-  if (!r.ok) throw new Error(`${url.split('/').pop()}: HTTP ${r.status}`);
+  const r = await api(url, { raw: true, headers: { Range: `bytes=${start}-${end}` } });
   const bytes = new Uint8Array(await r.arrayBuffer());
   return r.status === 200 ? bytes.subarray(start, end + 1) : bytes;
 }
@@ -95,6 +92,17 @@ export class Viewer {
     this.state.webgl = true;
     this.pointProg = program(gl, POINT_VS, POINT_FS);
     this.lineProg = program(gl, LINE_VS, LINE_FS);
+    // Looked up once, not per frame.
+    this.at = {
+      point: {
+        mvp: gl.getUniformLocation(this.pointProg, 'mvp'), size: gl.getUniformLocation(this.pointProg, 'size'),
+        p: gl.getAttribLocation(this.pointProg, 'p'), c: gl.getAttribLocation(this.pointProg, 'c'),
+      },
+      line: {
+        mvp: gl.getUniformLocation(this.lineProg, 'mvp'), color: gl.getUniformLocation(this.lineProg, 'color'),
+        p: gl.getAttribLocation(this.lineProg, 'p'),
+      },
+    };
     this.buffers = { pos: gl.createBuffer(), col: gl.createBuffer(), lines: gl.createBuffer(), sel: gl.createBuffer() };
     this.count = 0;
     this.lineCount = 0;
@@ -177,10 +185,9 @@ export class Viewer {
     const mvp = this.mvp();
     if (this.count) {
       gl.useProgram(this.pointProg);
-      gl.uniformMatrix4fv(gl.getUniformLocation(this.pointProg, 'mvp'), false, mvp);
-      gl.uniform1f(gl.getUniformLocation(this.pointProg, 'size'), 2.0 * dpr);
-      const p = gl.getAttribLocation(this.pointProg, 'p');
-      const c = gl.getAttribLocation(this.pointProg, 'c');
+      const { p, c } = this.at.point;
+      gl.uniformMatrix4fv(this.at.point.mvp, false, mvp);
+      gl.uniform1f(this.at.point.size, 2.0 * dpr);
       gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.pos);
       gl.enableVertexAttribArray(p);
       gl.vertexAttribPointer(p, 3, gl.FLOAT, false, 0, 0);
@@ -193,9 +200,9 @@ export class Viewer {
     const lines = (buf, n, color) => {
       if (!n) return;
       gl.useProgram(this.lineProg);
-      gl.uniformMatrix4fv(gl.getUniformLocation(this.lineProg, 'mvp'), false, mvp);
-      gl.uniform3fv(gl.getUniformLocation(this.lineProg, 'color'), color);
-      const p = gl.getAttribLocation(this.lineProg, 'p');
+      const { p } = this.at.line;
+      gl.uniformMatrix4fv(this.at.line.mvp, false, mvp);
+      gl.uniform3fv(this.at.line.color, color);
       gl.bindBuffer(gl.ARRAY_BUFFER, buf);
       gl.enableVertexAttribArray(p);
       gl.vertexAttribPointer(p, 3, gl.FLOAT, false, 0, 0);
@@ -207,13 +214,30 @@ export class Viewer {
   }
 
   setPoints(positions, colors, n) {
+    this.reserve(n);
+    this.addPoints(positions, colors, 0);
+  }
+
+  /** Room on the GPU for `n` points (none drawn until added). */
+  reserve(n) {
     const gl = this.gl;
     gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.pos);
-    gl.bufferData(gl.ARRAY_BUFFER, positions.subarray(0, n * 3), gl.STATIC_DRAW);
+    gl.bufferData(gl.ARRAY_BUFFER, n * 12, gl.STATIC_DRAW);
     gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.col);
-    gl.bufferData(gl.ARRAY_BUFFER, colors.subarray(0, n * 3), gl.STATIC_DRAW);
-    this.count = n;
-    this.state.points = n;
+    gl.bufferData(gl.ARRAY_BUFFER, n * 3, gl.STATIC_DRAW);
+    this.count = 0;
+  }
+
+  /** Points at index `at` onwards: only they are sent, so a cloud loaded in parts costs
+   * each byte once. */
+  addPoints(positions, colors, at) {
+    const gl = this.gl;
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.pos);
+    gl.bufferSubData(gl.ARRAY_BUFFER, at * 12, positions);
+    gl.bindBuffer(gl.ARRAY_BUFFER, this.buffers.col);
+    gl.bufferSubData(gl.ARRAY_BUFFER, at * 3, colors);
+    this.count = at + positions.length / 3;
+    this.state.points = this.count;
   }
 
   frustum(cam, size) {
@@ -295,7 +319,9 @@ export class Viewer {
 
   /** Show sealed snapshot `seq` of reconstruction `rid` (newer calls win). */
   async load(rid, seq) {
-    if (!this.gl || this.state.seq === seq) return;
+    // Shown, or being loaded now: nothing to do.
+    if (!this.gl || this.state.seq === seq || this.loadingSeq === seq) return;
+    this.loadingSeq = seq;
     const token = {};
     this.loading = token;
     this.state.complete = false;
@@ -325,13 +351,13 @@ export class Viewer {
     } catch (e) {
       this.state.error = String(e.message || e);
       this.status.textContent = `Could not load snapshot ${seq}: ${e.message || e}`;
+    } finally {
+      if (this.loading === token) this.loadingSeq = null;
     }
   }
 
   /** The full cloud in Range requests, drawn as each part arrives. */
   async loadAll(url, count, token) {
-    const positions = new Float32Array(count * 3);
-    const colors = new Uint8Array(count * 3);
     let have = 0;
     while (have < count) {
       const start = HEADER + have * RECORD;
@@ -340,10 +366,9 @@ export class Viewer {
       const part = records(bytes.subarray(0, Math.min(bytes.byteLength, (count - have) * RECORD)));
       if (this.loading !== token) return;
       if (!part.n) break;
-      positions.set(part.positions, have * 3);
-      colors.set(part.colors, have * 3);
+      if (have === 0) this.reserve(count);
+      this.addPoints(part.positions, part.colors, have);
       have += part.n;
-      this.setPoints(positions, colors, have);
       this.draw();
       this.status.textContent = `Snapshot ${this.state.seq}: ${this.state.cameras} cameras, ${have} of ${count} points`;
     }
