@@ -229,7 +229,8 @@ pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Resul
                     }
                 }
             }
-            if job.kind == kinds::INGEST_JOB {
+            // An ingest names its follow-up job; a sweep part names the next part.
+            if job.kind == kinds::INGEST_JOB || job.kind == kinds::REBLUR_JOB {
                 for t in engine.job_tasks(id).await? {
                     if let Some(f) = t
                         .result
@@ -683,7 +684,14 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             let id = parse_photo(&photo)?;
             let mut p = load_photo(&engine, id).await?;
             if clear_regions || !regions.is_empty() {
-                p.edits_rev = project::set_regions(store.as_ref(), id, &regions).await?;
+                p.edits_rev = project::set_regions(
+                    store.as_ref(),
+                    engine.ports().objects.as_ref(),
+                    id,
+                    &regions,
+                    &Actor::cli(project::load(store.as_ref(), p.project).await?.tenant),
+                )
+                .await?;
             }
             let proj = project::load(store.as_ref(), p.project).await?;
             let job = engine

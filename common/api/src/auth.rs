@@ -38,7 +38,8 @@ impl std::str::FromStr for AuthMode {
 pub struct Caller {
     /// Everything the caller reads or writes belongs to this tenant.
     pub tenant: TenantId,
-    /// May manage its tenant's API keys.
+    /// May manage its tenant's API keys and weaken a project's privacy
+    /// (`tessera_core::weakening`).
     pub admin: bool,
     /// The key it called with (`None` in `none` mode), so long-lived streams can check
     /// that it was not revoked meanwhile.
@@ -54,6 +55,7 @@ impl Caller {
                 .as_ref()
                 .map_or_else(|| "local".to_string(), |k| format!("api_key:{k}")),
             tenant: self.tenant.clone(),
+            admin: self.admin,
         }
     }
 

@@ -18,6 +18,11 @@ pub struct Actor {
     pub who: String,
     /// The tenant acted for.
     pub tenant: TenantId,
+    /// Whether it acts with an admin's authority (an admin key, the operator at the
+    /// command line): only then may it weaken a project's privacy
+    /// ([`crate::weakening`]).
+    #[serde(default)]
+    pub admin: bool,
 }
 
 impl Actor {
@@ -26,6 +31,7 @@ impl Actor {
         Actor {
             who: "cli".into(),
             tenant,
+            admin: true,
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod records;
 pub mod spec;
 pub mod task;
 pub mod testing;
+pub mod weakening;
 
 pub use clock::Millis;
 pub use error::{Classify, ErrorClass};

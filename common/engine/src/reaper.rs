@@ -49,7 +49,8 @@ impl Engine {
         .await
         {
             Ok(c) => {
-                report.collected = c.uploads + c.records + c.blobs + c.erasures + c.originals;
+                report.collected =
+                    c.uploads + c.records + c.blobs + c.erasures + c.originals + c.refusals;
                 if c.failed > 0 {
                     tracing::warn!(failed = c.failed, last_error = ?c.last_error, "some expired items could not be collected; retried in an hour");
                 }

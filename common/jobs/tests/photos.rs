@@ -152,11 +152,20 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
         w: 0.3,
         h: 0.3,
     };
-    let edits = project::set_regions(r.store(), photo, &[region])
-        .await
-        .unwrap();
-    // What the region hides is not served meanwhile: unpublished until re-blurred.
+    let before_edit = r.photo(photo).await;
+    let edits = r.set_regions(photo, &[region]).await;
+    // What the region hides is not served meanwhile: unpublished until re-blurred, and
+    // the files of the unpublished version are gone at once (a download URL handed out
+    // for them stops working now).
     assert!(r.photo(photo).await.published_at.is_none());
+    for rendition in &before_edit.renditions {
+        for key in [&rendition.key, &rendition.thumb_key] {
+            assert!(
+                r.engine.ports().objects.head(key).await.unwrap().is_none(),
+                "{key} still there after the unpublish"
+            );
+        }
+    }
     let p = project::load(r.store(), p.id).await.unwrap();
     let job = r
         .engine
@@ -299,8 +308,20 @@ async fn bytes_swapped_under_an_ingested_key_unpublish_the_photo_and_are_never_s
         after.sha256, row.sha256,
         "the row still describes the ingested bytes"
     );
-    // The published object never changed, and a re-blur refuses the swapped bytes.
-    assert_eq!(r.engine.ports().objects.get(&public).await.unwrap(), served);
+    // The published object was never replaced by other bytes: it was deleted at the
+    // unpublish (a download URL for it stops working at once), and a re-blur refuses
+    // the swapped bytes.
+    assert!(!served.is_empty());
+    assert!(
+        r.engine
+            .ports()
+            .objects
+            .head(&public)
+            .await
+            .unwrap()
+            .is_none(),
+        "the unpublished version's file is gone"
+    );
     let job = r
         .engine
         .submit(photos::reprocess_plan(p.tenant.clone(), p.id, photo, 0, 7))

@@ -1,12 +1,14 @@
 //! Races between an upload and an opt-out, made deterministic with pause points: the
 //! task is held at the racy moment while the test enrols someone, then let go. Either
 //! way the photo must end decided at the new subjects, the new subject blurred — never
-//! published raw. (One test: pause points are per process.)
+//! published raw. The same for blur regions saved while a render runs: the render that
+//! lacks them never publishes. (One test: pause points are per process.)
 
 mod support;
 
 use std::time::Duration;
 use support::{detail, rig};
+use tessera_core::geometry::FracRect;
 use tessera_core::job::JobStatus;
 use tessera_core::photo::Pipeline;
 use tessera_engine::Worker;
@@ -62,6 +64,45 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     let (_, change2) = r.enrol(&q, "hopper", "grace_hopper.jpg").await;
     release.notify_one();
 
+    // 3. A render is held before publishing while blur regions are saved on its photo:
+    //    it rendered without them, so it must not publish. (After the sweep of step 2,
+    //    so that nothing but the held render's retry can re-blur the photo.)
+    // Every job so far ends first: the pause point is armed for whichever task reaches
+    // it next, and that must be this photo's render.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let jobs = r
+            .engine
+            .list_jobs(&tessera_core::TenantId::local(), None, 1000)
+            .await
+            .unwrap()
+            .0;
+        let running = jobs
+            .iter()
+            .filter(|j| !(j.sealed && j.finished() >= j.tasks_total))
+            .count();
+        if running == 0 && jobs.iter().any(|j| j.id == change2.reblur_job) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{running} jobs still running before the edit race"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (reached, release) = fault::hold(fault::BEFORE_PUBLISH);
+    let (photo3, event3) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event3).await;
+    wait("publish of the edited photo", reached).await;
+    let region = FracRect {
+        x: 0.0,
+        y: 0.68,
+        w: 0.3,
+        h: 0.3,
+    };
+    let edits = r.set_regions(photo3, &[region]).await;
+    release.notify_one();
+
     stop.cancel();
     running.await.unwrap();
     r.settle().await;
@@ -96,6 +137,40 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
             );
         }
     }
+    // The edited photo: published only with its region, by a retry of the held render
+    // (nothing else was submitted to re-blur it).
+    let row = r.photo(photo3).await;
+    assert!(row.published_at.is_some(), "{row:?}");
+    assert_eq!(row.edits_rev, edits);
+    let upload = r.image(&row.upload_key).await;
+    for rendition in &row.renditions {
+        let (before, after) = (
+            detail(&upload, &region),
+            detail(&r.image(&rendition.key).await, &region),
+        );
+        assert!(
+            after < before / 3.0,
+            "{}: the region was not applied ({after} vs {before})",
+            rendition.key
+        );
+    }
+    let held = r
+        .jobs_of_kind(photos::kinds::FACE_PROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo3.to_string())
+        .unwrap();
+    let attempts: u32 = r
+        .engine
+        .job_tasks(held.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == photos::kinds::FACE_PROCESS)
+        .map(|t| t.attempts)
+        .sum();
+    assert!(attempts >= 2, "the held render's publication was refused");
+
     // The held thumbnail_dims could not publish: its first attempt's publication was
     // refused by the subject revision it no longer matched.
     let tds = r.jobs_of_kind(photos::kinds::THUMBNAIL_DIMS_JOB).await;

@@ -22,6 +22,8 @@ pub(crate) fn photo_error(e: project::PhotoError) -> Problem {
     match e {
         project::PhotoError::NotFound(m) => Problem::not_found(m),
         project::PhotoError::Invalid(m) => Problem::validation(m),
+        project::PhotoError::Forbidden(e) => Problem::forbidden(e.to_string()),
+        project::PhotoError::Conflict(m) => Problem::conflict(m),
         project::PhotoError::Store(e) => e.into(),
         project::PhotoError::Objects(e) => Problem::internal(e),
         project::PhotoError::Faces(e) => Problem::unavailable(format!("face models: {e}")),
@@ -340,6 +342,8 @@ pub async fn add_photo(
             "`{name}` is not a usable file name"
         )));
     }
+    tessera_core::catalog::quotas::admit_photo(s.engine.ports().store.as_ref(), &caller.tenant)
+        .await?;
     let size = bytes.len() as u64;
     objects.put(&key, bytes).await.map_err(Problem::internal)?;
     let event = ObjectCreated::for_key("local", &key, size, &format!("{:016X}", Millis::now().0));
@@ -364,7 +368,6 @@ pub struct PresignPhoto {
     pub content_type: Option<String>,
 }
 
-/// How long a presigned upload or download URL is valid.
 /// How long a presigned photo upload URL is valid: long enough for a phone on a slow
 /// link, short enough that a leaked URL soon stops working. Each URL names a fresh photo
 /// key and is signed with `If-None-Match: *`, so it can create that object once and
@@ -409,6 +412,9 @@ pub async fn presign_photo(
             .insert("capability".into(), "x-tessera.presigned_uploads".into());
         return Err(pr);
     };
+    // Counted before the URL is handed out: an upload through it is a photo.
+    tessera_core::catalog::quotas::admit_photo(s.engine.ports().store.as_ref(), &caller.tenant)
+        .await?;
     let expires = Millis::now().plus(PRESIGNED_FOR).to_rfc3339();
     Ok((
         StatusCode::CREATED,
@@ -458,7 +464,10 @@ async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<Str
     // read through `/files/{variant}`, where every read is audited.
     for r in p.renditions.iter().filter(|r| r.variant.is_none()) {
         for k in [&r.key, &r.thumb_key] {
-            if let Ok(Some(url)) = objects.presigned_get(k, PRESIGNED_FOR).await {
+            if let Ok(Some(url)) = objects
+                .presigned_get(k, photos::withdraw::DOWNLOAD_URL_LIFETIME)
+                .await
+            {
                 out.insert(k.clone(), url);
             }
         }
@@ -542,16 +551,45 @@ pub async fn erase(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, Problem> {
-    let p = owned_photo(&s, &caller, &id).await?;
-    tessera_jobs::photos::erase::erase_photo(
+    let (store, objects) = (
         s.engine.ports().store.as_ref(),
         s.engine.ports().objects.as_ref(),
-        &p,
-        &caller.actor(),
-    )
-    .await
-    .map_err(photo_error)?;
+    );
+    let p = match owned_photo(&s, &caller, &id).await {
+        Ok(p) => p,
+        Err(missing) => {
+            // An upload ingest refused has no row, and is erasable all the same.
+            let Some(refused) = refused_of(&s, &caller, &id).await? else {
+                return Err(missing);
+            };
+            tessera_jobs::photos::erase::erase_refused(store, objects, &refused, &caller.actor())
+                .await
+                .map_err(photo_error)?;
+            return Ok(StatusCode::NO_CONTENT);
+        }
+    };
+    tessera_jobs::photos::erase::erase_photo(store, objects, &p, &caller.actor())
+        .await
+        .map_err(photo_error)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The refusal of photo `id`, if it was refused in one of the caller's projects.
+async fn refused_of(
+    s: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<photos::status::RefusedUpload>, Problem> {
+    let Ok(pid) = id.parse::<PhotoId>() else {
+        return Ok(None);
+    };
+    let Some(r) = photos::status::refusal(s.engine.ports().store.as_ref(), pid).await? else {
+        return Ok(None);
+    };
+    Ok(super::projects::owned(s, caller, &r.project.to_string())
+        .await
+        .ok()
+        .map(|_| r))
 }
 
 /// `?thumbnail=true`.
@@ -648,9 +686,15 @@ pub async fn put_regions(
             "the body must be JSON {{\"regions\": [{{x, y, w, h}}]}}: {e}"
         ))
     })?;
-    let rev = project::set_regions(s.engine.ports().store.as_ref(), p.id, &b.regions)
-        .await
-        .map_err(photo_error)?;
+    let rev = project::set_regions(
+        s.engine.ports().store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        p.id,
+        &b.regions,
+        &caller.actor(),
+    )
+    .await
+    .map_err(photo_error)?;
     reprocess_one(&s, &p, rev).await
 }
 

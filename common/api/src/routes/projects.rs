@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_core::domain::Project;
-use tessera_core::ports::state_store::{Index, Query};
 use tessera_core::projects::{self, ProjectError};
 use tessera_core::{ProjectId, records};
 
@@ -210,7 +209,8 @@ pub struct DeleteParams {
     pub cascade: bool,
 }
 
-/// `DELETE /v1/projects/{id}`: an empty project; with `?cascade=true`, the project and
+/// `DELETE /v1/projects/{id}`: an empty project (no photos, refused uploads, datasets or
+/// opted-out subjects: 409 naming what is left); with `?cascade=true`, the project and
 /// everything in it (photos, datasets, opted-out subjects with their reference photos),
 /// audited.
 pub async fn delete(
@@ -232,24 +232,8 @@ pub async fn delete(
         .map_err(super::privacy::photo_error)?;
         return Ok(StatusCode::NO_CONTENT);
     }
-    for (partition, what) in [
-        (
-            tessera_core::catalog::datasets::datasets_partition(p.id),
-            "datasets",
-        ),
-        (records::project_photos_partition(p.id), "photos"),
-    ] {
-        if !store
-            .query(&Query::partition(Index::ByParent, partition, 1))
-            .await?
-            .items
-            .is_empty()
-        {
-            return Err(Problem::conflict(format!(
-                "project {id} still has {what}; delete them first, or erase everything with DELETE /v1/projects/{id}?cascade=true"
-            )));
-        }
-    }
-    projects::delete(store, p.id).await?;
+    tessera_jobs::photos::erase::delete_empty_project(store, p.id)
+        .await
+        .map_err(super::privacy::photo_error)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,6 +9,7 @@ pub mod erasure;
 pub mod idempotency;
 pub mod incoming;
 pub mod quotas;
+pub mod refusals;
 pub mod retention;
 pub mod source_grants;
 pub mod uploads;
@@ -62,14 +63,16 @@ pub enum CatalogError {
 /// index `DUE#expiry`, which [`uploads::collect_expired`] walks).
 pub(crate) fn due_item(key: ItemKey, body: serde_json::Value, due: crate::Millis) -> Write {
     let mut item = Item::new(key.clone(), body);
-    item.by_due = Some(ItemKey::new(
-        "DUE#expiry",
-        format!("{}#{}", due.sort_key(), key.pk),
-    ));
+    item.by_due = Some(expiry_index_key(due, &key.pk));
     Write::Put {
         item,
         condition: Condition::None,
     }
+}
+
+/// The expiry-index entry of the item whose partition key is `pk`, due at `due`.
+pub(crate) fn expiry_index_key(due: crate::Millis, pk: &str) -> ItemKey {
+    ItemKey::new("DUE#expiry", format!("{}#{pk}", due.sort_key()))
 }
 
 /// Delete a collected item unless it changed since it was read (a later writer wins).

@@ -2,7 +2,9 @@
 //! client cannot fill the store or the workers for everyone. A refusal says which quota,
 //! what is used and what to do (HTTP 429 or 413 at the API).
 //!
-//! Counted here: bytes of dataset images stored, and reconstructions not yet finished.
+//! Counted here: bytes of dataset images stored, reconstructions not yet finished,
+//! photos (rows and refused uploads alike: both hold an unblurred upload), bytes of
+//! finalized uploads (blobs) and unfinished uploads.
 //! Images per dataset and datasets per project are counted where they are reserved
 //! (`datasets`). The byte counter is updated in the same transaction as the image
 //! records, with additions that never conflict; two registrations racing at the limit
@@ -17,6 +19,25 @@ use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
 pub const MAX_STORED_BYTES: u64 = 200 << 30;
 /// Reconstructions of one tenant queued or running at once.
 pub const MAX_ACTIVE_RECONSTRUCTIONS: usize = 20;
+/// Photos one tenant may hold: counted when a photo is admitted (added from a blob or
+/// an object, or given an upload URL), released when it is erased or its refusal is
+/// collected. A presigned URL never used keeps its count (the tenant's own loss, and
+/// bounded by how often it asks).
+pub const MAX_PHOTOS: u64 = 1_000_000;
+/// Bytes of finalized uploads (blobs) one tenant may keep at once.
+pub const MAX_BLOB_BYTES: u64 = 50 << 30;
+/// Unfinished uploads one tenant may have open at once (each up to 1 GiB of chunks).
+pub const MAX_OPEN_UPLOADS: u64 = 100;
+
+/// The counter fields of a tenant's usage record.
+pub mod counters {
+    /// Photos admitted and not yet erased.
+    pub const PHOTOS: &str = "photos";
+    /// Bytes of live blobs.
+    pub const BLOB_BYTES: &str = "blob_bytes";
+    /// Uploads opened and neither finalized nor collected.
+    pub const OPEN_UPLOADS: &str = "open_uploads";
+}
 
 fn usage_key(tenant: &TenantId) -> ItemKey {
     ItemKey::new(format!("TENANT#{tenant}"), "USAGE")
@@ -77,6 +98,58 @@ pub fn add_stored(tenant: &TenantId, delta: i64) -> Write {
         key: usage_key(tenant),
         deltas: vec![("stored_bytes".into(), delta)],
     }
+}
+
+/// One counter of the tenant's usage record (0 where never counted).
+pub async fn counter(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    field: &str,
+) -> Result<u64, CatalogError> {
+    ensure_usage(store, tenant).await?;
+    Ok(store
+        .get(&usage_key(tenant))
+        .await?
+        .and_then(|i| i.body[field].as_i64())
+        .unwrap_or(0)
+        .max(0) as u64)
+}
+
+/// Refuse `adding` to `field` if it would pass `max`; `what` names the quota for people.
+/// Makes sure the usage record exists for the counter writes that follow.
+pub async fn check(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    field: &str,
+    adding: u64,
+    max: u64,
+    what: &str,
+) -> Result<(), CatalogError> {
+    let used = counter(store, tenant, field).await?;
+    if used.saturating_add(adding) > max {
+        return Err(CatalogError::Quota(format!(
+            "tenant {tenant} holds {used} {what}, and its quota is {max}; erase some first"
+        )));
+    }
+    Ok(())
+}
+
+/// The counter write for `delta` on `field` (the usage record must exist: call
+/// [`ensure_usage`] first).
+pub fn add(tenant: &TenantId, field: &str, delta: i64) -> Write {
+    Write::Add {
+        key: usage_key(tenant),
+        deltas: vec![(field.into(), delta)],
+    }
+}
+
+/// Admit one more photo for the tenant, or refuse it at [`MAX_PHOTOS`].
+pub async fn admit_photo(store: &dyn StateStore, tenant: &TenantId) -> Result<(), CatalogError> {
+    check(store, tenant, counters::PHOTOS, 1, MAX_PHOTOS, "photos").await?;
+    store
+        .transact(vec![add(tenant, counters::PHOTOS, 1)])
+        .await?;
+    Ok(())
 }
 
 fn reconstructions_partition(tenant: &TenantId) -> String {

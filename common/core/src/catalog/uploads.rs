@@ -167,10 +167,22 @@ pub async fn create(
         blob_sha: None,
         expires_at: Millis::now().plus(UPLOAD_LIFETIME).to_rfc3339(),
     };
-    let mut writes = vec![Write::Put {
-        item: upload_item(&u),
-        condition: Condition::Absent,
-    }];
+    super::quotas::check(
+        store,
+        tenant,
+        super::quotas::counters::OPEN_UPLOADS,
+        1,
+        super::quotas::MAX_OPEN_UPLOADS,
+        "unfinished uploads",
+    )
+    .await?;
+    let mut writes = vec![
+        Write::Put {
+            item: upload_item(&u),
+            condition: Condition::Absent,
+        },
+        super::quotas::add(tenant, super::quotas::counters::OPEN_UPLOADS, 1),
+    ];
     if let Some(k) = idempotency {
         writes.push(k.record(tenant, "uploads", &u.upload_id));
     }
@@ -209,19 +221,28 @@ async fn load(
 }
 
 async fn save(store: &dyn StateStore, u: &Upload, rev: u64) -> Result<(), CatalogError> {
-    store
-        .transact(vec![Write::Put {
-            item: upload_item(u),
-            condition: Condition::Rev(rev),
-        }])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                CatalogError::Conflict("the upload changed meanwhile; GET it and retry".into())
-            } else {
-                e.into()
-            }
-        })
+    save_with(store, u, rev, Vec::new()).await
+}
+
+/// Save the upload at `rev` with `more` writes in the same transaction.
+async fn save_with(
+    store: &dyn StateStore,
+    u: &Upload,
+    rev: u64,
+    more: Vec<Write>,
+) -> Result<(), CatalogError> {
+    let mut writes = vec![Write::Put {
+        item: upload_item(u),
+        condition: Condition::Rev(rev),
+    }];
+    writes.extend(more);
+    store.transact(writes).await.map_err(|e| {
+        if e.is_conflict() {
+            CatalogError::Conflict("the upload changed meanwhile; GET it and retry".into())
+        } else {
+            e.into()
+        }
+    })
 }
 
 fn refuse_expired(u: &Upload, now: Millis) -> Result<(), CatalogError> {
@@ -342,7 +363,19 @@ pub async fn finalize(
     u.state = UploadState::Finalized;
     u.blob_sha = Some(sha);
     u.expires_at = Millis::now().plus(BLOB_LIFETIME).to_rfc3339();
-    save(store, &u, rev).await?;
+    // No longer open: counted once, by the write that finalizes it.
+    super::quotas::ensure_usage(store, tenant).await?;
+    save_with(
+        store,
+        &u,
+        rev,
+        vec![super::quotas::add(
+            tenant,
+            super::quotas::counters::OPEN_UPLOADS,
+            -1,
+        )],
+    )
+    .await?;
     for offset in &u.chunks {
         let _ = objects.delete(&chunk_key(id, *offset)).await;
     }
@@ -375,7 +408,7 @@ async fn join_and_store(
             "the bytes hash to {sha}, not the expected {w}; upload again"
         )));
     }
-    keep_blob(store, &u.tenant, &sha).await?;
+    keep_blob(store, &u.tenant, &sha, u.expected_size).await?;
     objects.put_file(&blob_key(&u.tenant, &sha), joined).await?;
     Ok(sha)
 }
@@ -387,23 +420,45 @@ async fn keep_blob(
     store: &dyn StateStore,
     tenant: &TenantId,
     sha: &str,
+    bytes: u64,
 ) -> Result<(), CatalogError> {
     let key = blob_record_key(tenant, sha);
     let until = Millis::now().plus(BLOB_LIFETIME);
     let mut item = Item::new(
         key.clone(),
-        serde_json::json!({ "tenant": tenant, "sha": sha, "state": "live", "live_until": until }),
+        serde_json::json!({ "tenant": tenant, "sha": sha, "state": "live", "live_until": until, "bytes": bytes }),
     );
     item.by_due = Some(expiry_entry(until, &key.pk));
-    let put = |condition| {
-        store.transact(vec![Write::Put {
+    let put = |condition, more: Vec<Write>| {
+        let mut writes = vec![Write::Put {
             item: item.clone(),
             condition,
-        }])
+        }];
+        writes.extend(more);
+        store.transact(writes)
     };
-    match put(Condition::Absent).await {
+    // A new blob counts its bytes against the tenant's quota, once: the write that
+    // creates its record adds them, the one that deletes it takes them back.
+    let exists = store.get(&key).await?.is_some();
+    if !exists {
+        super::quotas::check(
+            store,
+            tenant,
+            super::quotas::counters::BLOB_BYTES,
+            bytes,
+            super::quotas::MAX_BLOB_BYTES,
+            "bytes of finalized uploads",
+        )
+        .await?;
+    }
+    let count = vec![super::quotas::add(
+        tenant,
+        super::quotas::counters::BLOB_BYTES,
+        bytes as i64,
+    )];
+    match put(Condition::Absent, count).await {
         Ok(_) => Ok(()),
-        Err(e) if e.is_conflict() => put(Condition::field_eq("state", "live"))
+        Err(e) if e.is_conflict() => put(Condition::field_eq("state", "live"), Vec::new())
             .await
             .map(|_| ())
             .map_err(|e| {
@@ -458,13 +513,34 @@ pub async fn erase_blob(
 ) -> Result<(), CatalogError> {
     let sha = check_sha("blob_sha", sha)?;
     objects.delete(&blob_key(tenant, &sha)).await?;
-    store
-        .transact(vec![Write::Delete {
-            key: blob_record_key(tenant, &sha),
-            condition: Condition::None,
-        }])
-        .await?;
+    let key = blob_record_key(tenant, &sha);
+    if let Some(item) = store.get(&key).await? {
+        super::quotas::ensure_usage(store, tenant).await?;
+        match store
+            .transact(vec![
+                Write::Delete {
+                    key,
+                    condition: Condition::Rev(item.rev),
+                },
+                release_blob(tenant, &item),
+            ])
+            .await
+        {
+            // Collected or finalized again meanwhile: that writer counts it.
+            Err(e) if e.is_conflict() => {}
+            other => other?,
+        }
+    }
     Ok(())
+}
+
+/// The counter write that gives a blob record's bytes back to its tenant's quota.
+fn release_blob(tenant: &TenantId, record: &Item) -> Write {
+    super::quotas::add(
+        tenant,
+        super::quotas::counters::BLOB_BYTES,
+        -record.body["bytes"].as_i64().unwrap_or(0),
+    )
 }
 
 /// What one collection pass removed.
@@ -480,6 +556,8 @@ pub struct Collected {
     pub erasures: usize,
     /// Photo originals deleted under their project's retention.
     pub originals: usize,
+    /// Refused uploads removed with their bytes.
+    pub refusals: usize,
     /// Items that could not be collected now (tried again in an hour).
     pub failed: usize,
     /// What the last of those said.
@@ -534,10 +612,28 @@ async fn collect_one(
         if u.state != UploadState::Finalized {
             delete_chunks(objects, &u.upload_id).await?;
             done.uploads += 1;
+            // Still open when it expired: no longer counted against the quota.
+            super::quotas::ensure_usage(store, &u.tenant).await?;
+            match store
+                .transact(vec![
+                    Write::Delete {
+                        key: item.key.clone(),
+                        condition: Condition::Rev(item.rev),
+                    },
+                    super::quotas::add(&u.tenant, super::quotas::counters::OPEN_UPLOADS, -1),
+                ])
+                .await
+            {
+                Err(e) if e.is_conflict() => {}
+                other => other?,
+            }
         } else {
             done.records += 1;
+            super::drop_if_unchanged(store, item).await?;
         }
-        super::drop_if_unchanged(store, item).await?;
+    } else if item.key.pk.starts_with("REFUSED#") {
+        super::refusals::collect(store, objects, item).await?;
+        done.refusals += 1;
     } else if item.key.pk.starts_with("RETAIN#") {
         super::retention::expire_original(store, objects, item).await?;
         done.originals += 1;
@@ -562,11 +658,15 @@ async fn collect_one(
             other => other?,
         };
         objects.delete(&blob_key(&tenant, &sha)).await?;
+        super::quotas::ensure_usage(store, &tenant).await?;
         store
-            .transact(vec![Write::Delete {
-                key: item.key.clone(),
-                condition: Condition::field_eq("state", "collecting"),
-            }])
+            .transact(vec![
+                Write::Delete {
+                    key: item.key.clone(),
+                    condition: Condition::field_eq("state", "collecting"),
+                },
+                release_blob(&tenant, item),
+            ])
             .await?;
         done.blobs += 1;
     }

@@ -7,9 +7,10 @@
 //! bringing it back.
 
 use super::project::{PhotoError, subjects};
+use super::status::RefusedUpload;
 use tessera_core::audit::{self, Actor};
-use tessera_core::catalog::datasets;
 use tessera_core::catalog::erasure::{self, Erasure, Swept};
+use tessera_core::catalog::{datasets, quotas};
 use tessera_core::photo::{Photo, keys};
 use tessera_core::ports::state_store::{Condition, Index, Query, Write};
 use tessera_core::ports::{ObjectStore, StateStore};
@@ -37,12 +38,16 @@ pub async fn erase_photo(
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
+    quotas::ensure_usage(store, &actor.tenant)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
     store
         .transact(vec![
             Write::Delete {
                 key: records::photo_key(photo.id),
                 condition: Condition::Exists,
             },
+            quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
             erasure::marker(&e),
             audit::entry(
                 actor,
@@ -70,6 +75,135 @@ pub async fn erase_photo(
     Ok(swept)
 }
 
+/// Erase an upload ingest refused (the caller checked its project belongs to the
+/// actor's tenant): its record and its bytes, with an erasure marker so that a late
+/// event for it is ignored, audited like a photo's erasure.
+pub async fn erase_refused(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    refused: &RefusedUpload,
+    actor: &Actor,
+) -> Result<Swept, PhotoError> {
+    let e = photo_erasure(refused.project, refused.photo_id);
+    // The finalized upload it may have been added from holds the same bytes: found by
+    // their hash (a refusal records none), and erased first, so that a failure here
+    // leaves the refusal to erase again.
+    let (uploaded, _) = objects.list(&refused.objects_prefix(), None, 10).await?;
+    // Larger than any photo added from a blob (a 5 GB PUT through a presigned URL):
+    // no blob holds it, and it is not read into memory.
+    for o in uploaded
+        .into_iter()
+        .filter(|o| o.size <= tessera_imaging::decode::MAX_BYTES)
+    {
+        use sha2::Digest as _;
+        let bytes = objects.get(&o.key).await?;
+        let sha = hex::encode(sha2::Sha256::digest(&bytes));
+        tessera_core::catalog::uploads::erase_blob(store, objects, &actor.tenant, &sha)
+            .await
+            .map_err(|err| {
+                PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id))
+            })?;
+    }
+    quotas::ensure_usage(store, &actor.tenant)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id)))?;
+    store
+        .transact(vec![
+            Write::Delete {
+                key: tessera_core::catalog::refusals::refusal_key(refused.photo_id),
+                condition: Condition::Exists,
+            },
+            quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
+            erasure::marker(&e),
+            audit::entry(
+                actor,
+                "photo.erase",
+                e.target.clone(),
+                serde_json::json!({ "project": refused.project, "file_name": refused.name, "refused": true }),
+            ),
+        ])
+        .await
+        .map_err(|err| {
+            if err.is_conflict() {
+                PhotoError::NotFound(format!("photo {} does not exist", refused.photo_id))
+            } else {
+                err.into()
+            }
+        })?;
+    let swept = erasure::sweep(store, objects, &e)
+        .await
+        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id)))?;
+    tracing::info!(photo = %refused.photo_id, project = %refused.project, objects = swept.objects, "refused upload erased");
+    Ok(swept)
+}
+
+/// Delete a project that holds nothing: no photos, no refused uploads, no datasets and
+/// no opted-out subjects (whose embeddings are biometric data; nothing may outlive its
+/// project unreachable). Anything left is named, with what to do; the check and the
+/// delete are one decision, conditioned on the project as read.
+pub async fn delete_empty_project(
+    store: &dyn StateStore,
+    project: ProjectId,
+) -> Result<(), PhotoError> {
+    let item = store
+        .get(&records::project_key(project))
+        .await?
+        .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
+    let p: tessera_core::domain::Project = records::decode(&item)?;
+    let mut left = Vec::new();
+    for (partition, what) in [
+        (datasets::datasets_partition(project), "datasets"),
+        (records::project_photos_partition(project), "photos"),
+    ] {
+        if !store
+            .query(&Query::partition(Index::ByParent, partition, 1))
+            .await?
+            .items
+            .is_empty()
+        {
+            left.push(what.to_string());
+        }
+    }
+    let refused = super::status::refusals(store, project).await?.len();
+    if refused > 0 {
+        left.push(format!("{refused} refused upload(s)"));
+    }
+    let subjects = subjects(store, project).await?.len();
+    if subjects > 0 {
+        left.push(format!(
+            "{subjects} opted-out subject(s) with their face embeddings"
+        ));
+    }
+    if !left.is_empty() {
+        return Err(PhotoError::Conflict(format!(
+            "project {project} still has {}; delete them first, or erase everything with DELETE /v1/projects/{project}?cascade=true",
+            left.join(", ")
+        )));
+    }
+    store
+        .transact(vec![
+            Write::Delete {
+                key: records::project_key(project),
+                condition: Condition::Rev(item.rev),
+            },
+            Write::Delete {
+                key: records::project_name_key(&p.tenant, &p.name),
+                condition: Condition::None,
+            },
+        ])
+        .await
+        .map_err(|e| {
+            if e.is_conflict() {
+                PhotoError::Conflict(format!(
+                    "project {project} changed while it was being deleted (someone enrolled or changed its settings); look again"
+                ))
+            } else {
+                e.into()
+            }
+        })?;
+    Ok(())
+}
+
 /// What erasing a project removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ProjectErased {
@@ -79,6 +213,8 @@ pub struct ProjectErased {
     pub datasets: usize,
     /// Opted-out subjects removed (with their reference photos).
     pub subjects: usize,
+    /// Refused uploads erased.
+    pub refused: usize,
     /// Objects deleted.
     pub objects: usize,
 }
@@ -136,10 +272,17 @@ pub async fn erase_project(
         }
     }
     // Refused uploads name their files: nothing of them stays either.
+    quotas::ensure_usage(store, &actor.tenant)
+        .await
+        .map_err(|e| PhotoError::Invalid(format!("erasing project {project}: {e}")))?;
     for r in super::status::refusals(store, project).await? {
         store
-            .transact(vec![super::status::forget_refusal(r.photo_id)])
+            .transact(vec![
+                super::status::forget_refusal(r.photo_id),
+                quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
+            ])
             .await?;
+        done.refused += 1;
     }
     for s in subjects(store, project).await? {
         store

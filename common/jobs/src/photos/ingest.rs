@@ -96,7 +96,10 @@ impl TaskHandler for Ingest {
             Some(row) => {
                 if row.sha256 != sha256 {
                     ctx.commit(vec![photo_row::unpublish(photo_id)]).await?;
-                    tracing::warn!(photo = %photo_id, key, "upload changed after ingest; photo unpublished");
+                    super::withdraw::delete_files(objects, &row)
+                        .await
+                        .map_err(TaskError::from_classified)?;
+                    tracing::warn!(photo = %photo_id, key, "upload changed after ingest; photo unpublished and its files deleted");
                     return Err(refuse(
                         &key,
                         format!(

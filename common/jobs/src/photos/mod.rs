@@ -29,6 +29,7 @@ pub mod row;
 pub mod scenes;
 pub mod status;
 pub mod upload;
+pub mod withdraw;
 
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};

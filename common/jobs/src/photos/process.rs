@@ -11,8 +11,10 @@
 //!    keys they replace go to `replaced_keys`);
 //! 4. with the task's success, in one transaction: `published_at = now`, nothing
 //!    staged, the `subjects_rev` the decision used — on the condition that it is still
-//!    the project's. A subject change that lands while a photo is being decided makes
-//!    that transaction fail, and the retry decides again with the new subjects.
+//!    the project's, and that the row's `edits_rev` is still the one whose blur regions
+//!    were rendered. A subject change or a region edit that lands while a photo is being
+//!    decided makes that transaction fail, and the retry decides again with the new
+//!    subjects and regions.
 //!
 //! A crash anywhere leaves the row unpublished or pointing at complete files; a retry
 //! starts a newer version, so no object a row points at is ever overwritten.
@@ -347,9 +349,10 @@ impl TaskHandler for Process {
         Ok(TaskOutput {
             result: summary,
             writes: vec![
-                row::set(
+                row::publish(
                     id,
                     version,
+                    photo.edits_rev,
                     vec![
                         ("renditions", row::json(&renditions)),
                         ("replaced_keys", row::json(&replaced)),

@@ -12,8 +12,10 @@ use tessera_core::audit::{self, Actor};
 use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{KeepMetadata, Photo, Subject};
+use tessera_core::ports::ObjectStore;
 use tessera_core::ports::state_store::{Condition, Index, Query, StateStore, StoreError, Write};
 use tessera_core::projects::ProjectError;
+use tessera_core::weakening::{self, PrivacySettings};
 use tessera_core::{Classify, ErrorClass, JobId, Millis, PhotoId, ProjectId, SubjectId, records};
 use tessera_engine::Engine;
 use tessera_faces::FaceModels;
@@ -27,6 +29,12 @@ pub enum PhotoError {
     /// A request that cannot be carried out as asked.
     #[error("{0}")]
     Invalid(String),
+    /// A request that conflicts with what is there now (a project that is not empty).
+    #[error("{0}")]
+    Conflict(String),
+    /// A change that would weaken privacy, asked for without an admin's authority.
+    #[error(transparent)]
+    Forbidden(#[from] tessera_core::weakening::NotAllowed),
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -51,7 +59,10 @@ impl From<ProjectError> for PhotoError {
 impl Classify for PhotoError {
     fn class(&self) -> ErrorClass {
         match self {
-            PhotoError::NotFound(_) | PhotoError::Invalid(_) => ErrorClass::Permanent,
+            PhotoError::NotFound(_)
+            | PhotoError::Invalid(_)
+            | PhotoError::Conflict(_)
+            | PhotoError::Forbidden(_) => ErrorClass::Permanent,
             PhotoError::Store(e) => e.class(),
             PhotoError::Objects(e) => e.class(),
             PhotoError::Faces(e) => e.class(),
@@ -131,7 +142,7 @@ async fn change_subjects(
     engine: &Engine,
     project: ProjectId,
     writes: Vec<Write>,
-    fields: impl Fn(&Project) -> Vec<(String, serde_json::Value)>,
+    fields: impl Fn(&Project) -> Result<Vec<(String, serde_json::Value)>, PhotoError>,
 ) -> Result<SubjectChange, PhotoError> {
     let store = engine.ports().store.as_ref();
     loop {
@@ -141,7 +152,9 @@ async fn change_subjects(
             .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
         let p: Project = records::decode(&item)?;
         let rev = p.subjects_rev + 1;
-        let mut set = fields(&p);
+        // Checked against the project as it is now: a change racing this one is seen
+        // here on the retry, never committed past the check.
+        let mut set = fields(&p)?;
         set.push(("subjects_rev".into(), rev.into()));
         let sweep = engine
             .prepare(super::reblur::plan(p.tenant.clone(), project, rev))
@@ -228,7 +241,7 @@ pub async fn enrol(
                 serde_json::json!({ "label": s.label, "references": s.references.len() }),
             ),
         ],
-        |p| vec![("opted_out".into(), (p.opted_out + 1).into())],
+        |p| Ok(vec![("opted_out".into(), (p.opted_out + 1).into())]),
     )
     .await?;
     Ok((s, change))
@@ -239,11 +252,16 @@ pub const MAX_BLUR_REGIONS: usize = 200;
 
 /// Replace a photo's manual blur regions (fractions of the stored image), checking
 /// each, and unpublish it until it is re-blurred with them; returns the new edit
-/// revision.
+/// revision. Removing or shrinking a region needs an admin's authority; every change is
+/// audited. The files of the unpublished version are deleted at once (see
+/// [`super::withdraw`]): a download URL handed out for them stops working now, not when
+/// it expires.
 pub async fn set_regions(
     store: &dyn StateStore,
+    objects: &dyn ObjectStore,
     photo: PhotoId,
     regions: &[FracRect],
+    actor: &Actor,
 ) -> Result<u64, PhotoError> {
     if regions.len() > MAX_BLUR_REGIONS {
         return Err(PhotoError::Invalid(format!(
@@ -261,23 +279,58 @@ pub async fn set_regions(
         .get(&key)
         .await?
         .ok_or_else(|| PhotoError::NotFound(format!("photo {photo} does not exist")))?;
-    let rev = item.body["edits_rev"].as_u64().unwrap_or(0) + 1;
+    let row: Photo = records::decode(&item)?;
+    let uncovered = weakening::regions_uncovered(&row.blur_regions, regions);
+    weakening::authorize(
+        actor,
+        &format!("replacing the blur regions of photo {photo}"),
+        if uncovered > 0 {
+            vec![format!(
+                "{uncovered} of its {} blur region(s) would no longer be blurred",
+                row.blur_regions.len()
+            )]
+        } else {
+            Vec::new()
+        },
+    )?;
+    let rev = row.edits_rev + 1;
     store
-        .transact(vec![Write::Set {
-            key,
-            fields: vec![
-                (
-                    "blur_regions".into(),
-                    serde_json::to_value(regions).expect("serializable"),
-                ),
-                ("edits_rev".into(), rev.into()),
-                // Fail closed: the published files lack the new regions, so they are
-                // not served until the photo is re-blurred with them.
-                ("published_at".into(), serde_json::Value::Null),
-            ],
-            condition: Condition::Rev(item.rev),
-        }])
-        .await?;
+        .transact(vec![
+            Write::Set {
+                key,
+                fields: vec![
+                    (
+                        "blur_regions".into(),
+                        serde_json::to_value(regions).expect("serializable"),
+                    ),
+                    ("edits_rev".into(), rev.into()),
+                    // Fail closed: the published files lack the new regions, so they are
+                    // not served until the photo is re-blurred with them.
+                    ("published_at".into(), serde_json::Value::Null),
+                ],
+                condition: Condition::Rev(item.rev),
+            },
+            audit::entry(
+                actor,
+                "photo.blur_regions",
+                format!("photo/{photo}"),
+                serde_json::json!({
+                    "regions": regions.len(), "before": row.blur_regions.len(),
+                    "uncovered": uncovered, "edits_rev": rev,
+                }),
+            ),
+        ])
+        .await
+        .map_err(|e| {
+            if e.is_conflict() {
+                PhotoError::Invalid(format!(
+                    "photo {photo} changed while its regions were being saved; read it again and retry"
+                ))
+            } else {
+                e.into()
+            }
+        })?;
+    super::withdraw::delete_files(objects, &row).await?;
     Ok(rev)
 }
 
@@ -300,6 +353,14 @@ pub async fn remove_subject(
         .await?
         .ok_or_else(missing)?;
     let removed: Subject = records::decode(&item)?;
+    weakening::authorize(
+        actor,
+        &format!("removing opted-out subject `{}`", removed.label),
+        vec![format!(
+            "`{}` would be shown unblurred in every photo of project {project}",
+            removed.label
+        )],
+    )?;
     let change = match change_subjects(
         engine,
         project,
@@ -316,7 +377,12 @@ pub async fn remove_subject(
                 serde_json::json!({ "label": removed.label }),
             ),
         ],
-        |p| vec![("opted_out".into(), p.opted_out.saturating_sub(1).into())],
+        |p| {
+            Ok(vec![(
+                "opted_out".into(),
+                p.opted_out.saturating_sub(1).into(),
+            )])
+        },
     )
     .await
     {
@@ -342,7 +408,7 @@ pub async fn remove_subject(
 /// Re-decide every photo of a project with nothing else changed: how rows made under
 /// older [`tessera_core::photo::RULES`] are migrated.
 pub async fn reblur_all(engine: &Engine, project: ProjectId) -> Result<SubjectChange, PhotoError> {
-    change_subjects(engine, project, Vec::new(), |_| Vec::new()).await
+    change_subjects(engine, project, Vec::new(), |_| Ok(Vec::new())).await
 }
 
 /// A project's privacy settings.
@@ -357,7 +423,8 @@ pub struct Settings {
 }
 
 /// Change a project's privacy settings: with the sweep that re-decides every photo, in
-/// one transaction.
+/// one transaction. A change that weakens privacy ([`weakening::settings_weakened`])
+/// needs an admin's authority and is audited with what it takes away.
 pub async fn set_settings(
     engine: &Engine,
     project: ProjectId,
@@ -365,6 +432,18 @@ pub async fn set_settings(
     actor: &Actor,
 ) -> Result<SubjectChange, PhotoError> {
     validate_settings(settings.threshold, settings.expand)?;
+    let new = PrivacySettings {
+        threshold: settings.threshold,
+        expand: settings.expand,
+        keep_metadata: settings.keep_metadata,
+    };
+    let current = load(engine.ports().store.as_ref(), project).await?;
+    let weakens = weakening::settings_weakened(&PrivacySettings::of(&current), &new);
+    weakening::authorize(
+        actor,
+        &format!("changing the privacy settings of project {project}"),
+        weakens.clone(),
+    )?;
     let record = audit::entry(
         actor,
         "privacy.settings",
@@ -373,10 +452,16 @@ pub async fn set_settings(
             "match_threshold": settings.threshold,
             "blur_expand": settings.expand,
             "keep_metadata": settings.keep_metadata,
+            "weakens": weakens,
         }),
     );
-    change_subjects(engine, project, vec![record], |_| {
-        vec![
+    change_subjects(engine, project, vec![record], |p| {
+        weakening::authorize(
+            actor,
+            &format!("changing the privacy settings of project {project}"),
+            weakening::settings_weakened(&PrivacySettings::of(p), &new),
+        )?;
+        Ok(vec![
             (
                 "match_threshold".into(),
                 serde_json::to_value(settings.threshold).expect("serializable"),
@@ -386,7 +471,7 @@ pub async fn set_settings(
                 "keep_metadata".into(),
                 serde_json::to_value(settings.keep_metadata).expect("serializable"),
             ),
-        ]
+        ])
     })
     .await
 }

@@ -32,6 +32,23 @@ pub fn set(id: PhotoId, version: u64, fields: Vec<(&str, Value)>) -> Write {
     }
 }
 
+/// The publishing write: `fields` set while the variant version is `version` *and* the
+/// blur regions are still those of `edits_rev`. Regions saved while a render runs bump
+/// `edits_rev`, so the render that lacks them can never publish.
+pub fn publish(id: PhotoId, version: u64, edits_rev: u64, fields: Vec<(&str, Value)>) -> Write {
+    Write::Set {
+        key: records::photo_key(id),
+        fields: fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        condition: Condition::All(vec![
+            Condition::field_eq("variant_version", version),
+            Condition::field_eq("edits_rev", edits_rev),
+        ]),
+    }
+}
+
 /// Unpublish, whatever the version: what a final failure commits with the job's end.
 pub fn unpublish(id: PhotoId) -> Write {
     Write::Set {

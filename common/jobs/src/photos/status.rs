@@ -8,12 +8,9 @@
 //! Fail closed: a photo is `published` only while its files are servable at the
 //! project's current subject revision.
 
-use serde::{Deserialize, Serialize};
-use tessera_core::Millis;
+use serde::Serialize;
 use tessera_core::photo::Photo;
-use tessera_core::ports::state_store::{
-    Condition, Index, Item, ItemKey, Query, StateStore, StoreError, Write,
-};
+use tessera_core::ports::state_store::{StateStore, StoreError};
 use tessera_core::{PhotoId, ProjectId};
 
 /// Where a photo is.
@@ -47,65 +44,9 @@ pub fn state(row: &Photo, servable: bool) -> PhotoState {
     }
 }
 
-/// An upload that ingest refused for good (not an image, truncated, too large, …): the
-/// only trace of a photo that never got a row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RefusedUpload {
-    /// The photo id the upload was given.
-    pub photo_id: PhotoId,
-    /// Its project.
-    pub project: ProjectId,
-    /// Its file name.
-    pub name: String,
-    /// Why, naming the file.
-    pub reason: String,
-    /// When.
-    pub at: Millis,
-}
-
-fn refused_partition(project: ProjectId) -> String {
-    format!("PROJECT#{project}#REFUSED")
-}
-
-/// The write that records a refusal (replacing an earlier one for the same photo).
-pub fn record_refusal(r: &RefusedUpload) -> Write {
-    let mut item = Item::new(
-        refusal_key(r.photo_id),
-        serde_json::to_value(r).expect("serializable"),
-    );
-    item.by_parent = Some(ItemKey::new(
-        refused_partition(r.project),
-        r.photo_id.to_string(),
-    ));
-    Write::Put {
-        item,
-        condition: Condition::None,
-    }
-}
-
-/// The write that forgets a refusal.
-pub fn forget_refusal(photo: PhotoId) -> Write {
-    Write::Delete {
-        key: refusal_key(photo),
-        condition: Condition::None,
-    }
-}
-
-fn refusal_key(photo: PhotoId) -> ItemKey {
-    ItemKey::new(format!("REFUSED#{photo}"), "REFUSED")
-}
-
-/// The project's refused uploads.
-pub async fn refusals(
-    store: &dyn StateStore,
-    project: ProjectId,
-) -> Result<Vec<RefusedUpload>, StoreError> {
-    tessera_core::projects::query_all(
-        store,
-        Query::partition(Index::ByParent, refused_partition(project), 500),
-    )
-    .await
-}
+pub use tessera_core::catalog::refusals::{
+    RefusedUpload, forget_refusal, record_refusal, refusal, refusals,
+};
 
 /// One photo of a project and where it is.
 #[derive(Debug, Clone)]

@@ -110,6 +110,19 @@ impl Rig {
         .unwrap()
     }
 
+    /// Replace a photo's blur regions as the operator; the new edit revision.
+    pub async fn set_regions(&self, photo: PhotoId, regions: &[FracRect]) -> u64 {
+        project::set_regions(
+            self.store(),
+            self.engine.ports().objects.as_ref(),
+            photo,
+            regions,
+            &tessera_core::audit::Actor::cli(TenantId::local()),
+        )
+        .await
+        .unwrap()
+    }
+
     /// Upload a shared test photo; the event S3 would send for it.
     pub async fn upload(&self, p: &Project, file: &str) -> (PhotoId, ObjectCreated) {
         let bytes = std::fs::read(shared().join("testdata/faces").join(file)).unwrap();

@@ -1,0 +1,423 @@
+//! The ways around an opt-out through the API, each closed: a non-admin key cannot
+//! weaken a project's privacy (threshold up, subject removed, blur growth down,
+//! metadata kept, blur regions removed), and an admin's weakening is on record; a
+//! refused upload is erasable, counted and collected; a project with subjects or
+//! refusals is not deleted leaving them unreachable; photos are under a tenant quota.
+//! Real face models, real SQLite, real HTTP. (Blur regions racing a render, and files
+//! deleted at unpublish: `common/jobs/tests/races.rs` and `photos.rs`.)
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tessera_api::AuthMode;
+use tessera_core::TenantId;
+use tessera_core::catalog::quotas;
+
+mod support;
+use support::*;
+
+fn as_key(key: &str) -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
+    reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .unwrap()
+}
+
+/// An admin client and a non-admin one of the local tenant.
+async fn keys(s: &Server) -> (reqwest::Client, reqwest::Client) {
+    let store = s.engine.ports().store.clone();
+    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
+        .await
+        .unwrap();
+    let (_, viewer) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), false)
+        .await
+        .unwrap();
+    (as_key(&admin), as_key(&viewer))
+}
+
+async fn json_of(r: reqwest::Response) -> Value {
+    r.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let (admin, viewer) = keys(&s).await;
+    let p = json_of(
+        admin
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "event", "match_threshold": 0.363 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pid = p["project_id"].as_str().unwrap();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+
+    // Opting someone out protects: anyone may.
+    let reference = upload(&viewer, &s.base, &face_photo("astronaut.png"), 1 << 20).await;
+    let r = viewer
+        .post(format!("{x}/subjects"))
+        .json(&json!({ "label": "astronaut", "blob_shas": [reference] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let sid = json_of(r).await["subject_id"].as_str().unwrap().to_string();
+    let rev_before =
+        json_of(viewer.get(format!("{x}/privacy")).send().await.unwrap()).await["subjects_rev"]
+            .clone();
+
+    let base = json!({ "match_threshold": 0.363, "blur_expand": 0.35 });
+    let with = |patch: Value| {
+        let mut b = base.clone();
+        b.as_object_mut()
+            .unwrap()
+            .extend(patch.as_object().unwrap().clone());
+        b
+    };
+    for weaker in [
+        with(json!({ "match_threshold": 1.0 })),
+        with(json!({ "match_threshold": 0.37 })),
+        with(json!({ "blur_expand": 0.30 })),
+        with(
+            json!({ "keep_metadata": { "capture_time": true, "camera": true, "location": true } }),
+        ),
+    ] {
+        let r = viewer
+            .put(format!("{x}/privacy"))
+            .json(&weaker)
+            .send()
+            .await
+            .unwrap();
+        let v = problem(r, StatusCode::FORBIDDEN).await;
+        assert!(
+            v["detail"].as_str().unwrap().contains("admin key"),
+            "{weaker}: {v}"
+        );
+    }
+    let r = viewer
+        .delete(format!("{x}/subjects/{sid}"))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::FORBIDDEN).await;
+    assert!(v["detail"].as_str().unwrap().contains("astronaut"), "{v}");
+    // Nothing changed: same revision, the subject still enrolled.
+    let now = json_of(viewer.get(format!("{x}/privacy")).send().await.unwrap()).await;
+    assert_eq!(now["subjects_rev"], rev_before);
+    assert!(
+        (now["match_threshold"].as_f64().unwrap() - 0.363).abs() < 1e-6,
+        "{now}"
+    );
+    let subs = json_of(viewer.get(format!("{x}/subjects")).send().await.unwrap()).await;
+    assert_eq!(subs["total"], 1);
+
+    // Stricter is anyone's: a lower threshold, more growth, less metadata.
+    let r = viewer
+        .put(format!("{x}/privacy"))
+        .json(&json!({ "match_threshold": 0.30, "blur_expand": 0.40,
+                       "keep_metadata": { "capture_time": false, "camera": false, "location": false } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    // A photo with a region: adding one is anyone's, removing it an admin's.
+    let photo = upload(
+        &viewer,
+        &s.base,
+        &face_photo("composite_pd_1280x896.jpg"),
+        1 << 20,
+    )
+    .await;
+    let r = viewer
+        .post(format!("{x}/photos"))
+        .json(&json!({ "blob_sha": photo, "name": "group.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = json_of(r).await["photo_id"].as_str().unwrap().to_string();
+    let url = format!("{}/v1/x-tessera/photos/{id}", s.base);
+    photo_when(&viewer, &url, |p| p["status"] == "published").await;
+    let region = json!({ "x": 0.0, "y": 0.68, "w": 0.3, "h": 0.3 });
+    let r = viewer
+        .put(format!("{url}/blur-regions"))
+        .json(&json!({ "regions": [region] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let smaller = json!({ "x": 0.0, "y": 0.68, "w": 0.1, "h": 0.1 });
+    for fewer in [json!([]), json!([smaller])] {
+        let r = viewer
+            .put(format!("{url}/blur-regions"))
+            .json(&json!({ "regions": fewer }))
+            .send()
+            .await
+            .unwrap();
+        problem(r, StatusCode::FORBIDDEN).await;
+    }
+    let kept = json_of(viewer.get(&url).send().await.unwrap()).await;
+    assert_eq!(kept["blur_regions"].as_array().unwrap().len(), 1);
+
+    // An admin may weaken; each weakening is on record with what it takes away.
+    let r = admin
+        .put(format!("{x}/privacy"))
+        .json(&with(json!({ "match_threshold": 0.5 })))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = admin
+        .put(format!("{url}/blur-regions"))
+        .json(&json!({ "regions": [] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = admin
+        .delete(format!("{x}/subjects/{sid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let audit = json_of(
+        admin
+            .get(format!("{}/v1/x-tessera/audit", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let items = audit["items"].as_array().unwrap();
+    let settings: Vec<&Value> = items
+        .iter()
+        .filter(|e| e["action"] == "privacy.settings")
+        .collect();
+    assert_eq!(settings.len(), 2, "{audit}");
+    let weakened = &settings[0]["detail"]["weakens"];
+    assert!(
+        weakened
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("raised from 0.3 to 0.5")),
+        "{weakened}"
+    );
+    assert_eq!(settings[1]["detail"]["weakens"], json!([]));
+    assert!(
+        items
+            .iter()
+            .any(|e| e["action"] == "photo.blur_regions" && e["detail"]["uncovered"] == 1)
+    );
+    assert!(items.iter().any(|e| e["action"] == "subject.remove"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leaves_them_behind() {
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let (admin, viewer) = keys(&s).await;
+    let store = s.engine.ports().store.clone();
+    let tenant = TenantId::local();
+    let p = json_of(
+        admin
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "refusals", "match_threshold": 0.363 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pid = p["project_id"].as_str().unwrap().to_string();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+
+    // A truncated JPEG whose first 2,000 bytes are a real photo of people.
+    let group = face_photo("composite_pd_1280x896.jpg");
+    let mut broken = group[..2000].to_vec();
+    broken.extend(std::iter::repeat_n(0u8, 5000));
+    let mut refused = Vec::new();
+    for _ in 0..2 {
+        let sha = upload(&viewer, &s.base, &broken, 1 << 20).await;
+        let r = viewer
+            .post(format!("{x}/photos"))
+            .json(&json!({ "blob_sha": sha, "name": "truncated.jpg" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        refused.push(json_of(r).await["photo_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        quotas::counter(store.as_ref(), &tenant, quotas::counters::PHOTOS)
+            .await
+            .unwrap(),
+        2,
+        "admitted photos are counted"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let l = json_of(viewer.get(format!("{x}/photos")).send().await.unwrap()).await;
+        let failed = l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"] == "failed")
+            .count();
+        if failed == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{l}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let under = |id: &str| format!("uploads/{pid}/{id}/");
+    let objects = all_objects(&s).await;
+    assert!(objects.iter().any(|k| k.starts_with(&under(&refused[0]))));
+
+    // Not deleted while it holds refusals (they are unblurred photos of people).
+    let r = admin
+        .delete(format!("{}/v1/projects/{pid}", s.base))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::CONFLICT).await;
+    assert!(
+        v["detail"].as_str().unwrap().contains("refused upload"),
+        "{v}"
+    );
+
+    // 1. Erased by its photo id, as any photo: bytes, record and count go.
+    let r = viewer
+        .delete(format!("{}/v1/x-tessera/photos/{}", s.base, refused[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert!(
+        !all_objects(&s)
+            .await
+            .iter()
+            .any(|k| k.starts_with(&under(&refused[0])))
+    );
+    let l = json_of(viewer.get(format!("{x}/photos")).send().await.unwrap()).await;
+    assert_eq!(l["total"], 1, "{l}");
+    let r = viewer
+        .delete(format!("{}/v1/x-tessera/photos/{}", s.base, refused[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "erased once");
+    assert_eq!(
+        quotas::counter(store.as_ref(), &tenant, quotas::counters::PHOTOS)
+            .await
+            .unwrap(),
+        1
+    );
+
+    // 2. Collected with its bytes once its time is up, by the reaper's collector.
+    let later = tessera_core::Millis::now().plus(
+        tessera_core::catalog::refusals::REFUSAL_LIFETIME + std::time::Duration::from_secs(60),
+    );
+    let c = tessera_core::catalog::uploads::collect_expired(
+        store.as_ref(),
+        s.engine.ports().objects.as_ref(),
+        later,
+        1000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.refusals, 1, "{c:?}");
+    assert!(
+        !all_objects(&s)
+            .await
+            .iter()
+            .any(|k| k.starts_with(&format!("uploads/{pid}/")))
+    );
+    let l = json_of(viewer.get(format!("{x}/photos")).send().await.unwrap()).await;
+    assert_eq!(l["total"], 0, "{l}");
+    assert_eq!(
+        quotas::counter(store.as_ref(), &tenant, quotas::counters::PHOTOS)
+            .await
+            .unwrap(),
+        0
+    );
+
+    // 3. Subjects' embeddings never outlive their project unreachable.
+    let reference = upload(&viewer, &s.base, &face_photo("astronaut.png"), 1 << 20).await;
+    let r = viewer
+        .post(format!("{x}/subjects"))
+        .json(&json!({ "label": "astronaut", "blob_shas": [reference] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let sid = json_of(r).await["subject_id"].as_str().unwrap().to_string();
+    let r = admin
+        .delete(format!("{}/v1/projects/{pid}", s.base))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::CONFLICT).await;
+    assert!(
+        v["detail"].as_str().unwrap().contains("opted-out subject"),
+        "{v}"
+    );
+    let subject_item = format!("| SUBJECT#{sid} |");
+    assert!(all_items(&s).iter().any(|i| i.contains(&subject_item)));
+    let r = admin
+        .delete(format!("{x}/subjects/{sid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    // The sweep the removal started may still run: wait for the project to settle.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let r = admin
+            .delete(format!("{}/v1/projects/{pid}", s.base))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 204 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(!all_items(&s).iter().any(|i| i.contains(&subject_item)));
+
+    // 4. The photo quota: at the limit, no more photos are admitted.
+    store
+        .transact(vec![quotas::add(
+            &tenant,
+            quotas::counters::PHOTOS,
+            quotas::MAX_PHOTOS as i64,
+        )])
+        .await
+        .unwrap();
+    let q = json_of(
+        admin
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "full", "match_threshold": 0.363 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let sha = upload(&viewer, &s.base, &group, 1 << 20).await;
+    let r = viewer
+        .post(format!(
+            "{}/v1/x-tessera/projects/{}/photos",
+            s.base,
+            q["project_id"].as_str().unwrap()
+        ))
+        .json(&json!({ "blob_sha": sha, "name": "group.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::TOO_MANY_REQUESTS).await;
+    assert!(v["detail"].as_str().unwrap().contains("photos"), "{v}");
+}
