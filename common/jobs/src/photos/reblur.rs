@@ -1,15 +1,22 @@
 //! Re-deciding every photo of a project after its subjects or privacy settings changed.
 //!
-//! The change and this job are committed in one transaction ([`super::project`]), so an
-//! opt-out can never be stored without the work that applies it. The job's one task
-//! pages through the project's photos and submits a `reprocess` job for each photo
-//! whose files were decided at an older subject revision (or under older rules).
-//! Everything it does is idempotent — reprocess jobs are keyed by photo and revision,
-//! and a photo already at the revision is skipped — so a sweep killed at any moment
-//! is simply run again by the engine from the first page.
+//! The change and the first part of this sweep are committed in one transaction
+//! ([`super::project`]), so an opt-out can never be stored without the work that
+//! applies it. A part pages through the project's photos from its cursor and submits a
+//! `reprocess` job for each photo whose files were decided at an older subject revision
+//! (or under older rules). It does a bounded amount of work — [`PHOTOS_PER_PART`]
+//! photos or [`TIME_PER_PART`], whichever comes first, checked at page boundaries — and
+//! then hands on: it submits the next part with the cursor where it stopped, as a job
+//! of its own, and ends. So a sweep of any size finishes, each run stays far inside
+//! its function's timeout (the ingest function's 120 s on AWS), and a part killed at
+//! any moment is run again by the engine from its own cursor, never from the first
+//! photo. Everything is idempotent — reprocess jobs and parts are keyed by their specs,
+//! and a photo already at the revision is skipped — so a re-run repeats at most one
+//! part's work and submits nothing twice.
 
 use super::{payload_project, project, reprocess_plan};
 use async_trait::async_trait;
+use std::time::{Duration, Instant};
 use tessera_core::event::Phase;
 use tessera_core::ports::state_store::{Index, Query};
 use tessera_core::{ProjectId, TenantId, records};
@@ -17,15 +24,42 @@ use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, T
 
 /// Photos read per page.
 pub const PAGE: usize = 100;
+/// Most photos one part reads before it hands on.
+pub const PHOTOS_PER_PART: u64 = 1_000;
+/// Longest one part runs before it hands on (at the next page boundary): a quarter of
+/// the ingest function's 120 s timeout, leaving room for one slow page.
+pub const TIME_PER_PART: Duration = Duration::from_secs(30);
 
-/// The sweep for `project` at `subjects_rev` (one job per revision).
+/// The sweep for `project` at `subjects_rev` (one job per revision): its first part.
 pub fn plan(tenant: TenantId, project: ProjectId, subjects_rev: u64) -> JobPlan {
-    let spec = serde_json::json!({ "project": project, "subjects_rev": subjects_rev });
+    part_plan(tenant, project, subjects_rev, None, 0)
+}
+
+/// Part `part` of the sweep, starting after `cursor` (`None`: the first photo).
+pub fn part_plan(
+    tenant: TenantId,
+    project: ProjectId,
+    subjects_rev: u64,
+    cursor: Option<String>,
+    part: u32,
+) -> JobPlan {
+    let mut spec = serde_json::json!({ "project": project, "subjects_rev": subjects_rev });
+    if let Some(c) = &cursor {
+        spec["after"] = c.clone().into();
+        spec["part"] = part.into();
+    }
     JobPlan {
         tenant,
         project: Some(project),
         kind: super::kinds::REBLUR_JOB.into(),
-        label: format!("re-decide every photo of {project} at subjects rev {subjects_rev}"),
+        label: if part == 0 {
+            format!("re-decide every photo of {project} at subjects rev {subjects_rev}")
+        } else {
+            format!(
+                "re-decide the photos of {project} at subjects rev {subjects_rev} (part {})",
+                part + 1
+            )
+        },
         spec: spec.clone(),
         priority: 0,
         tasks: vec![TaskPlan::new("sweep", super::kinds::REBLUR, spec)],
@@ -39,30 +73,37 @@ pub struct Sweep;
 impl TaskHandler for Sweep {
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let project_id = payload_project(ctx.task())?;
-        let target = ctx
-            .task()
-            .payload
+        let payload = &ctx.task().payload;
+        let target = payload
             .get("subjects_rev")
             .and_then(|r| r.as_u64())
             .ok_or_else(|| TaskError::poison("reblur payload has no subjects_rev"))?;
+        let start = payload
+            .get("after")
+            .and_then(|a| a.as_str())
+            .map(str::to_string);
+        let part = payload.get("part").and_then(|p| p.as_u64()).unwrap_or(0) as u32;
         let store = ctx.ports().store.as_ref();
         let p = project::load(store, project_id)
             .await
             .map_err(TaskError::from_classified)?;
         if p.subjects_rev > target {
             // A later change committed its own sweep, which covers every photo.
-            tracing::info!(project = %project_id, target, now = p.subjects_rev, "superseded by a later subject change");
+            tracing::info!(project = %project_id, target, now = p.subjects_rev, part, "superseded by a later subject change");
             return Ok(TaskOutput::result(serde_json::json!({
-                "project": project_id, "superseded_by": p.subjects_rev,
+                "project": project_id, "superseded_by": p.subjects_rev, "part": part,
             })));
         }
         let started = ctx.phase_started(Phase::Publish).await?;
+        let clock = Instant::now();
         let (mut seen, mut submitted) = (0u64, 0u64);
         let mut q = Query::partition(
             Index::ByParent,
             records::project_photos_partition(project_id),
             PAGE,
         );
+        q.after = start;
+        let mut follow_up = None;
         loop {
             let page = store.query(&q).await?;
             for item in &page.items {
@@ -94,15 +135,29 @@ impl TaskHandler for Sweep {
             }
             ctx.progress(Phase::Publish, seen, None, None).await?;
             ctx.checkpoint().await?;
-            match page.next {
-                Some(c) => q.after = Some(c),
-                None => break,
+            let Some(next) = page.next else { break };
+            if seen >= PHOTOS_PER_PART || clock.elapsed() >= TIME_PER_PART {
+                // Hand on: the next part starts where this one stopped.
+                let next_part = ctx
+                    .submit(part_plan(
+                        p.tenant.clone(),
+                        project_id,
+                        target,
+                        Some(next),
+                        part + 1,
+                    ))
+                    .await?;
+                follow_up = Some(next_part.job_id);
+                break;
             }
+            q.after = Some(next);
         }
         ctx.phase_completed(Phase::Publish, started).await?;
-        tracing::info!(project = %project_id, subjects_rev = target, photos = seen, reprocess = submitted, "sweep done");
+        tracing::info!(project = %project_id, subjects_rev = target, part, photos = seen, reprocess = submitted, follow_up = ?follow_up, seconds = clock.elapsed().as_secs_f64(), "sweep part done");
         Ok(TaskOutput::result(serde_json::json!({
-            "project": project_id, "subjects_rev": target, "photos": seen, "reprocess_jobs": submitted,
+            "project": project_id, "subjects_rev": target, "part": part, "photos": seen,
+            "reprocess_jobs": submitted, "follow_up": follow_up,
+            "seconds": clock.elapsed().as_secs_f64(),
         })))
     }
 }

@@ -1,0 +1,135 @@
+//! The re-blur sweep finishes at any size: each part reads a bounded number of photos
+//! and hands on to the next part with its cursor, every photo not current gets exactly
+//! one reprocess job, and a part submitted again (what a re-run after a crash does) is
+//! the same job. Real SQLite; photo rows written directly (nothing is rendered: the
+//! sweep only decides what to re-blur).
+
+mod support;
+
+use support::rig;
+use tessera_core::photo::{Photo, Pipeline, RULES};
+use tessera_core::ports::state_store::{Condition, Write};
+use tessera_core::{Millis, PhotoId, TaskId, records};
+use tessera_engine::dispatch::Handled;
+use tessera_jobs::photos::{self, project, reblur};
+
+fn row(project: tessera_core::ProjectId) -> Photo {
+    let id = PhotoId::new();
+    Photo {
+        id,
+        project,
+        upload_key: format!("uploads/{project}/{id}/p.jpg"),
+        file_name: "p.jpg".into(),
+        sha256: "0".repeat(64),
+        bytes: 1,
+        format: "jpeg".into(),
+        width: 640,
+        height: 480,
+        orientation: 1,
+        rules: RULES,
+        subjects_rev: 0,
+        sequencer: "0".into(),
+        pipeline: Pipeline::FaceProcess,
+        faces: Some(Vec::new()),
+        detector: None,
+        blur_regions: Vec::new(),
+        edits_rev: 0,
+        variant_version: 1,
+        renditions: Vec::new(),
+        upload_thumb_key: None,
+        staged_keys: Vec::new(),
+        replaced_keys: Vec::new(),
+        published_at: Some(Millis::now()),
+        original_deleted_at: None,
+        failure: None,
+        created_at: Millis::now(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_larger_than_one_part_hands_on_and_reaches_every_photo_once() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    const PHOTOS: u64 = 2 * reblur::PHOTOS_PER_PART + 100;
+    let rows: Vec<Photo> = (0..PHOTOS).map(|_| row(p.id)).collect();
+    for chunk in rows.chunks(25) {
+        r.store()
+            .transact(
+                chunk
+                    .iter()
+                    .map(|ph| Write::Put {
+                        item: records::photo_item(ph),
+                        condition: Condition::Absent,
+                    })
+                    .collect(),
+            )
+            .await
+            .unwrap();
+    }
+    let change = project::reblur_all(&r.engine, p.id).await.unwrap();
+
+    // Run the parts one by one, as the ingest function would, without running the
+    // reprocess jobs they submit.
+    let mut job = Some(change.reblur_job);
+    let (mut parts, mut read, mut submitted) = (0u64, 0u64, 0u64);
+    let mut cursors = Vec::new();
+    while let Some(id) = job.take() {
+        let tasks = r.engine.job_tasks(id).await.unwrap();
+        let sweep: TaskId = tasks[0].id;
+        let handled = r.engine.run_task(sweep).await.unwrap();
+        assert!(matches!(handled, Handled::Ran(_)), "{handled:?}");
+        let done = r.engine.job_tasks(id).await.unwrap().remove(0);
+        let result = done.result.expect("a finished part has a result");
+        let photos = result["photos"].as_u64().unwrap();
+        assert!(
+            photos <= reblur::PHOTOS_PER_PART,
+            "a part reads at most {} photos, not {photos}",
+            reblur::PHOTOS_PER_PART
+        );
+        assert_eq!(result["part"].as_u64().unwrap(), parts);
+        read += photos;
+        submitted += result["reprocess_jobs"].as_u64().unwrap();
+        parts += 1;
+        job = result["follow_up"].as_str().map(|j| j.parse().unwrap());
+        if let Some(next) = job {
+            cursors.push((next, r.engine.job(next).await.unwrap().spec));
+        }
+    }
+    assert!(
+        parts >= 3,
+        "{PHOTOS} photos take at least three parts, not {parts}"
+    );
+    assert_eq!(read, PHOTOS, "every photo read once");
+    assert_eq!(submitted, PHOTOS, "every photo not current re-blurred");
+    let reprocess = r
+        .engine
+        .list_jobs(&p.tenant, None, 10_000)
+        .await
+        .unwrap()
+        .0
+        .into_iter()
+        .filter(|j| j.kind == photos::kinds::REPROCESS_JOB)
+        .map(|j| j.spec["photo"].as_str().unwrap().to_string())
+        .collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(
+        reprocess.len() as u64,
+        PHOTOS,
+        "one reprocess job per photo"
+    );
+
+    // A part submitted again with its cursor (a re-run after a crash) is the same job.
+    let (first_follow_up, spec) = &cursors[0];
+    let again = r
+        .engine
+        .submit(reblur::part_plan(
+            p.tenant.clone(),
+            p.id,
+            change.subjects_rev,
+            spec["after"].as_str().map(str::to_string),
+            spec["part"].as_u64().unwrap() as u32,
+        ))
+        .await
+        .unwrap();
+    assert!(again.existing);
+    assert_eq!(again.job_id, *first_follow_up);
+}
