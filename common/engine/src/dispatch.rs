@@ -240,12 +240,15 @@ impl Engine {
             .last_error
             .as_ref()
             .map_or_else(String::new, |e| e.message.clone());
-        tracing::warn!(task_id = %dead.id, job_id = %dead.job_id, epoch = dead.epoch, error = %message, "task dead");
+        tracing::warn!(task_id = %dead.id, job_id = %dead.job_id, epoch = dead.epoch, state = %dead.state, error = %message, "task ended without running");
         self.emit_unfenced(
             &dead,
             EventKind::Error {
-                class: ErrorClass::Transient,
-                message: format!("task `{}` is dead: {message}", dead.name),
+                class: dead
+                    .last_error
+                    .as_ref()
+                    .map_or(ErrorClass::Transient, |e| e.class),
+                message: format!("task `{}` is {}: {message}", dead.name, dead.state),
             },
         )
         .await;

@@ -6,7 +6,9 @@
 //! fencing and completion are the same as on any worker. When the runner reports that
 //! a job ended, [`Engine::remote_ended`] closes what the job left open: a task still
 //! running under that job's lease fails with the runner's reason (retried, escalated or
-//! dead like any failure); a task the job never claimed is offered again.
+//! dead like any failure); a task the job never claimed is offered again after a
+//! back-off, and fails permanently, naming the cause, after
+//! [`MAX_UNCLAIMED_LAUNCHES`] such ends in a row.
 
 use crate::dispatch::Handled;
 use crate::plan::TaskMessage;
@@ -38,6 +40,18 @@ fn expiry() -> u64 {
         .plus(std::time::Duration::from_secs(7 * 24 * 3600))
         .0 as u64
         / 1000
+}
+
+/// Remote jobs that may end before claiming their task (the container never started,
+/// no capacity) before the task fails for good, naming the cause.
+pub const MAX_UNCLAIMED_LAUNCHES: u32 = 5;
+
+/// How long to wait before launching again after the `n`th unclaimed end: 30 s,
+/// doubling, at most 15 min (the five tries span about 7.5 min of waiting, enough for a
+/// compute environment to scale up from zero).
+pub fn unclaimed_backoff(n: u32) -> std::time::Duration {
+    let s = 30u64.saturating_mul(1 << n.saturating_sub(1).min(10));
+    std::time::Duration::from_secs(s.min(900))
 }
 
 fn marker(task: TaskId, epoch: u64) -> ItemKey {
@@ -175,17 +189,66 @@ impl Engine {
             return Ok(None);
         };
         let task = records::task_from(&item)?;
-        if task.state == TaskState::Queued {
-            self.ports
-                .store
-                .transact(vec![tessera_core::ports::Write::Delete {
-                    key: marker(task.id, task.epoch),
-                    condition: Condition::None,
-                }])
-                .await?;
-            self.offer(&task, std::time::Duration::ZERO).await?;
-            tracing::warn!(task_id = %task.id, remote_job = %end.job_id, reason = %end.reason, "remote job ended before claiming its task; offered again");
+        if task.state != TaskState::Queued {
+            return Ok(None);
         }
+        // Counted per task, whatever the epoch: a worker image that cannot start, or a
+        // queue with no capacity, ends every launch the same way.
+        let ends = self.count_unclaimed_end(task.id).await?;
+        if ends >= MAX_UNCLAIMED_LAUNCHES {
+            let error = TaskError::permanent(format!(
+                "remote job {} ended before it started its task, {ends} launches in a row (last: {}); the worker image may fail to start, or its queue may have no capacity or GPU quota — see the Batch job's status reason",
+                end.job_id, end.reason
+            ));
+            tracing::error!(task_id = %task.id, remote_job = %end.job_id, ends, reason = %end.reason, "remote jobs never claim this task; failing it");
+            let failed = crate::lifecycle::failed(
+                &task,
+                error.class,
+                &error.message,
+                tessera_core::Millis::now(),
+                &self.config.retry,
+                0.0,
+            );
+            // Conditioned on the task as read: a claim that lands meanwhile wins.
+            return Ok(self
+                .finish_dead(failed, Condition::Rev(task.rev))
+                .await?
+                .then_some(Handled::Ran(TaskState::Failed)));
+        }
+        self.ports
+            .store
+            .transact(vec![tessera_core::ports::Write::Delete {
+                key: marker(task.id, task.epoch),
+                condition: Condition::None,
+            }])
+            .await?;
+        let delay = unclaimed_backoff(ends);
+        self.offer(&task, delay).await?;
+        tracing::warn!(task_id = %task.id, remote_job = %end.job_id, reason = %end.reason, ends, delay_s = delay.as_secs(), "remote job ended before claiming its task; offered again after a back-off");
         Ok(None)
+    }
+
+    /// One more remote end that never claimed `task`; how many there have been.
+    async fn count_unclaimed_end(&self, task: TaskId) -> Result<u32, EngineError> {
+        let key = ItemKey::new(format!("LAUNCH#{task}"), "unclaimed");
+        loop {
+            let current = self.ports.store.get(&key).await?;
+            let (n, condition) = match &current {
+                Some(i) => (
+                    i.body["ends"].as_u64().unwrap_or(0) as u32,
+                    Condition::Rev(i.rev),
+                ),
+                None => (0, Condition::Absent),
+            };
+            let item = Item::new(
+                key.clone(),
+                serde_json::json!({"task": task, "ends": n + 1, "ttl_s": expiry()}),
+            );
+            match self.ports.store.put(item, condition).await {
+                Ok(()) => return Ok(n + 1),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }

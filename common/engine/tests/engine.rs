@@ -855,4 +855,46 @@ async fn a_remote_job_is_launched_once_per_epoch_and_its_failure_closes_the_task
         Launched::Started("job-3".into()),
         "launched again after a job that never claimed"
     );
+    // A worker image that never starts does not loop: the launches back off and, after
+    // the fifth job that never claimed the task, it fails for good, naming the cause.
+    assert_eq!(
+        tessera_engine::remote::unclaimed_backoff(1),
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        tessera_engine::remote::unclaimed_backoff(4),
+        Duration::from_secs(240)
+    );
+    assert_eq!(
+        tessera_engine::remote::unclaimed_backoff(40),
+        Duration::from_secs(900)
+    );
+    for n in 3..=tessera_engine::remote::MAX_UNCLAIMED_LAUNCHES + 1 {
+        let job_id = format!("job-{n}");
+        let closed = orchestrator
+            .remote_ended(&end(&job_id, "CannotPullContainerError: image not found"))
+            .await
+            .unwrap();
+        if n <= tessera_engine::remote::MAX_UNCLAIMED_LAUNCHES {
+            assert_eq!(closed, None, "{job_id} ends unclaimed: offered again");
+            assert_eq!(
+                task_named(&orchestrator, job, "heavy").await.state,
+                TaskState::Queued
+            );
+            assert_eq!(
+                orchestrator.launch_task(t.id, &launcher).await.unwrap(),
+                Launched::Started(format!("job-{}", n + 1))
+            );
+        } else {
+            assert!(closed.is_some(), "the task is closed");
+        }
+    }
+    let failed = task_named(&orchestrator, job, "heavy").await;
+    assert_eq!(failed.state, TaskState::Failed);
+    let why = &failed.last_error.as_ref().unwrap().message;
+    assert!(
+        why.contains("ended before it started its task")
+            && why.contains("CannotPullContainerError"),
+        "{why}"
+    );
 }
