@@ -1,0 +1,88 @@
+"""Check the CloudFormation template SAM's translator makes of infra/template.yaml (what
+`sam deploy` creates) against the limits a production stack needs at load:
+
+- every SQS event source mapping caps its concurrency (ScalingConfig.MaximumConcurrency),
+  so a burst in one queue cannot take the account's concurrent executions;
+- the stage runner takes one message per invocation (a stage may use the whole sandbox);
+- every Batch job queue cancels jobs stuck RUNNABLE (no capacity, no GPU quota, a
+  requirement no instance meets), so a reconstruction fails loudly instead of hanging;
+- the reaper's role may delete and list in the bucket, which its collector does
+  (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
+  may not read or write objects.
+
+Usage: check_template.py TRANSLATED.json. Prints one line per check and
+`N passed, N failed`; exits 1 on any failure.
+"""
+
+import json
+import sys
+
+
+def actions_of(role):
+    """(action, resource) pairs of a role's inline policies."""
+    out = []
+    for policy in role["Properties"].get("Policies", []):
+        for st in policy["PolicyDocument"]["Statement"]:
+            if st.get("Effect") != "Allow":
+                continue
+            acts = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            for a in acts:
+                for r in res:
+                    out.append((a, json.dumps(r, sort_keys=True)))
+    return out
+
+
+def main() -> int:
+    with open(sys.argv[1]) as f:
+        t = json.load(f)
+    res = t["Resources"]
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(ok)
+        print(("ok   " if ok else "FAIL ") + name + (f": {detail}" if detail and not ok else ""))
+
+    mappings = {k: v for k, v in res.items() if v["Type"] == "AWS::Lambda::EventSourceMapping"}
+    sqs = {
+        k: v
+        for k, v in mappings.items()
+        if "Queue" in json.dumps(v["Properties"].get("EventSourceArn"))
+    }
+    check("the template has SQS event source mappings", len(sqs) > 0, "none found")
+    for k, v in sorted(sqs.items()):
+        cap = v["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
+        check(f"{k} caps its concurrency", cap is not None, "no ScalingConfig.MaximumConcurrency")
+    stage = [v for k, v in sqs.items() if k.startswith("StageRunnerFunction")]
+    check("the stage runner has an SQS mapping", len(stage) == 1, f"{len(stage)} found")
+    for v in stage:
+        check(
+            "the stage runner takes one stage per invocation",
+            v["Properties"].get("BatchSize") == 1,
+            f"BatchSize {v['Properties'].get('BatchSize')}",
+        )
+    queues = {k: v for k, v in res.items() if v["Type"] == "AWS::Batch::JobQueue"}
+    check("the template has Batch job queues", len(queues) > 0, "none found")
+    for k, v in sorted(queues.items()):
+        limits = v["Properties"].get("JobStateTimeLimitActions", [])
+        runnable = [a for a in limits if a.get("State") == "RUNNABLE" and a.get("Action") == "CANCEL"]
+        check(f"{k} cancels jobs stuck RUNNABLE", len(runnable) > 0, "no JobStateTimeLimitActions")
+    reaper = res.get("ReaperFunctionRole")
+    check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
+    if reaper:
+        acts = {a for a, _ in actions_of(reaper)}
+        check("the reaper may delete objects", "s3:DeleteObject" in acts, sorted(acts))
+        check("the reaper may list the bucket", "s3:ListBucket" in acts, sorted(acts))
+        check(
+            "the reaper may not read or write objects",
+            not acts & {"s3:GetObject", "s3:PutObject", "s3:*"},
+            sorted(acts),
+        )
+    passed = sum(results)
+    failed = len(results) - passed
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
