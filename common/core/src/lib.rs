@@ -11,6 +11,7 @@ pub mod camera;
 pub mod catalog;
 pub mod clock;
 pub mod domain;
+pub mod embeddings;
 pub mod error;
 pub mod event;
 pub mod geometry;

@@ -42,7 +42,9 @@ pub struct Face {
     pub landmarks: [[f32; 2]; 5],
     /// Detector confidence.
     pub score: f32,
-    /// Unit-length embedding.
+    /// Unit-length embedding. Empty in a row whose embeddings are kept in an object
+    /// (`Photo::embeddings_key`, [`crate::embeddings`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub embedding: Vec<f32>,
     /// Embeddings of the same face seen by other detector passes (another quarter turn,
     /// another tile): other landmarks, so other alignments. Matching takes the best view.
@@ -123,8 +125,13 @@ pub struct Photo {
     pub sequencer: String,
     /// Which job acts after ingest.
     pub pipeline: Pipeline,
-    /// Faces, once detected (`None`: not detected yet).
+    /// Faces, once detected (`None`: not detected yet). Without their embeddings when
+    /// `embeddings_key` is set.
     pub faces: Option<Vec<Face>>,
+    /// The object holding the faces' embeddings ([`crate::embeddings`]); `None` for a
+    /// row that keeps them inline (rows from before), or has no faces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embeddings_key: Option<String>,
     /// Which detector found them.
     pub detector: Option<String>,
     /// Manual blur regions, exactly as drawn (fractions of the displayed image).
@@ -196,6 +203,7 @@ impl Photo {
     pub fn referenced_keys(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = vec![self.upload_key.as_str()];
         keys.extend(self.upload_thumb_key.as_deref());
+        keys.extend(self.embeddings_key.as_deref());
         for r in &self.renditions {
             keys.push(&r.key);
             keys.push(&r.thumb_key);

@@ -31,6 +31,7 @@ fn row(project: tessera_core::ProjectId) -> Photo {
         sequencer: "0".into(),
         pipeline: Pipeline::FaceProcess,
         faces: Some(Vec::new()),
+        embeddings_key: None,
         detector: None,
         blur_regions: Vec::new(),
         edits_rev: 0,

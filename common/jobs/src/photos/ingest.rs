@@ -140,6 +140,7 @@ impl TaskHandler for Ingest {
                     sequencer: event.sequencer.clone(),
                     pipeline,
                     faces: None,
+                    embeddings_key: None,
                     detector: None,
                     blur_regions: Vec::new(),
                     edits_rev: 0,

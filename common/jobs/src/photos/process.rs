@@ -3,7 +3,8 @@
 //!
 //! Order of writes (each row write is conditional on the variant version, and fenced):
 //! 1. faces, if the photo has none yet (detection happens once per photo; reprocess of
-//!    a photo that was never detected detects for the first time);
+//!    a photo that was never detected detects for the first time): their embeddings in
+//!    an object first, then the row pointing at it ([`tessera_core::embeddings`]);
 //! 2. the new version: `variant_version + 1`, `published_at = null`, and every key of
 //!    the new version *staged* before any upload (a row under older [`RULES`] is migrated
 //!    here, in the same write);
@@ -134,7 +135,7 @@ impl TaskHandler for Process {
         let id = payload_photo(ctx.task())?;
         let ports = ctx.ports();
         let store = ports.store.as_ref();
-        let photo = row::load(store, id).await?;
+        let mut photo = row::load(store, id).await?;
         let proj = project::load(store, photo.project)
             .await
             .map_err(TaskError::from_classified)?;
@@ -193,7 +194,7 @@ impl TaskHandler for Process {
         let migrate = migration(&photo, decoded.orientation);
         let img = Arc::new(decoded.rgb);
         let mut regions = photo.blur_regions.clone();
-        let mut known = photo.faces.clone();
+        let mut known = row::faces(ports.objects.as_ref(), &photo).await?;
         if let Some(m) = &migrate {
             regions = m.regions.clone();
             if m.redetect {
@@ -223,15 +224,17 @@ impl TaskHandler for Process {
                 // A migrating row keeps its old geometry until the version bump, which
                 // writes faces and regions in the new frame together.
                 if migrate.is_none() {
-                    ctx.commit(vec![row::set(
-                        id,
-                        photo.variant_version,
-                        vec![
-                            ("faces", row::json(&found)),
-                            ("detector", row::json(&detector)),
-                        ],
-                    )])
-                    .await?;
+                    let mut fields =
+                        row::face_fields(ports.objects.as_ref(), &photo, &found).await?;
+                    let written = fields
+                        .iter()
+                        .find(|(k, _)| *k == "embeddings_key")
+                        .and_then(|(_, v)| v.as_str().map(str::to_string));
+                    fields.push(("detector", row::json(&detector)));
+                    ctx.commit(vec![row::set(id, photo.variant_version, fields)])
+                        .await?;
+                    // The row points at them now: the version bump need not store them again.
+                    photo.embeddings_key = written;
                 }
                 ctx.metric("faces", found.len() as f64, None).await?;
                 ctx.phase_completed(Phase::FaceDetection, started).await?;
@@ -265,9 +268,10 @@ impl TaskHandler for Process {
         ];
         // Faces are stored once detected (a thumbnail_dims photo has none yet).
         if known_or_detected(&photo, detected_by, migrate.as_ref()) {
-            bump.push(("faces", row::json(&faces)));
+            bump.extend(row::face_fields(ports.objects.as_ref(), &photo, &faces).await?);
         } else if migrate.is_some() {
             bump.push(("faces", serde_json::Value::Null));
+            bump.push(("embeddings_key", serde_json::Value::Null));
         }
         if let Some(d) = detected_by {
             bump.push(("detector", row::json(&d)));

@@ -6,8 +6,10 @@
 //! wins over an older one.
 
 use serde_json::Value;
-use tessera_core::photo::Photo;
+use tessera_core::embeddings;
+use tessera_core::photo::{Face, Photo};
 use tessera_core::ports::state_store::{Condition, StateStore, Write};
+use tessera_core::ports::{ObjectStore, ObjectStoreError};
 use tessera_core::{PhotoId, records};
 use tessera_engine::TaskError;
 
@@ -74,4 +76,59 @@ pub fn fail(id: PhotoId, reason: &str) -> Write {
 /// JSON of a field value.
 pub fn json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("row fields serialize")
+}
+
+/// The row's faces with their embeddings, read from the object the row points at
+/// ([`embeddings`]); rows from before keep them inline. `None` when the faces must be
+/// detected again: never detected, or an embeddings object that is gone or damaged
+/// (fail closed: a fresh detection, never a decision without embeddings).
+pub async fn faces(
+    objects: &dyn ObjectStore,
+    photo: &Photo,
+) -> Result<Option<Vec<Face>>, TaskError> {
+    let Some(mut faces) = photo.faces.clone() else {
+        return Ok(None);
+    };
+    let Some(key) = &photo.embeddings_key else {
+        return Ok(Some(faces));
+    };
+    let bytes = match objects.get(key).await {
+        Ok(b) => b,
+        Err(ObjectStoreError::NotFound(_)) => {
+            tracing::warn!(photo = %photo.id, key, "the faces' embeddings object is gone; detecting again");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match embeddings::unpack(&bytes, &mut faces) {
+        Ok(()) => Ok(Some(faces)),
+        Err(e) => {
+            tracing::warn!(photo = %photo.id, key, error = %e, "the faces' embeddings object is damaged; detecting again");
+            Ok(None)
+        }
+    }
+}
+
+/// Store `faces`' embeddings in their object (unless the row already points at the
+/// same one) and give the row fields that hold the faces without them.
+pub async fn face_fields(
+    objects: &dyn ObjectStore,
+    photo: &Photo,
+    faces: &[Face],
+) -> Result<Vec<(&'static str, Value)>, TaskError> {
+    if faces.is_empty() {
+        return Ok(vec![
+            ("faces", json(&Vec::<Face>::new())),
+            ("embeddings_key", Value::Null),
+        ]);
+    }
+    let bytes = embeddings::pack(faces);
+    let key = embeddings::key(photo.project, photo.id, &bytes);
+    if photo.embeddings_key.as_deref() != Some(key.as_str()) {
+        objects.put(&key, bytes.into()).await?;
+    }
+    Ok(vec![
+        ("faces", json(&embeddings::stripped(faces))),
+        ("embeddings_key", json(&key)),
+    ])
 }

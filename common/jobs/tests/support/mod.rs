@@ -110,6 +110,14 @@ impl Rig {
         .unwrap()
     }
 
+    /// A row's faces with their embeddings (read from the object it points at).
+    pub async fn faces(&self, row: &Photo) -> Vec<tessera_core::photo::Face> {
+        photos::row::faces(self.engine.ports().objects.as_ref(), row)
+            .await
+            .unwrap()
+            .expect("the row has faces")
+    }
+
     /// Replace a photo's blur regions as the operator; the new edit revision.
     pub async fn set_regions(&self, photo: PhotoId, regions: &[FracRect]) -> u64 {
         project::set_regions(
