@@ -6,6 +6,10 @@
 - the stage runner takes one message per invocation (a stage may use the whole sandbox);
 - every Batch job queue cancels jobs stuck RUNNABLE (no capacity, no GPU quota, a
   requirement no instance meets), so a reconstruction fails loudly instead of hanging;
+- the state table's indexes project keys only, so an item write that leaves its index
+  keys alone (a heartbeat, a photo's next field) writes no index entry;
+- every function writes the metric of tasks that end failed or dead, and an alarm
+  watches it;
 - the reaper's role may delete and list in the bucket, which its collector does
   (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
   may not read or write objects.
@@ -67,6 +71,27 @@ def main() -> int:
         limits = v["Properties"].get("JobStateTimeLimitActions", [])
         runnable = [a for a in limits if a.get("State") == "RUNNABLE" and a.get("Action") == "CANCEL"]
         check(f"{k} cancels jobs stuck RUNNABLE", len(runnable) > 0, "no JobStateTimeLimitActions")
+    tables = {k: v for k, v in res.items() if v["Type"] == "AWS::DynamoDB::Table"}
+    for k, v in sorted(tables.items()):
+        for gsi in v["Properties"].get("GlobalSecondaryIndexes", []):
+            kind = gsi.get("Projection", {}).get("ProjectionType")
+            check(
+                f"{k} index {gsi['IndexName']} projects keys only (no index write per item write)",
+                kind == "KEYS_ONLY",
+                f"ProjectionType {kind}",
+            )
+    alarms = [
+        v
+        for v in res.values()
+        if v["Type"] == "AWS::CloudWatch::Alarm"
+        and v["Properties"].get("Namespace") == "Tessera"
+        and v["Properties"].get("MetricName") == "TasksFailed"
+    ]
+    check("an alarm watches tasks that end failed or dead", len(alarms) == 1, f"{len(alarms)} found")
+    functions = {k: v for k, v in res.items() if v["Type"] == "AWS::Lambda::Function"}
+    for k, v in sorted(functions.items()):
+        env = v["Properties"].get("Environment", {}).get("Variables", {})
+        check(f"{k} writes the failure metric", "TESSERA_METRICS_STACK" in env, sorted(env))
     reaper = res.get("ReaperFunctionRole")
     check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
     if reaper:

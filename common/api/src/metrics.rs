@@ -1,5 +1,6 @@
 //! `GET /metrics`: Prometheus text exposition of what this API process has served
-//! (requests by method, route template and status; request latency sums) and of the
+//! (requests by method, route template and status; request latency sums), of the tasks
+//! its workers ended (by kind and final state, `tessera_engine::outcomes`), and of the
 //! queues it feeds (visible, in flight, dead), read from the queue port per scrape.
 
 use std::collections::BTreeMap;
@@ -36,9 +37,9 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The exposition text: the request counters, and `queues` as (name, visible, hidden,
-/// dead).
-pub fn render(queues: &[(String, u64, u64, u64)]) -> String {
+/// The exposition text: the request counters, `queues` as (name, visible, hidden,
+/// dead), and `tasks` ended in this process as (task kind, state, count).
+pub fn render(queues: &[(String, u64, u64, u64)], tasks: &[(String, String, u64)]) -> String {
     let mut out = String::new();
     out += "# HELP tessera_build_info The running server.\n# TYPE tessera_build_info gauge\n";
     let _ = writeln!(
@@ -66,6 +67,15 @@ pub fn render(queues: &[(String, u64, u64, u64)]) -> String {
         );
     }
     drop(c);
+    out += "# HELP tessera_tasks_ended_total Tasks this process ended, by task kind and final state (alert on failed and dead).\n# TYPE tessera_tasks_ended_total counter\n";
+    for (kind, state, n) in tasks {
+        let _ = writeln!(
+            out,
+            "tessera_tasks_ended_total{{kind=\"{}\",state=\"{}\"}} {n}",
+            label(kind),
+            label(state)
+        );
+    }
     out += "# HELP tessera_queue_messages Messages in the task queues, by state.\n# TYPE tessera_queue_messages gauge\n";
     for (q, visible, hidden, dead) in queues {
         for (state, n) in [("visible", visible), ("in_flight", hidden), ("dead", dead)] {

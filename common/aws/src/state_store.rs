@@ -15,8 +15,14 @@
 //! never asks for more) with a fresh `ClientRequestToken`, so the SDK's own retries of
 //! one call are applied once. A put is an `Update` that replaces the body and bumps the
 //! revision in one step, because `PutItem` cannot compute `rev + 1` without a read.
-//! Index queries are eventually consistent on DynamoDB (not on moto); nothing that
-//! decides a task's fate reads an index without re-reading the item itself.
+//! Both indexes project keys only (`KEYS_ONLY`): an index entry is written when an
+//! item's index key changes, not on every write to the item (a heartbeat, a photo's
+//! next field), which is what keeps one hot index partition from throttling the table.
+//! An index query therefore reads keys from the index and the items themselves from the
+//! table (`BatchGetItem`, strongly consistent, in the index's order); an item gone
+//! between the two reads is left out. Index queries are eventually consistent on
+//! DynamoDB (not on moto); nothing that decides a task's fate reads an index without
+//! re-reading the item itself.
 
 use crate::attr;
 use crate::sdk_error::{self, Failure};
@@ -42,6 +48,13 @@ const REV: &str = "rev";
 const TTL: &str = "ttl";
 /// A record that may expire carries its expiry in this body field.
 pub const TTL_FIELD: &str = "ttl_s";
+
+/// What both indexes project: keys only (the template declares the same, and a test
+/// checks that it does).
+pub const INDEX_PROJECTION: ProjectionType = ProjectionType::KeysOnly;
+
+/// Keys one `BatchGetItem` may name.
+const BATCH_GET_MAX: usize = 100;
 
 /// The index's name in the table and its key attributes.
 fn index_keys(index: Index) -> (Option<&'static str>, &'static str, &'static str) {
@@ -114,7 +127,7 @@ impl DynamoStateStore {
                 .set_key_schema(Some(key(h, r)))
                 .projection(
                     Projection::builder()
-                        .projection_type(ProjectionType::All)
+                        .projection_type(INDEX_PROJECTION)
                         .build(),
                 )
                 .build()
@@ -529,7 +542,11 @@ impl StateStore for DynamoStateStore {
                 .await
                 .map_err(|e| store_error(&format!("querying {}", q.pk), e))?;
             for attrs in out.items() {
-                let item = item_from(attrs)?;
+                let item = if q.index == Index::Table {
+                    item_from(attrs)?
+                } else {
+                    keys_from(attrs)?
+                };
                 let sk = sort_key(&item).unwrap_or_default();
                 if let Some(p) = &q.sk_prefix
                     && !sk.starts_with(p.as_str())
@@ -558,6 +575,94 @@ impl StateStore for DynamoStateStore {
                 None => break,
             }
         }
-        Ok(Page::from_overfetch(items, cursors, limit))
+        let mut page = Page::from_overfetch(items, cursors, limit);
+        if q.index != Index::Table {
+            // The page and its cursor are the index's; only the bodies come from the
+            // table, so an item gone meanwhile shortens this page, never the listing.
+            let keys: Vec<ItemKey> = page.items.iter().map(|i| i.key.clone()).collect();
+            let mut full = self.batch_get(&keys).await?;
+            page.items = keys
+                .into_iter()
+                .filter_map(|k| full.remove(&(k.pk, k.sk)))
+                .collect();
+        }
+        Ok(page)
     }
+}
+
+impl DynamoStateStore {
+    /// The items at `keys`, strongly consistent, by (pk, sk); missing ones are absent.
+    async fn batch_get(
+        &self,
+        keys: &[ItemKey],
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        let mut out = HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_GET_MAX) {
+            let mut pending: Vec<HashMap<String, AttributeValue>> =
+                chunk.iter().map(key_attrs).collect();
+            let mut round = 0u32;
+            while !pending.is_empty() {
+                let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let got = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, ka)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("reading the items an index names", e))?;
+                for attrs in got
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    let item = item_from(attrs)?;
+                    out.insert((item.key.pk.clone(), item.key.sk.clone()), item);
+                }
+                // Keys DynamoDB did not get to (throttling, response size) are asked
+                // again after a short pause, a bounded number of times.
+                if let Some(left) = got
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.table))
+                    .map(|k| k.keys().to_vec())
+                    .filter(|k| !k.is_empty())
+                {
+                    round += 1;
+                    if round > CONTENTION_ROUNDS {
+                        return Err(StoreError::Unavailable(format!(
+                            "{} items an index names were not read after {CONTENTION_ROUNDS} rounds",
+                            left.len()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20 << round.min(6))).await;
+                    pending = left;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An index entry's keys, as an item without a body (filled in from the table).
+fn keys_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
+    let s = |n: &str| match attrs.get(n) {
+        Some(AttributeValue::S(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let key = ItemKey::new(
+        s(PK).ok_or_else(|| StoreError::Corrupt("an index entry without `pk`".into()))?,
+        s(SK).ok_or_else(|| StoreError::Corrupt("an index entry without `sk`".into()))?,
+    );
+    let pair = |h: &str, r: &str| s(h).zip(s(r)).map(|(pk, sk)| ItemKey { pk, sk });
+    Ok(Item {
+        body: serde_json::Value::Null,
+        by_parent: pair("parent_pk", "parent_sk"),
+        by_due: pair("due_pk", "due_sk"),
+        rev: 0,
+        key,
+    })
 }

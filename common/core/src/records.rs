@@ -4,7 +4,7 @@
 //!
 //! | record | pk | sk | by_parent | by_due |
 //! | --- | --- | --- | --- | --- |
-//! | task | `TASK#<id>` | `TASK` | `JOB#<job>` / `TASK#<id>` | `DUE#<state>` / `<due ms>#<id>` |
+//! | task | `TASK#<id>` | `TASK` | `JOB#<job>` / `TASK#<id>` | `DUE#<state>#<shard>` / `<due ms>#<id>` |
 //! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS` / `<id>` | — |
 //! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
 //! | cache entry | `CACHE#<tenant>#<key>` | `CACHE` | — | — |
@@ -19,8 +19,10 @@
 //! | dataset | `DATASET#<id>` | `DATASET` | `PROJECT#<project>#DATASETS` / `<id>` | — |
 //! | image | `IMAGE#<id>` | `IMAGE` | `DATASET#<dataset>#IMAGES` / `<name>` | — |
 //! | image name | `DATASET#<dataset>` | `IMAGENAME#<name>` | — | — |
-//! | upload | `UPLOAD#<tenant>#<id>` | `UPLOAD` | — | `DUE#expiry` / `<ms>#<pk>` |
-//! | blob | `BLOB#<tenant>#<sha>` | `BLOB` | — | `DUE#expiry` / `<ms>#<pk>` |
+//! | upload | `UPLOAD#<tenant>#<id>` | `UPLOAD` | — | `DUE#expiry#<shard>` / `<ms>#<pk>` |
+//! | blob | `BLOB#<tenant>#<sha>` | `BLOB` | — | `DUE#expiry#<shard>` / `<ms>#<pk>` |
+//!
+//! Due entries are spread over [`DUE_SHARDS`] partitions per kind ([`due_shard`]).
 //! | idempotency | `IDEM#<tenant>#<scope>#<key>` | `IDEM` | — | — |
 //!
 //! The catalog's records (datasets, images, uploads, blobs, grants, idempotency) are
@@ -55,9 +57,42 @@ pub fn tenant_jobs_partition(tenant: &TenantId) -> String {
     format!("TENANT#{tenant}#JOBS")
 }
 
-/// The by-due partition for tasks in `state`.
-pub fn due_partition(state: TaskState) -> String {
-    format!("DUE#{state}")
+/// How many partitions each kind of due entry is spread over. DynamoDB gives one
+/// partition of an index about 1,000 write units a second; every running task, every
+/// queued one and every upload's expiry in one partition each is what a burst would
+/// throttle on (the base table's writes wait for a throttled index). Sixteen shards give
+/// each kind 16,000 units a second of room, and cost the reaper 16 small queries a kind.
+pub const DUE_SHARDS: u32 = 16;
+
+/// The shard of the due entry of the item named `id` (FNV-1a of the id: stable across
+/// processes and versions, spread evenly over ULIDs).
+pub fn due_shard(id: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in id.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % DUE_SHARDS
+}
+
+/// The by-due partition of entries of kind `kind` (a task state, `advance`, `expiry`)
+/// in `shard`.
+pub fn due_shard_partition(kind: &str, shard: u32) -> String {
+    format!("DUE#{kind}#{shard:02}")
+}
+
+/// Every by-due partition of `kind` a walker must read: each shard, then the unsharded
+/// partition that entries written before sharding still sit in.
+pub fn due_partitions(kind: &str) -> Vec<String> {
+    (0..DUE_SHARDS)
+        .map(|s| due_shard_partition(kind, s))
+        .chain(std::iter::once(format!("DUE#{kind}")))
+        .collect()
+}
+
+/// The by-due partitions for tasks in `state`.
+pub fn due_partition(state: TaskState) -> Vec<String> {
+    due_partitions(state.as_str())
 }
 
 /// Key of the fingerprint record that makes identical submissions one job.
@@ -126,7 +161,7 @@ pub fn task_item(task: &Task) -> Item {
                 task.state.to_string()
             };
             ItemKey::new(
-                format!("DUE#{state}"),
+                due_shard_partition(&state, due_shard(&task.id.to_string())),
                 format!("{}#{}", due.sort_key(), task.id),
             )
         }),

@@ -133,6 +133,7 @@ impl Engine {
             writes.extend(fan.writes);
             match self.ports.store.transact(writes).await {
                 Ok(()) => {
+                    crate::outcomes::ended(&next);
                     self.after_fanout(&fan.runnable, &fan.cancelled).await?;
                     if !next.advance_pending.is_empty() {
                         self.advance(next.id).await?;

@@ -364,10 +364,27 @@ impl Engine {
                 _ = tokio::time::sleep(self.config.heartbeat_every) => {}
             }
             let next = lifecycle::renewed(&current, Millis::now(), self.config.lease);
+            // Only the lease and the beat are set, never the whole item: the task's
+            // due-index entry stays where the claim put it, so a heartbeat every 2 s is
+            // no index write (the reaper moves the entry when it finds it due and the
+            // lease still held).
             match self
                 .ports
                 .store
-                .put(records::task_item(&next), records::fenced(current.epoch))
+                .transact(vec![Write::Set {
+                    key: records::task_key(next.id),
+                    fields: vec![
+                        (
+                            "lease".into(),
+                            serde_json::to_value(&next.lease).expect("serializable"),
+                        ),
+                        (
+                            "heartbeat_at".into(),
+                            serde_json::to_value(next.heartbeat_at).expect("serializable"),
+                        ),
+                    ],
+                    condition: records::fenced(current.epoch),
+                }])
                 .await
             {
                 Ok(()) => current = next,

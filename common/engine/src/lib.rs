@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod error;
 pub mod handler;
 pub mod lifecycle;
+pub mod outcomes;
 pub mod plan;
 pub mod reaper;
 pub mod remote;

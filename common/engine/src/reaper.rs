@@ -1,7 +1,10 @@
 //! The reaper: the safety net under at-least-once delivery.
 //!
 //! - A running task whose lease expired belonged to a worker presumed dead: it goes back
-//!   to queued (that attempt counts), or to dead on its final attempt.
+//!   to queued (that attempt counts), or to dead on its final attempt. Heartbeats renew
+//!   the lease without touching the due index, so a running task's entry says when its
+//!   lease *was* due; one found due with its lease still held is moved to the lease's
+//!   expiry, once a pass instead of once a heartbeat.
 //! - A queued task that has been due for longer than the grace period lost its message
 //!   (a crash between a commit and a send): it is offered again. Duplicates are
 //!   harmless; only one claim can win.
@@ -26,6 +29,9 @@ pub struct ReapReport {
     pub requeued: usize,
     /// Expired leases on the final attempt, now dead.
     pub dead: usize,
+    /// Running tasks whose lease is still held, whose due-index entry was moved to the
+    /// lease's expiry.
+    pub reindexed: usize,
     /// Queued tasks offered again.
     pub reoffered: usize,
     /// Dependents advanced for crashed fan-outs.
@@ -63,37 +69,57 @@ impl Engine {
             q
         };
 
-        let mut q = due_before(now);
-        q.pk = records::due_partition(TaskState::Running);
-        for item in self.ports.store.query(&q).await?.items {
-            let task = records::task_from(&item)?;
-            let expired = task.lease.as_ref().is_none_or(|l| l.expires_at <= now);
-            if task.state != TaskState::Running || !expired {
-                continue;
-            }
-            match self.release(&task, now).await? {
-                Released::Requeued => report.requeued += 1,
-                Released::Dead => report.dead += 1,
-                Released::Raced => {}
+        for partition in records::due_partition(TaskState::Running) {
+            let mut q = due_before(now);
+            q.pk = partition;
+            for item in self.ports.store.query(&q).await?.items {
+                let task = records::task_from(&item)?;
+                if task.state != TaskState::Running {
+                    continue;
+                }
+                let expired = task.lease.as_ref().is_none_or(|l| l.expires_at <= now);
+                if !expired {
+                    // Heartbeats renew the lease without moving the index entry (the
+                    // claim put it at the first expiry): move it to the lease's expiry
+                    // now, one index write per task per reaper pass instead of one per
+                    // heartbeat. A heartbeat landing meanwhile wins; the next pass moves
+                    // it then.
+                    let _ = self
+                        .ports
+                        .store
+                        .put(records::task_item(&task), Condition::Rev(item.rev))
+                        .await;
+                    report.reindexed += 1;
+                    continue;
+                }
+                match self.release(&task, now).await? {
+                    Released::Requeued => report.requeued += 1,
+                    Released::Dead => report.dead += 1,
+                    Released::Raced => {}
+                }
             }
         }
 
         let grace_cutoff = Millis(now.0 - self.config.reoffer_grace.as_millis() as i64);
-        let mut q = due_before(grace_cutoff);
-        q.pk = records::due_partition(TaskState::Queued);
-        for item in self.ports.store.query(&q).await?.items {
-            let task = records::task_from(&item)?;
-            if task.state == TaskState::Queued {
-                self.offer(&task, Duration::ZERO).await?;
-                report.reoffered += 1;
+        for partition in records::due_partition(TaskState::Queued) {
+            let mut q = due_before(grace_cutoff);
+            q.pk = partition;
+            for item in self.ports.store.query(&q).await?.items {
+                let task = records::task_from(&item)?;
+                if task.state == TaskState::Queued {
+                    self.offer(&task, Duration::ZERO).await?;
+                    report.reoffered += 1;
+                }
             }
         }
 
-        let mut q = due_before(grace_cutoff);
-        q.pk = "DUE#advance".into();
-        for item in self.ports.store.query(&q).await?.items {
-            let task = records::task_from(&item)?;
-            report.advanced += self.advance(task.id).await?;
+        for partition in records::due_partitions("advance") {
+            let mut q = due_before(grace_cutoff);
+            q.pk = partition;
+            for item in self.ports.store.query(&q).await?.items {
+                let task = records::task_from(&item)?;
+                report.advanced += self.advance(task.id).await?;
+            }
         }
         Ok(report)
     }

@@ -357,6 +357,15 @@ async fn a_permanent_failure_commits_the_compensation_too() {
             .is_some(),
         "a step that cannot finish undoes what must not stay visible"
     );
+    // Operators hear of it: counted by kind and final state (`/metrics`, and one
+    // CloudWatch embedded-metric line per final failure on AWS).
+    assert!(
+        tessera_engine::outcomes::snapshot()
+            .iter()
+            .any(|(kind, state, n)| kind == "flaky" && state == "failed" && *n >= 1),
+        "{:?}",
+        tessera_engine::outcomes::snapshot()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -436,6 +445,69 @@ async fn heartbeats_keep_a_long_task_alive() {
         (1, 1),
         "a task that outlives its lease but heartbeats is never re-claimed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeats_renew_the_lease_without_moving_the_due_index_entry() {
+    let h = Harness::new();
+    let engine = h
+        .engine(
+            registry_with("sleep", Sleeper { ms: 3000 }),
+            Duration::from_millis(600),
+        )
+        .await;
+    let job = engine
+        .submit(plan(
+            "beats",
+            vec![TaskPlan::new("s", "sleep", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let id = task_named(&engine, job.job_id, "s").await.id;
+    // A worker with no reaper of its own: this test reaps by hand.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tessera_engine::Worker::new(engine.clone(), 1, None);
+    let s = stop.clone();
+    let running = tokio::spawn(async move { worker.run(s).await });
+    let read = || async {
+        let item = engine
+            .ports()
+            .store
+            .get(&tessera_core::records::task_key(id))
+            .await
+            .unwrap()
+            .unwrap();
+        let t = tessera_core::records::task_from(&item).unwrap();
+        (t, item.by_due)
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (first, entry) = loop {
+        let (t, due) = read().await;
+        if t.state == TaskState::Running {
+            break (t, due);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Two heartbeats later (every 200 ms): the lease moved, the index entry did not.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (beaten, same_entry) = read().await;
+    assert_eq!(beaten.state, TaskState::Running);
+    assert!(
+        beaten.lease.as_ref().unwrap().expires_at > first.lease.as_ref().unwrap().expires_at,
+        "the heartbeat renewed the lease"
+    );
+    assert_eq!(same_entry, entry, "a heartbeat is no index write");
+    // The entry is due (its first expiry passed) but the lease is held: the reaper moves
+    // the entry to the lease's expiry and leaves the task running.
+    let report = engine.reap_once(Millis::now(), 100).await.unwrap();
+    assert_eq!((report.reindexed, report.requeued), (1, 0), "{report:?}");
+    let (after, moved) = read().await;
+    assert_eq!(after.state, TaskState::Running);
+    assert_eq!(after.epoch, first.epoch, "not re-claimed");
+    assert_ne!(moved, entry, "the reaper moved the entry");
+    stop.cancel();
+    running.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -140,6 +140,7 @@ async fn an_s3_upload_is_published_with_every_variant_through_the_functions() {
         .iter()
         .flat_map(|x| [x.key.clone(), x.thumb_key.clone()])
         .chain(r.upload_thumb_key.clone())
+        .chain(r.embeddings_key.clone())
         .collect();
     expected.sort();
     let mut got: Vec<String> = listed.into_iter().map(|m| m.key).collect();
@@ -337,7 +338,7 @@ async fn duplicates_poison_and_dead_letters_lose_nothing_and_publish_nothing_hal
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_second_put_under_an_ingested_key_unpublishes_the_photo_and_changes_nothing_public() {
+async fn a_second_put_under_an_ingested_key_unpublishes_the_photo_and_deletes_its_files() {
     let d = Deployment::start(Duration::from_secs(30), 5).await;
     let p = project_with_subject(&d).await;
     let (photo, upload_key) = put_upload(&d, &p, "grace_hopper.jpg").await;
@@ -379,5 +380,8 @@ async fn a_second_put_under_an_ingested_key_unpublishes_the_photo_and_changes_no
         after.variant_version, before.variant_version,
         "nothing made of the new bytes"
     );
-    assert_eq!(objects.get(&public).await.unwrap(), served);
+    // Never replaced by the new bytes: deleted at the unpublish, so a download URL
+    // handed out for it stops working at once.
+    assert!(!served.is_empty());
+    assert!(objects.head(&public).await.unwrap().is_none());
 }

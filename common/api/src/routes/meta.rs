@@ -132,7 +132,7 @@ pub async fn metrics(State(s): State<ApiState>) -> axum::response::Response {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        crate::metrics::render(&queues),
+        crate::metrics::render(&queues, &tessera_engine::outcomes::snapshot()),
     )
         .into_response()
 }

@@ -60,7 +60,7 @@ pub enum CatalogError {
 }
 
 /// The write that stores `body` under `key`, due for the collector at `due` (the expiry
-/// index `DUE#expiry`, which [`uploads::collect_expired`] walks).
+/// index `DUE#expiry#<shard>`, which [`uploads::collect_expired`] walks).
 pub(crate) fn due_item(key: ItemKey, body: serde_json::Value, due: crate::Millis) -> Write {
     let mut item = Item::new(key.clone(), body);
     item.by_due = Some(expiry_index_key(due, &key.pk));
@@ -72,8 +72,14 @@ pub(crate) fn due_item(key: ItemKey, body: serde_json::Value, due: crate::Millis
 
 /// The expiry-index entry of the item whose partition key is `pk`, due at `due`.
 pub(crate) fn expiry_index_key(due: crate::Millis, pk: &str) -> ItemKey {
-    ItemKey::new("DUE#expiry", format!("{}#{pk}", due.sort_key()))
+    ItemKey::new(
+        crate::records::due_shard_partition(EXPIRY, crate::records::due_shard(pk)),
+        format!("{}#{pk}", due.sort_key()),
+    )
 }
+
+/// The kind of due entry the collector walks.
+pub(crate) const EXPIRY: &str = "expiry";
 
 /// Delete a collected item unless it changed since it was read (a later writer wins).
 pub(crate) async fn drop_if_unchanged(

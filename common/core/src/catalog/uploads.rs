@@ -72,9 +72,6 @@ pub struct Upload {
     pub expires_at: String,
 }
 
-/// The due-index partition of everything the collector removes when its time comes.
-const EXPIRY_PARTITION: &str = "DUE#expiry";
-
 fn upload_key(tenant: &TenantId, id: &str) -> ItemKey {
     ItemKey::new(format!("UPLOAD#{tenant}#{id}"), "UPLOAD")
 }
@@ -84,7 +81,7 @@ fn blob_record_key(tenant: &TenantId, sha: &str) -> ItemKey {
 }
 
 fn expiry_entry(at: Millis, pk: &str) -> ItemKey {
-    ItemKey::new(EXPIRY_PARTITION, format!("{}#{pk}", at.sort_key()))
+    super::expiry_index_key(at, pk)
 }
 
 /// Object key of a tenant's blob.
@@ -564,35 +561,40 @@ pub struct Collected {
     pub last_error: Option<String>,
 }
 
-/// Remove what expired by `now`: up to `limit` items of the expiry index. Safe to run
-/// concurrently and to repeat after a crash (every step is conditional or idempotent).
+/// Remove what expired by `now`: up to `limit` items of the expiry index (its shards
+/// in turn). Safe to run concurrently and to repeat after a crash (every step is
+/// conditional or idempotent).
 pub async fn collect_expired(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     now: Millis,
     limit: usize,
 ) -> Result<Collected, CatalogError> {
-    let mut q = Query::partition(Index::ByDue, EXPIRY_PARTITION, limit.max(1));
-    q.sk_max = Some(format!("{}#~", now.sort_key()));
-    let page = store.query(&q).await?;
     let mut done = Collected::default();
-    for item in page.items {
-        // One item that cannot be collected now (a store error, a damaged record) must
-        // not hold up the deletions due behind it: it is tried again in an hour.
-        if let Err(e) = collect_one(store, objects, &item, &mut done).await {
-            done.failed += 1;
-            done.last_error = Some(format!("{} / {}: {e}", item.key.pk, item.key.sk));
-            let mut later = item.clone();
-            later.by_due = Some(ItemKey::new(
-                EXPIRY_PARTITION,
-                format!("{}#{}", now.plus(RETRY_AFTER).sort_key(), item.key.pk),
-            ));
-            let _ = store
-                .transact(vec![Write::Put {
-                    item: later,
-                    condition: Condition::Rev(item.rev),
-                }])
-                .await;
+    let mut left = limit.max(1);
+    for partition in crate::records::due_partitions(super::EXPIRY) {
+        if left == 0 {
+            break;
+        }
+        let mut q = Query::partition(Index::ByDue, partition, left);
+        q.sk_max = Some(format!("{}#~", now.sort_key()));
+        let page = store.query(&q).await?;
+        left = left.saturating_sub(page.items.len());
+        for item in page.items {
+            // One item that cannot be collected now (a store error, a damaged record)
+            // must not hold up the deletions due behind it: it is tried again in an hour.
+            if let Err(e) = collect_one(store, objects, &item, &mut done).await {
+                done.failed += 1;
+                done.last_error = Some(format!("{} / {}: {e}", item.key.pk, item.key.sk));
+                let mut later = item.clone();
+                later.by_due = Some(expiry_entry(now.plus(RETRY_AFTER), &item.key.pk));
+                let _ = store
+                    .transact(vec![Write::Put {
+                        item: later,
+                        condition: Condition::Rev(item.rev),
+                    }])
+                    .await;
+            }
         }
     }
     Ok(done)

@@ -41,8 +41,9 @@ pub enum Index {
     Table,
     /// Parent → children (a job's tasks, a tenant's jobs).
     ByParent,
-    /// Work that is due (`DUE#queued` ordered by not-before, `DUE#running` by lease
-    /// expiry): what the reaper scans.
+    /// Work that is due (`DUE#queued#<shard>` ordered by not-before,
+    /// `DUE#running#<shard>` by the lease expiry the entry was last put at): what the
+    /// reaper scans, shard by shard.
     ByDue,
 }
 

@@ -1,0 +1,117 @@
+//! How tasks end, counted where operators can see it: a task that ends failed or dead
+//! deletes its message and, without this, would only leave a log line.
+//!
+//! Every terminal commit is counted in this process by task kind and state (served as
+//! `tessera_tasks_ended_total` on an embedded server's `/metrics`). Where
+//! `TESSERA_METRICS_STACK` names a stack (the SAM template sets it for every function
+//! and the Batch worker), a task that ends failed or dead is also written to stdout as
+//! one CloudWatch embedded-metric-format line: CloudWatch Logs turns it into the
+//! `Tessera/TasksFailed` metric, per stack and per stack and task kind, which the
+//! template's alarm watches. The line carries the task and job ids for the person who
+//! follows the alarm.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use tessera_core::task::{Task, TaskState};
+
+/// The environment variable naming the stack whose metrics are written.
+pub const STACK_ENV: &str = "TESSERA_METRICS_STACK";
+/// The CloudWatch namespace.
+pub const NAMESPACE: &str = "Tessera";
+/// The metric a final failure adds one to.
+pub const FAILED_METRIC: &str = "TasksFailed";
+
+fn counts() -> &'static Mutex<BTreeMap<(String, String), u64>> {
+    static C: OnceLock<Mutex<BTreeMap<(String, String), u64>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// Count `task`, which was just committed in a terminal state, and announce it if it
+/// failed for good.
+pub fn ended(task: &Task) {
+    {
+        let mut c = counts().lock().unwrap_or_else(|p| p.into_inner());
+        *c.entry((task.kind.clone(), task.state.to_string()))
+            .or_default() += 1;
+    }
+    if matches!(task.state, TaskState::Failed | TaskState::Dead)
+        && let Ok(stack) = std::env::var(STACK_ENV)
+        && !stack.is_empty()
+    {
+        println!("{}", emf_line(task, &stack, tessera_core::Millis::now().0));
+    }
+}
+
+/// Tasks ended in this process: (task kind, state, count), sorted.
+pub fn snapshot() -> Vec<(String, String, u64)> {
+    counts()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|((k, s), n)| (k.clone(), s.clone(), *n))
+        .collect()
+}
+
+/// The embedded-metric-format line for a task that ended failed or dead.
+pub fn emf_line(task: &Task, stack: &str, at_ms: i64) -> String {
+    serde_json::json!({
+        "_aws": {
+            "Timestamp": at_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Stack"], ["Stack", "TaskKind"]],
+                "Metrics": [{ "Name": FAILED_METRIC, "Unit": "Count" }],
+            }],
+        },
+        "Stack": stack,
+        "TaskKind": task.kind,
+        FAILED_METRIC: 1,
+        "state": task.state.as_str(),
+        "task_id": task.id,
+        "job_id": task.job_id,
+        "attempts": task.attempts,
+        "error": task.last_error.as_ref().map(|e| e.message.as_str()),
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_failure_is_one_embedded_metric_line_with_its_ids() {
+        let mut t: Task = serde_json::from_value(serde_json::json!({
+            "id": tessera_core::TaskId::new(), "job_id": tessera_core::JobId::new(),
+            "name": "face_process", "kind": "photo.face_process", "state": TaskState::Dead,
+            "payload": null, "attempts": 5, "max_attempts": 5, "epoch": 5, "lease": null,
+            "heartbeat_at": null, "not_before": 0, "resource_class": "small",
+            "last_error": null, "result": null, "cache_key": null, "deps_pending": [],
+            "dependents": [], "created_at": 0, "finished_at": null,
+        }))
+        .unwrap_or_else(|e| panic!("a minimal task: {e}"));
+        t.last_error = Some(tessera_core::task::TaskFailure {
+            class: tessera_core::ErrorClass::Transient,
+            message: "attempt ceiling 5 reached".into(),
+            attempt: 5,
+            at: tessera_core::Millis(1),
+        });
+        let line: serde_json::Value =
+            serde_json::from_str(&emf_line(&t, "prod", 1_700_000_000_000)).unwrap();
+        let aws = &line["_aws"];
+        assert_eq!(aws["Timestamp"], 1_700_000_000_000i64);
+        let m = &aws["CloudWatchMetrics"][0];
+        assert_eq!(m["Namespace"], NAMESPACE);
+        assert_eq!(m["Metrics"][0]["Name"], FAILED_METRIC);
+        // Every dimension named is a top-level field, and so is the metric's value.
+        for set in m["Dimensions"].as_array().unwrap() {
+            for d in set.as_array().unwrap() {
+                assert!(line[d.as_str().unwrap()].is_string(), "{d}");
+            }
+        }
+        assert_eq!(line[FAILED_METRIC], 1);
+        assert_eq!(line["TaskKind"], "photo.face_process");
+        assert_eq!(line["task_id"], t.id.to_string());
+        assert_eq!(line["error"], "attempt ceiling 5 reached");
+    }
+}
