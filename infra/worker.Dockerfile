@@ -22,7 +22,12 @@ ARG COLMAP_IMAGE
 FROM --platform=linux/amd64 rust:1.95-bullseye AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p tessera-cli \
+# Without the `heif` feature: the worker runs reconstruction stages, which need no HEIC
+# decoder, and a build without libheif needs neither cmake nor libde265 here nor
+# libde265 in the runtime image; an HEIC it is handed is refused by name. Every shared
+# library this binary needs is checked against the runtime image by
+# infra/check_worker_libs.py (infra/worker-runtime-libs.txt).
+RUN cargo build --release --locked -p tessera-cli --no-default-features \
  && strip target/release/tessera \
  && cp target/release/tessera /tessera
 
