@@ -520,7 +520,12 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
     );
     assert!(keys.iter().all(|k| k.contains("/v2/")));
     let project_and_photo = keys[0].split('/').take(3).collect::<Vec<_>>().join("/");
-    assert_eq!(objects_under(s, &format!("{project_and_photo}/")), keys);
+    // …and the faces' embeddings object the row points at.
+    let mut all = keys.clone();
+    all.extend(done["embeddings_key"].as_str().map(String::from));
+    all.sort();
+    assert_eq!(all.len(), 5, "{done}");
+    assert_eq!(objects_under(s, &format!("{project_and_photo}/")), all);
     assert_eq!(objects_under(s, "uploads/").len(), 1);
 }
 

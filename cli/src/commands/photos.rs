@@ -556,6 +556,7 @@ fn photo_view(p: &Photo) -> serde_json::Value {
         })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
         "renditions": p.renditions,
+        "embeddings_key": p.embeddings_key,
     })
 }
 

@@ -6,6 +6,23 @@
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// An injected fault for rehearsals: seconds every [`Millis::now`] of this process adds
+/// to the system clock. What is due in a day or a week (originals past retention, an
+/// erasure's second sweep, expired uploads) cannot otherwise be made due in a test of
+/// the deployed functions; the deploy rehearsal sets it for the reaper alone. Unset in
+/// production: one environment lookup per process.
+pub const CLOCK_OFFSET_ENV: &str = "TESSERA_CLOCK_OFFSET_S";
+
+fn offset_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        std::env::var(CLOCK_OFFSET_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map_or(0, |s| s.saturating_mul(1000))
+    })
+}
+
 /// Milliseconds since the Unix epoch (UTC).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
@@ -14,12 +31,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Millis(pub i64);
 
 impl Millis {
-    /// The current time from the system clock.
+    /// The current time from the system clock, moved by [`CLOCK_OFFSET_ENV`] seconds
+    /// where that is set.
     pub fn now() -> Self {
         let d = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        Millis(d.as_millis() as i64)
+        Millis((d.as_millis() as i64).saturating_add(offset_ms()))
     }
 
     /// This time plus a duration (saturating).

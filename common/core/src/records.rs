@@ -262,3 +262,31 @@ pub fn photo_item(p: &Photo) -> Item {
         rev: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_entries_spread_over_every_shard_and_walkers_read_them_all() {
+        let mut per_shard = vec![0u32; DUE_SHARDS as usize];
+        for _ in 0..4000 {
+            per_shard[due_shard(&TaskId::new().to_string()) as usize] += 1;
+        }
+        // 4,000 ids over 16 shards: 250 each on average; none may carry twice that.
+        assert!(
+            per_shard.iter().all(|n| (125..500).contains(n)),
+            "{per_shard:?}"
+        );
+        let walked = due_partitions("running");
+        assert_eq!(walked.len(), DUE_SHARDS as usize + 1);
+        assert!(
+            walked.contains(&"DUE#running".to_string()),
+            "the unsharded one too"
+        );
+        for s in 0..DUE_SHARDS {
+            assert!(walked.contains(&due_shard_partition("running", s)));
+        }
+        assert_eq!(due_shard("TASK#x"), due_shard("TASK#x"), "stable");
+    }
+}
