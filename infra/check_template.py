@@ -10,6 +10,8 @@
   keys alone (a heartbeat, a photo's next field) writes no index entry;
 - every function writes the metric of tasks that end failed or dead, and an alarm
   watches it;
+- no role carries SAM's managed AWSLambdaSQSQueueExecutionRole (receive and delete on
+  every queue); each SQS-driven function's own role may receive from its own queues;
 - the reaper's role may delete and list in the bucket, which its collector does
   (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
   may not read or write objects.
@@ -92,6 +94,17 @@ def main() -> int:
     for k, v in sorted(functions.items()):
         env = v["Properties"].get("Environment", {}).get("Variables", {})
         check(f"{k} writes the failure metric", "TESSERA_METRICS_STACK" in env, sorted(env))
+    roles = {k: v for k, v in res.items() if v["Type"] == "AWS::IAM::Role"}
+    for k, v in sorted(roles.items()):
+        managed = json.dumps(v["Properties"].get("ManagedPolicyArns", []))
+        check(f"{k} has no managed SQS policy", "AWSLambdaSQSQueueExecutionRole" not in managed, managed)
+    for k, v in sorted(sqs.items()):
+        fn = res[v["Properties"]["FunctionName"]["Ref"]]
+        role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+        queue = json.dumps(v["Properties"]["EventSourceArn"], sort_keys=True)
+        granted = {a for a, r in actions_of(res[role]) if r == queue}
+        need = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+        check(f"{k}: its role may receive from its queue", need <= granted, sorted(need - granted))
     reaper = res.get("ReaperFunctionRole")
     check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
     if reaper:

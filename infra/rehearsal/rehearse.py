@@ -14,7 +14,8 @@ every function run from the workspace's binaries as the Lambda service would run
   4. Scenarios, as a client would drive them: a photo upload published; a subject enrolled
      and every photo re-blurred; a function killed at its timeout mid-task and the task
      redelivered to one result; poison and dead letters archived; a 6-photo
-     reconstruction with the routing as deployed.
+     reconstruction with the routing as deployed; and, last, retention and erasure
+     carried out by the reaper with its own role, its clock moved two days forward.
 
 Usage: python rehearse.py --target-dir DIR [--profile debug] [--report OUT.json]
 """
@@ -341,14 +342,7 @@ class Rehearsal:
         files = ["grace_hopper.jpg", "astronaut.png", "composite_pd_1280x896.jpg"]
 
         def put_photo(name):
-            s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign",
-                               {"name": name, "content_type": "image/png" if name.endswith(".png") else "image/jpeg"})
-            assert s == 201, (s, pre)
-            data = open(os.path.join(SHARED, "testdata/faces", name), "rb").read()
-            req = urllib.request.Request(pre["upload"]["url"], data=data, method="PUT", headers=pre["upload"]["headers"])
-            with urllib.request.urlopen(req, timeout=60) as r:
-                assert r.status == 200, r.status
-            return pre["photo_id"]
+            return self.presigned_put(pid, name)
 
         def privacy():
             return self.http("GET", f"/v1/x-tessera/projects/{pid}/privacy")[1]
@@ -412,6 +406,68 @@ class Rehearsal:
                                                     "photo": row.get("status"),
                                                     "variant_version": version, "objects": len(kept or [])}
         log(f"photos: face-process killed at 1 s ({fp.timeouts}×), the task redelivered and published in {time.time() - t2:.1f}s")
+
+    def presigned_put(self, pid, name):
+        """Upload one test photo through a presigned URL, as a phone app would; its id."""
+        s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign",
+                           {"name": name, "content_type": "image/png" if name.endswith(".png") else "image/jpeg"})
+        assert s == 201, (s, pre)
+        data = open(os.path.join(SHARED, "testdata/faces", name), "rb").read()
+        req = urllib.request.Request(pre["upload"]["url"], data=data, method="PUT", headers=pre["upload"]["headers"])
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200, r.status
+        return pre["photo_id"]
+
+    def scenario_expiry(self):
+        """Retention and erasure carried out by the reaper with its own role: originals past
+        their project's retention, an erased photo's second sweep and an unfinished
+        upload's chunks are deleted once the reaper's clock is moved past their time (the
+        one injected fault: TESSERA_CLOCK_OFFSET_S, in the reaper's environments only)."""
+        t0 = time.time()
+        bucket = self.stack.physical["PhotoBucket"]
+
+        def keys(prefix):
+            return [o["Key"] for o in self.op.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+        s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-expiry", "match_threshold": 0.363})
+        assert s == 201, (s, p)
+        pid = p["project_id"]
+        s, r = self.http("PATCH", f"/v1/projects/{pid}", {"upload_retention_days": 1})
+        self.check(s == 200, f"retention: {s} {r}")
+        kept, erased = self.presigned_put(pid, "grace_hopper.jpg"), self.presigned_put(pid, "astronaut.png")
+        for photo in (kept, erased):
+            self.wait(f"photo {photo} published", lambda: self.http(
+                "GET", f"/v1/x-tessera/photos/{photo}")[1].get("status") == "published", 240)
+        s, _ = self.http("DELETE", f"/v1/x-tessera/photos/{erased}")
+        self.check(s == 204, f"erase: {s}")
+        self.check(not keys(f"uploads/{pid}/{erased}/") and not keys(f"photos/{pid}/{erased}/"),
+                   "the erased photo's objects outlived its erasure")
+        s, u = self.http("POST", "/v1/uploads", {"expected_size": 10})
+        assert s == 201, (s, u)
+        s, r = self.http("PATCH", f"/v1/uploads/{u['upload_id']}", b"01234",
+                         {"content-range": "bytes 0-4/10", "content-type": "application/octet-stream"})
+        self.check(s == 200, f"a chunk of an upload left unfinished: {s} {r}")
+        chunks = f"upload-chunks/{u['upload_id']}/"
+        self.check(keys(f"uploads/{pid}/{kept}/") and keys(chunks), "nothing to collect before the clock moves")
+
+        reaper = self.functions["ReaperFunction"]
+        reaper.env["TESSERA_CLOCK_OFFSET_S"] = str(2 * 86400 + 3600)
+        reaper.update_timeout(reaper.timeout_s)  # new environments, with the moved clock
+        ok, body, _, err = reaper.invoke(json.dumps({
+            "version": "0", "id": "expiry", "detail-type": "Scheduled Event", "source": "aws.events",
+            "account": "123456789012", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "region": "us-east-1", "resources": [], "detail": {}}).encode())
+        self.check(ok, f"the reaper's pass failed: {err}")
+        gone = self.wait("the original past retention and the unfinished upload collected",
+                         lambda: not keys(f"uploads/{pid}/{kept}/") and not keys(chunks), 60)
+        self.check(gone, f"the reaper did not delete what expired (its role may not?): "
+                         f"{keys(f'uploads/{pid}/{kept}/') + keys(chunks)}; reaper said {body!r}")
+        s, row = self.http("GET", f"/v1/x-tessera/photos/{kept}")
+        self.check(row.get("original_deleted") is True and row.get("status") == "published",
+                   f"past retention the original goes and the blurred files stay: {row}")
+        self.report["scenarios"]["expiry"] = {"reaper": body.decode() if isinstance(body, bytes) else body,
+                                              "seconds": round(time.time() - t0, 1)}
+        log(f"expiry: the reaper deleted an original past retention and an unfinished upload with its own role "
+            f"in {time.time() - t0:.1f}s")
 
     def scenario_dead_letters(self):
         bucket = self.stack.physical["PhotoBucket"]
@@ -492,6 +548,9 @@ class Rehearsal:
         guarded(self.scenario_dead_letters)()
         for t in threads:
             t.join()
+        # Last, alone: the reaper's clock is moved forward, which would reap the other
+        # scenarios' running tasks.
+        guarded(self.scenario_expiry)()
         for e in errors:
             self.fail(e)
         # A mapping that cannot read or delete its queue would be refused by Lambda (or
