@@ -393,8 +393,12 @@ class Rehearsal:
         bucket = self.stack.physical["PhotoBucket"]
 
         def only_current():
+            # The current version's files, and the one object holding the faces'
+            # embeddings (written once per detection, not per version).
             keys = [o["Key"] for o in self.op.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
-            return keys if keys and all(k.startswith(f"{prefix}v{version}/") for k in keys) else None
+            faces = [k for k in keys if k.startswith(f"{prefix}faces/")]
+            files = [k for k in keys if k not in faces]
+            return keys if files and len(faces) <= 1 and all(k.startswith(f"{prefix}v{version}/") for k in files) else None
         kept = self.wait(f"only version {version} of the killed photo left", only_current, 90)
         self.check(kept, f"the killed attempt's files were not collected: "
                          f"{[o['Key'] for o in self.op.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get('Contents', [])]}")

@@ -164,6 +164,20 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
     let kept = json_of(viewer.get(&url).send().await.unwrap()).await;
     assert_eq!(kept["blur_regions"].as_array().unwrap().len(), 1);
 
+    // Erasing the project would erase its subjects, and with them their protection.
+    let r = viewer
+        .delete(format!("{}/v1/projects/{pid}?cascade=true", s.base))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::FORBIDDEN).await;
+    assert!(
+        v["detail"].as_str().unwrap().contains("opted-out subject"),
+        "{v}"
+    );
+    let subs = json_of(viewer.get(format!("{x}/subjects")).send().await.unwrap()).await;
+    assert_eq!(subs["total"], 1, "nothing was erased");
+
     // An admin may weaken; each weakening is on record with what it takes away.
     let r = admin
         .put(format!("{x}/privacy"))
@@ -388,6 +402,9 @@ async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leave
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert!(!all_items(&s).iter().any(|i| i.contains(&subject_item)));
+    // An upload through a URL handed out before the delete is swept a day later.
+    let marker = format!("ERASED#project/{pid} |");
+    assert!(all_items(&s).iter().any(|i| i.starts_with(&marker)));
 
     // 4. The photo quota: at the limit, no more photos are admitted.
     store

@@ -64,7 +64,7 @@ pub fn unpack(bytes: &[u8], faces: &mut [Face]) -> Result<(), Malformed> {
     for f in faces.iter_mut() {
         let views = r.u32()?;
         let dim = r.u32()?;
-        if views == 0 || views > MAX_VIEWS || dim > MAX_DIM {
+        if views == 0 || views > MAX_VIEWS || dim == 0 || dim > MAX_DIM {
             return Err(Malformed(format!("{views} views of {dim} numbers")));
         }
         let mut all = Vec::with_capacity(views as usize);
@@ -75,6 +75,11 @@ pub fn unpack(bytes: &[u8], faces: &mut [Face]) -> Result<(), Malformed> {
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect::<Vec<f32>>(),
             );
+        }
+        if all.iter().flatten().any(|x| !x.is_finite()) {
+            return Err(Malformed(
+                "an embedding holds a value that is not finite".into(),
+            ));
         }
         f.embedding = all.remove(0);
         f.views = all;
@@ -191,6 +196,15 @@ mod tests {
         let mut huge = bytes.clone();
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(unpack(&huge, &mut back).is_err(), "a hostile view count");
+        let mut nan = bytes.clone();
+        nan[16..20].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(
+            unpack(&nan, &mut back).is_err(),
+            "a value that is not finite"
+        );
+        let mut empty = bytes.clone();
+        empty[12..16].copy_from_slice(&0u32.to_le_bytes());
+        assert!(unpack(&empty, &mut back).is_err(), "a dimension of 0");
     }
 
     #[test]

@@ -122,6 +122,17 @@ pub fn decide_views(
     if views.is_empty() {
         return FaceDecision::FailClosed;
     }
+    // A damaged embedding (empty, not finite, or of another length than a subject's)
+    // decides nothing: the face stays blurred rather than compared wrongly.
+    let damaged = |v: &[f32]| v.is_empty() || v.iter().any(|x| !x.is_finite());
+    if views.iter().any(|v| damaged(v))
+        || subjects
+            .iter()
+            .flat_map(|s| &s.embeddings)
+            .any(|e| damaged(e) || views.iter().any(|v| v.len() != e.len()))
+    {
+        return FaceDecision::FailClosed;
+    }
     let mut scored: Vec<(SubjectId, f32)> = subjects
         .iter()
         .filter_map(|s| {
@@ -202,6 +213,17 @@ mod tests {
         assert_eq!(
             MatchPolicy::from_threshold(Some(f32::NAN)),
             MatchPolicy::FailClosed
+        );
+        // A damaged embedding decides nothing: NaN, empty, or of another length.
+        for damaged in [vec![f32::NAN, 0.0, 1.0], vec![], vec![1.0, 0.0]] {
+            let d = decide(&damaged, &subjects, t);
+            assert_eq!(d, FaceDecision::FailClosed, "{damaged:?}");
+        }
+        let d = decide_views(&[&unit(&[0.0, 0.0, 1.0]), &[f32::NAN; 3]], &subjects, t);
+        assert_eq!(
+            d,
+            FaceDecision::FailClosed,
+            "one damaged view among good ones"
         );
     }
 }

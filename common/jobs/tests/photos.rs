@@ -449,3 +449,44 @@ async fn rows_from_before_orientation_are_migrated_and_republished() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_embeddings_object_means_detecting_again_never_fewer_faces() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    let (photo, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let first = r.photo(photo).await;
+    let key = first.embeddings_key.clone().expect("faces were detected");
+    r.engine.ports().objects.delete(&key).await.unwrap();
+    // A second opt-out re-decides the photo: its faces are found again (one detection),
+    // not decided without embeddings, and not dropped.
+    r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    r.settle().await;
+    let again = r.photo(photo).await;
+    assert!(again.published_at.is_some(), "{again:?}");
+    assert_eq!(
+        again.faces.as_ref().map(Vec::len),
+        first.faces.as_ref().map(Vec::len)
+    );
+    let reprocess = r
+        .jobs_of_kind(photos::kinds::REPROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo.to_string())
+        .unwrap();
+    assert_eq!(r.detections_in(reprocess.id).await, 1, "detected again");
+    let faces = r.faces(&again).await;
+    assert!(faces.iter().all(|f| f.embedding.len() == 128));
+    assert!(
+        r.engine
+            .ports()
+            .objects
+            .head(again.embeddings_key.as_ref().unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -557,7 +557,9 @@ pub async fn erase(
     );
     let p = match owned_photo(&s, &caller, &id).await {
         Ok(p) => p,
-        Err(missing) => {
+        // Only a photo with no row may be a refusal; any other failure is answered as
+        // it is (a store error must never send an erase down the refusal path).
+        Err(missing) if missing.status == StatusCode::NOT_FOUND => {
             // An upload ingest refused has no row, and is erasable all the same.
             let Some(refused) = refused_of(&s, &caller, &id).await? else {
                 return Err(missing);
@@ -567,6 +569,7 @@ pub async fn erase(
                 .map_err(photo_error)?;
             return Ok(StatusCode::NO_CONTENT);
         }
+        Err(other) => return Err(other),
     };
     tessera_jobs::photos::erase::erase_photo(store, objects, &p, &caller.actor())
         .await

@@ -38,16 +38,14 @@ pub async fn erase_photo(
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
-    quotas::ensure_usage(store, &actor.tenant)
-        .await
-        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
     store
         .transact(vec![
             Write::Delete {
                 key: records::photo_key(photo.id),
                 condition: Condition::Exists,
             },
-            quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
+            // A refusal of an earlier event for the same upload goes with it.
+            super::status::forget_refusal(photo.id),
             erasure::marker(&e),
             audit::entry(
                 actor,
@@ -71,8 +69,26 @@ pub async fn erase_photo(
     tessera_core::catalog::uploads::erase_blob(store, objects, &actor.tenant, &photo.sha256)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
+    release_photo(store, &actor.tenant).await;
     tracing::info!(photo = %photo.id, project = %photo.project, objects = swept.objects, "photo erased");
     Ok(swept)
+}
+
+/// Give one photo back to the tenant's quota. Outside the erasure's transaction and
+/// best effort: the tenant's one usage record is written by every admission, and an
+/// erasure must never fail, or wait, on contention for it (a missed release only
+/// leaves the count high, never lets anything past the quota).
+async fn release_photo(store: &dyn StateStore, tenant: &tessera_core::TenantId) {
+    let done = async {
+        quotas::ensure_usage(store, tenant).await?;
+        store
+            .transact(vec![quotas::add(tenant, quotas::counters::PHOTOS, -1)])
+            .await?;
+        Ok::<_, tessera_core::catalog::CatalogError>(())
+    };
+    if let Err(e) = done.await {
+        tracing::warn!(tenant = %tenant, error = %e, "photo quota not released; the count stays one high");
+    }
 }
 
 /// Erase an upload ingest refused (the caller checked its project belongs to the
@@ -84,6 +100,16 @@ pub async fn erase_refused(
     refused: &RefusedUpload,
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
+    if store
+        .get(&records::photo_key(refused.photo_id))
+        .await?
+        .is_some()
+    {
+        return Err(PhotoError::Conflict(format!(
+            "photo {} was ingested after this refusal; erase it as a photo",
+            refused.photo_id
+        )));
+    }
     let e = photo_erasure(refused.project, refused.photo_id);
     // The finalized upload it may have been added from holds the same bytes: found by
     // their hash (a refusal records none), and erased first, so that a failure here
@@ -104,16 +130,18 @@ pub async fn erase_refused(
                 PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id))
             })?;
     }
-    quotas::ensure_usage(store, &actor.tenant)
-        .await
-        .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id)))?;
     store
         .transact(vec![
             Write::Delete {
                 key: tessera_core::catalog::refusals::refusal_key(refused.photo_id),
                 condition: Condition::Exists,
             },
-            quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
+            // A later event of the same upload that was ingested owns these bytes: then
+            // it is that photo which is erased, by its row.
+            Write::Check {
+                key: records::photo_key(refused.photo_id),
+                condition: Condition::Absent,
+            },
             erasure::marker(&e),
             audit::entry(
                 actor,
@@ -133,6 +161,7 @@ pub async fn erase_refused(
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id)))?;
+    release_photo(store, &actor.tenant).await;
     tracing::info!(photo = %refused.photo_id, project = %refused.project, objects = swept.objects, "refused upload erased");
     Ok(swept)
 }
@@ -190,6 +219,9 @@ pub async fn delete_empty_project(
                 key: records::project_name_key(&p.tenant, &p.name),
                 condition: Condition::None,
             },
+            // An upload through a URL handed out before the delete may still land: the
+            // marker's second sweep removes it.
+            erasure::marker(&project_erasure(project)),
         ])
         .await
         .map_err(|e| {
@@ -219,14 +251,80 @@ pub struct ProjectErased {
     pub objects: usize,
 }
 
-/// Erase a project and everything in it: photos, datasets with their images, opted-out
-/// subjects with their reference photos, then the project itself.
+/// What erasing a whole project removes, and the marker that keeps late arrivals out:
+/// every object under its prefixes (a presigned upload that lands after the project is
+/// gone is deleted by the marker's second sweep a day later).
+fn project_erasure(project: ProjectId) -> Erasure {
+    Erasure {
+        target: format!("project/{project}"),
+        prefixes: vec![format!("photos/{project}/"), format!("uploads/{project}/")],
+        partitions: Vec::new(),
+        erased_at: Millis::now(),
+        swept: false,
+    }
+}
+
+/// Erase a project and everything in it: photos, refused uploads, datasets with their
+/// images, opted-out subjects with their reference photos.
+///
+/// Erasing subjects takes their protection away, so a project with subjects is erased
+/// only with an admin's authority. The project record goes *first*, in one transaction
+/// with its erasure marker: from then on nothing can be added to it (ingest refuses an
+/// upload for a project that does not exist) and a change racing the erasure fails
+/// before anything is destroyed, instead of leaving a project whose subjects are gone.
 pub async fn erase_project(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     project: ProjectId,
     actor: &Actor,
 ) -> Result<ProjectErased, PhotoError> {
+    let item = store
+        .get(&records::project_key(project))
+        .await?
+        .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
+    let p: tessera_core::domain::Project = records::decode(&item)?;
+    let enrolled = subjects(store, project).await?;
+    tessera_core::weakening::authorize(
+        actor,
+        &format!("erasing project {project} with everything in it"),
+        if enrolled.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "its {} opted-out subject(s) would be erased, and with them their protection",
+                enrolled.len()
+            )]
+        },
+    )?;
+    let e = project_erasure(project);
+    store
+        .transact(vec![
+            Write::Delete {
+                key: records::project_key(project),
+                condition: Condition::Rev(item.rev),
+            },
+            Write::Delete {
+                key: records::project_name_key(&p.tenant, &p.name),
+                condition: Condition::None,
+            },
+            erasure::marker(&e),
+            audit::entry(
+                actor,
+                "project.erase",
+                e.target.clone(),
+                serde_json::json!({ "name": p.name, "subjects": enrolled.len() }),
+            ),
+        ])
+        .await
+        .map_err(|err| {
+            if err.is_conflict() {
+                PhotoError::Conflict(format!(
+                    "project {project} changed while it was being erased; nothing was erased, try again"
+                ))
+            } else {
+                err.into()
+            }
+        })?;
     let mut done = ProjectErased::default();
     loop {
         let page = store
@@ -271,25 +369,33 @@ pub async fn erase_project(
             done.datasets += 1;
         }
     }
-    // Refused uploads name their files: nothing of them stays either.
-    quotas::ensure_usage(store, &actor.tenant)
-        .await
-        .map_err(|e| PhotoError::Invalid(format!("erasing project {project}: {e}")))?;
+    // Refused uploads: their bytes and the blobs they came from, like any photo's.
     for r in super::status::refusals(store, project).await? {
-        store
-            .transact(vec![
-                super::status::forget_refusal(r.photo_id),
-                quotas::add(&actor.tenant, quotas::counters::PHOTOS, -1),
-            ])
-            .await?;
+        match erase_refused(store, objects, &r, actor).await {
+            Ok(s) => done.objects += s.objects,
+            Err(PhotoError::NotFound(_) | PhotoError::Conflict(_)) => {
+                store
+                    .transact(vec![super::status::forget_refusal(r.photo_id)])
+                    .await?;
+            }
+            Err(e) => return Err(e),
+        }
         done.refused += 1;
     }
-    for s in subjects(store, project).await? {
+    for s in enrolled {
         store
-            .transact(vec![Write::Delete {
-                key: records::subject_key(project, s.id),
-                condition: Condition::None,
-            }])
+            .transact(vec![
+                Write::Delete {
+                    key: records::subject_key(project, s.id),
+                    condition: Condition::None,
+                },
+                audit::entry(
+                    actor,
+                    "subject.remove",
+                    format!("project/{project}/subject/{}", s.id),
+                    serde_json::json!({ "label": s.label, "with": "project.erase" }),
+                ),
+            ])
             .await?;
         for r in &s.references {
             if tessera_core::catalog::uploads::check_sha("reference", r).is_ok() {
@@ -300,29 +406,10 @@ pub async fn erase_project(
         }
         done.subjects += 1;
     }
-    let e = Erasure {
-        target: format!("project/{project}"),
-        prefixes: vec![format!("photos/{project}/"), format!("uploads/{project}/")],
-        partitions: Vec::new(),
-        erased_at: Millis::now(),
-        swept: false,
-    };
-    store
-        .transact(vec![
-            erasure::marker(&e),
-            audit::entry(
-                actor,
-                "project.erase",
-                e.target.clone(),
-                serde_json::to_value(done).expect("serializable"),
-            ),
-        ])
-        .await?;
-    tessera_core::projects::delete(store, project).await?;
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing project {project}: {err}")))?;
     done.objects += swept.objects;
-    tracing::info!(project = %project, photos = done.photos, datasets = done.datasets, subjects = done.subjects, "project erased");
+    tracing::info!(project = %project, photos = done.photos, datasets = done.datasets, subjects = done.subjects, refused = done.refused, "project erased");
     Ok(done)
 }

@@ -43,6 +43,23 @@ impl TaskHandler for Ingest {
         let key = event.object_key().map_err(TaskError::poison)?;
         let (project_id, photo_id, name) = keys::parse_upload(&key).map_err(TaskError::poison)?;
         let store = ctx.ports().store.as_ref();
+        // First of all: an event for an erased photo or project (it may arrive after the
+        // object is gone) leaves no trace, not even a refusal.
+        for (target, what) in [
+            (format!("photo/{photo_id}"), format!("photo {photo_id}")),
+            (
+                format!("project/{project_id}"),
+                format!("the project of photo {photo_id}"),
+            ),
+        ] {
+            if store
+                .get(&tessera_core::catalog::erasure::marker_key(&target))
+                .await?
+                .is_some()
+            {
+                return Err(TaskError::permanent(format!("{what} {ERASED_LATE}")));
+            }
+        }
         let project = project::load(store, project_id)
             .await
             .map_err(|e| refuse(&key, e.to_string()))?;
@@ -75,19 +92,6 @@ impl TaskHandler for Ingest {
             return Ok(TaskOutput::result(serde_json::json!({
                 "photo": photo_id, "ignored": "an older event for an upload already ingested",
             })));
-        }
-        if ctx
-            .ports()
-            .store
-            .get(&tessera_core::catalog::erasure::marker_key(&format!(
-                "photo/{photo_id}"
-            )))
-            .await?
-            .is_some()
-        {
-            return Err(TaskError::permanent(format!(
-                "photo {photo_id} {ERASED_LATE}"
-            )));
         }
         let started = ctx.phase_started(Phase::Ingest).await?;
         let bytes = objects.get(&key).await?;

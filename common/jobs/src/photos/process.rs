@@ -195,6 +195,12 @@ impl TaskHandler for Process {
         let img = Arc::new(decoded.rgb);
         let mut regions = photo.blur_regions.clone();
         let mut known = row::faces(ports.objects.as_ref(), &photo).await?;
+        if known.is_none() {
+            // Never detected, or its embeddings object is lost: nothing stored to reuse,
+            // so what detection finds now is stored again (under the same key, if the
+            // same faces are found).
+            photo.embeddings_key = None;
+        }
         if let Some(m) = &migrate {
             regions = m.regions.clone();
             if m.redetect {
@@ -210,8 +216,12 @@ impl TaskHandler for Process {
         let mut faces = match known {
             Some(f) => f,
             // Nothing to hide and nobody opted out: no detection (a later enrolment
-            // re-decides the photo and detects then).
-            None if self.mode == Mode::ThumbnailDims && nobody_to_hide => Vec::new(),
+            // re-decides the photo and detects then). Never for a photo that was
+            // detected and whose embeddings are lost: its faces are found again, so a
+            // row that had faces never ends with none.
+            None if self.mode == Mode::ThumbnailDims && nobody_to_hide && photo.faces.is_none() => {
+                Vec::new()
+            }
             None => {
                 let started = ctx.phase_started(Phase::FaceDetection).await?;
                 let models = self.faces.models()?;
@@ -224,8 +234,7 @@ impl TaskHandler for Process {
                 // A migrating row keeps its old geometry until the version bump, which
                 // writes faces and regions in the new frame together.
                 if migrate.is_none() {
-                    let mut fields =
-                        row::face_fields(ports.objects.as_ref(), &photo, &found).await?;
+                    let (mut fields, pending) = row::face_fields(&photo, &found);
                     let written = fields
                         .iter()
                         .find(|(k, _)| *k == "embeddings_key")
@@ -233,6 +242,7 @@ impl TaskHandler for Process {
                     fields.push(("detector", row::json(&detector)));
                     ctx.commit(vec![row::set(id, photo.variant_version, fields)])
                         .await?;
+                    pending.store(ports.objects.as_ref()).await?;
                     // The row points at them now: the version bump need not store them again.
                     photo.embeddings_key = written;
                 }
@@ -267,8 +277,11 @@ impl TaskHandler for Process {
             ("staged_keys", row::json(&staged)),
         ];
         // Faces are stored once detected (a thumbnail_dims photo has none yet).
+        let mut pending = None;
         if known_or_detected(&photo, detected_by, migrate.as_ref()) {
-            bump.extend(row::face_fields(ports.objects.as_ref(), &photo, &faces).await?);
+            let (fields, p) = row::face_fields(&photo, &faces);
+            bump.extend(fields);
+            pending = Some(p);
         } else if migrate.is_some() {
             bump.push(("faces", serde_json::Value::Null));
             bump.push(("embeddings_key", serde_json::Value::Null));
@@ -298,6 +311,9 @@ impl TaskHandler for Process {
         };
         let started = ctx.phase_started(Phase::Blur).await?;
         ctx.commit(vec![bump_write]).await?;
+        if let Some(p) = pending {
+            p.store(ports.objects.as_ref()).await?;
+        }
 
         // 3. Files, each pointed at as soon as it is stored.
         for VariantPlan { variant, blur } in &plans {

@@ -109,26 +109,51 @@ pub async fn faces(
     }
 }
 
-/// Store `faces`' embeddings in their object (unless the row already points at the
-/// same one) and give the row fields that hold the faces without them.
-pub async fn face_fields(
-    objects: &dyn ObjectStore,
+/// Embeddings to store once the row that points at them is committed.
+#[must_use = "the row points at an object that must be stored"]
+pub struct PendingEmbeddings(Option<(String, Vec<u8>)>);
+
+impl PendingEmbeddings {
+    /// Store them (after the row pointing at them is committed). In that order, a
+    /// cleanup listing the photo's objects meanwhile finds the key referenced and keeps
+    /// the object; a crash in between leaves a row pointing at nothing, which the next
+    /// run detects again (see [`faces`]).
+    pub async fn store(self, objects: &dyn ObjectStore) -> Result<(), TaskError> {
+        if let Some((key, bytes)) = self.0 {
+            objects.put(&key, bytes.into()).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The row fields that hold `faces` without their embeddings, and the embeddings object
+/// to store after they are committed (nothing when the row already points at the same
+/// object).
+pub fn face_fields(
     photo: &Photo,
     faces: &[Face],
-) -> Result<Vec<(&'static str, Value)>, TaskError> {
+) -> (Vec<(&'static str, Value)>, PendingEmbeddings) {
     if faces.is_empty() {
-        return Ok(vec![
-            ("faces", json(&Vec::<Face>::new())),
-            ("embeddings_key", Value::Null),
-        ]);
+        return (
+            vec![
+                ("faces", json(&Vec::<Face>::new())),
+                ("embeddings_key", Value::Null),
+            ],
+            PendingEmbeddings(None),
+        );
     }
     let bytes = embeddings::pack(faces);
     let key = embeddings::key(photo.project, photo.id, &bytes);
-    if photo.embeddings_key.as_deref() != Some(key.as_str()) {
-        objects.put(&key, bytes.into()).await?;
-    }
-    Ok(vec![
-        ("faces", json(&embeddings::stripped(faces))),
-        ("embeddings_key", json(&key)),
-    ])
+    let pending = if photo.embeddings_key.as_deref() == Some(key.as_str()) {
+        None
+    } else {
+        Some((key.clone(), bytes))
+    };
+    (
+        vec![
+            ("faces", json(&embeddings::stripped(faces))),
+            ("embeddings_key", json(&key)),
+        ],
+        PendingEmbeddings(pending),
+    )
 }
