@@ -12,6 +12,9 @@
   watches it;
 - no role carries SAM's managed AWSLambdaSQSQueueExecutionRole (receive and delete on
   every queue); each SQS-driven function's own role may receive from its own queues;
+- every role that queries an index may read the items it names (BatchGetItem: the
+  indexes project keys only);
+- the api function's progress streams end (and say so) before its timeout;
 - the reaper's role may delete and list in the bucket, which its collector does
   (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
   may not read or write objects.
@@ -105,6 +108,19 @@ def main() -> int:
         granted = {a for a, r in actions_of(res[role]) if r == queue}
         need = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
         check(f"{k}: its role may receive from its queue", need <= granted, sorted(need - granted))
+    for k, v in sorted(roles.items()):
+        acts = {a for a, _ in actions_of(v)}
+        if acts & {"dynamodb:Query"}:
+            check(f"{k} may read the items an index query names", "dynamodb:BatchGetItem" in acts, sorted(acts))
+    api = res.get("ApiFunction")
+    if api:
+        timeout = api["Properties"].get("Timeout", 3)
+        limit = api["Properties"].get("Environment", {}).get("Variables", {}).get("TESSERA_STREAM_LIMIT_S")
+        check(
+            "the api function's progress streams end before its timeout",
+            limit is not None and int(limit) + 30 <= int(timeout),
+            f"TESSERA_STREAM_LIMIT_S {limit} with a {timeout} s timeout",
+        )
     reaper = res.get("ReaperFunctionRole")
     check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
     if reaper:

@@ -1,7 +1,9 @@
 //! `GET /v1/jobs/{id}/events`: Server-Sent Events, each with `id: <seq>`, resumable with
 //! `Last-Event-ID` (or `?after=`) so a client that reconnects gets every event exactly
 //! once. The stream ends after the job has ended and every event was sent, when its key
-//! is revoked, or after 30 minutes (`stream_guard`).
+//! is revoked, or at its time limit (`stream_guard`: 30 minutes, or less where the
+//! server runs in a function with a shorter timeout), with a last `stream_end` event
+//! saying why and where to resume. An idle stream reads less often, down to every 2 s.
 
 use crate::ApiState;
 use crate::auth::Caller;
@@ -59,11 +61,16 @@ pub async fn sse(
     let engine = s.engine.clone();
     let job_id = job.id;
     let guard = super::stream_guard::StreamGuard::new(caller, s.engine.ports().store.clone());
+    // (last sequence sent, events read and not yet sent, whether every event is sent,
+    // the stream's limits, empty reads in a row, whether the stream is closing)
     let stream = futures_util::stream::unfold(
-        (start, Vec::new().into_iter(), false, guard),
-        move |(mut seen, mut pending, mut ended, mut guard)| {
+        (start, Vec::new().into_iter(), false, guard, 0u32, false),
+        move |(mut seen, mut pending, mut ended, mut guard, mut idle, closing)| {
             let engine = engine.clone();
             async move {
+                if closing {
+                    return None;
+                }
                 loop {
                     if let Some(e) = pending.next() {
                         let e: tessera_core::event::ProgressEvent = e;
@@ -74,14 +81,23 @@ pub async fn sse(
                             .id(e.seq.to_string())
                             .event(kind)
                             .data(v.to_string());
-                        return Some((Ok(ev), (seen, pending, ended, guard)));
+                        return Some((Ok(ev), (seen, pending, ended, guard, 0, false)));
                     }
                     if ended {
                         return None;
                     }
                     if let Some(why) = guard.check().await {
                         tracing::info!(job_id = %job_id, reason = why.reason(), "event stream ended");
-                        return None;
+                        // Said before closing, without an id (the client's Last-Event-ID
+                        // stays the last event's): why, and where to resume.
+                        let ev = Event::default()
+                            .event("stream_end")
+                            .retry(Duration::from_secs(1))
+                            .data(
+                                serde_json::json!({ "reason": why.reason(), "resume_after": seen })
+                                    .to_string(),
+                            );
+                        return Some((Ok(ev), (seen, pending, ended, guard, idle, true)));
                     }
                     // Read the job's state before the events: if it had ended, every event it
                     // will ever have is stored, and one more read drains them.
@@ -92,7 +108,10 @@ pub async fn sse(
                     match engine.ports().events.read_after(job_id, seen, BATCH).await {
                         Ok(batch) if !batch.is_empty() => pending = batch.into_iter(),
                         Ok(_) if finished => ended = true,
-                        Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                        Ok(_) => {
+                            tokio::time::sleep(super::stream_guard::idle_delay(idle)).await;
+                            idle = idle.saturating_add(1);
+                        }
                         Err(e) => {
                             tracing::warn!(job_id = %job_id, error = %e, "event stream read failed; ending the stream (the client resumes with Last-Event-ID)");
                             return None;

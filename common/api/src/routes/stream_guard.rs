@@ -1,7 +1,7 @@
 //! How long a progress stream (SSE, WebSocket) may stay open.
 //!
 //! A stream outlives the request that authorised it, so it re-checks its key every
-//! [`KEY_RECHECK`] and ends once the key is revoked; and it ends after [`MAX_STREAM`]
+//! [`KEY_RECHECK`] and ends once the key is revoked; and it ends after [`stream_limit`]
 //! whatever the job does (a job that is never sealed would otherwise hold a connection,
 //! and on AWS a Lambda invocation, forever). Either way the client resumes from the last
 //! event id it saw, so ending a stream loses nothing.
@@ -13,8 +13,33 @@ use tessera_core::ports::StateStore;
 
 /// How often an open stream re-checks its key.
 pub const KEY_RECHECK: Duration = Duration::from_secs(30);
-/// The longest a stream stays open.
+/// The longest a stream stays open where [`STREAM_LIMIT_ENV`] says nothing.
 pub const MAX_STREAM: Duration = Duration::from_secs(30 * 60);
+/// Seconds a stream may stay open in this process. A server behind a function that is
+/// killed at its timeout must end its streams before that, cleanly, so the client
+/// resumes from its last event id instead of seeing a cut-off response: the SAM template
+/// sets it below the api function's timeout (checked by `infra/check_template.py`).
+pub const STREAM_LIMIT_ENV: &str = "TESSERA_STREAM_LIMIT_S";
+
+/// The longest a stream stays open here: [`STREAM_LIMIT_ENV`], else [`MAX_STREAM`].
+pub fn stream_limit() -> Duration {
+    static LIMIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var(STREAM_LIMIT_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map_or(MAX_STREAM, |s| Duration::from_secs(s).min(MAX_STREAM))
+    })
+}
+
+/// How long an idle stream waits before reading again, after `idle` empty reads in a
+/// row: 200 ms, doubling to at most 2 s. A live job is followed closely; a stream left
+/// open on a quiet job costs about one read of the job and one of its events a second,
+/// not ten.
+pub fn idle_delay(idle: u32) -> Duration {
+    Duration::from_millis((200u64 << idle.min(4)).min(2000))
+}
 
 /// Why a stream ends early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +55,9 @@ impl Ended {
     pub fn reason(self) -> &'static str {
         match self {
             Ended::Revoked => "the API key was revoked",
-            Ended::TooLong => "streams last at most 30 minutes; reconnect with the last event id",
+            Ended::TooLong => {
+                "this stream reached its time limit; reconnect with the last event id"
+            }
         }
     }
 }
@@ -48,7 +75,7 @@ pub struct StreamGuard {
 impl StreamGuard {
     /// Limits for a stream opened now by `caller`.
     pub fn new(caller: Caller, store: Arc<dyn StateStore>) -> Self {
-        Self::with_limits(caller, store, MAX_STREAM, KEY_RECHECK)
+        Self::with_limits(caller, store, stream_limit(), KEY_RECHECK)
     }
 
     /// With other limits (tests).
@@ -117,5 +144,12 @@ mod tests {
         assert_eq!(guard.check().await, Some(Ended::Revoked));
         let mut short = StreamGuard::with_limits(caller, store, Duration::ZERO, KEY_RECHECK);
         assert_eq!(short.check().await, Some(Ended::TooLong));
+    }
+
+    #[test]
+    fn an_idle_stream_reads_less_often_and_never_waits_past_two_seconds() {
+        let delays: Vec<u64> = (0..8).map(|n| idle_delay(n).as_millis() as u64).collect();
+        assert_eq!(delays, [200, 400, 800, 1600, 2000, 2000, 2000, 2000]);
+        assert_eq!(idle_delay(u32::MAX), Duration::from_secs(2));
     }
 }

@@ -13,7 +13,6 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::time::Duration;
 use tessera_core::JobId;
 use tessera_core::job::CancelMode;
 use tessera_engine::Engine;
@@ -74,6 +73,8 @@ async fn session(
         return;
     }
     let mut told_cancel = false;
+    // Reads in a row that found no new event: an idle session reads less often.
+    let mut idle = 0u32;
     loop {
         if let Some(why) = guard.check().await {
             send(
@@ -107,6 +108,7 @@ async fn session(
             return close(&mut socket, 1011, "internal error").await;
         };
         let drained = events.is_empty();
+        idle = if drained { idle.saturating_add(1) } else { 0 };
         for e in events {
             seen = e.seq;
             if !send(&mut socket, super::events::wire(&e)).await {
@@ -134,7 +136,7 @@ async fn session(
             .await;
             return close(&mut socket, 1000, "job finished").await;
         }
-        let wait = tokio::time::sleep(Duration::from_millis(200));
+        let wait = tokio::time::sleep(super::stream_guard::idle_delay(idle.saturating_sub(1)));
         tokio::pin!(wait);
         loop {
             tokio::select! {
