@@ -375,14 +375,12 @@ fn update_item(
 }
 
 fn item_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
-    let s = |n: &str| match attrs.get(n) {
-        Some(AttributeValue::S(s)) => Some(s.clone()),
-        _ => None,
-    };
-    let key = ItemKey::new(
-        s(PK).ok_or_else(|| StoreError::Corrupt("an item without `pk`".into()))?,
-        s(SK).ok_or_else(|| StoreError::Corrupt("an item without `sk`".into()))?,
-    );
+    let Item {
+        key,
+        by_parent,
+        by_due,
+        ..
+    } = keys_from(attrs)?;
     let corrupt = |why: String| StoreError::Corrupt(format!("item {} / {}: {why}", key.pk, key.sk));
     let body = match attrs.get(BODY) {
         Some(AttributeValue::M(m)) => {
@@ -394,11 +392,10 @@ fn item_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError
         Some(AttributeValue::N(n)) => n.parse().map_err(|_| corrupt(format!("revision `{n}`")))?,
         _ => return Err(corrupt("`rev` is missing".into())),
     };
-    let pair = |h: &str, r: &str| s(h).zip(s(r)).map(|(pk, sk)| ItemKey { pk, sk });
     Ok(Item {
         body,
-        by_parent: pair("parent_pk", "parent_sk"),
-        by_due: pair("due_pk", "due_sk"),
+        by_parent,
+        by_due,
         rev,
         key,
     })
@@ -647,15 +644,16 @@ impl DynamoStateStore {
     }
 }
 
-/// An index entry's keys, as an item without a body (filled in from the table).
+/// An item's (or an index entry's) keys, as an item without a body (an index page's
+/// is filled in from the table).
 fn keys_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
     let s = |n: &str| match attrs.get(n) {
         Some(AttributeValue::S(s)) => Some(s.clone()),
         _ => None,
     };
     let key = ItemKey::new(
-        s(PK).ok_or_else(|| StoreError::Corrupt("an index entry without `pk`".into()))?,
-        s(SK).ok_or_else(|| StoreError::Corrupt("an index entry without `sk`".into()))?,
+        s(PK).ok_or_else(|| StoreError::Corrupt("an item without `pk`".into()))?,
+        s(SK).ok_or_else(|| StoreError::Corrupt("an item without `sk`".into()))?,
     );
     let pair = |h: &str, r: &str| s(h).zip(s(r)).map(|(pk, sk)| ItemKey { pk, sk });
     Ok(Item {

@@ -154,41 +154,49 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
             rendition.key
         );
     }
-    let held = r
-        .jobs_of_kind(photos::kinds::FACE_PROCESS_JOB)
-        .await
-        .into_iter()
-        .find(|j| j.spec["photo"] == photo3.to_string())
-        .unwrap();
-    let attempts: u32 = r
-        .engine
-        .job_tasks(held.id)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|t| t.kind == photos::kinds::FACE_PROCESS)
-        .map(|t| t.attempts)
-        .sum();
+    let attempts = attempts_of(
+        &r,
+        photos::kinds::FACE_PROCESS_JOB,
+        photos::kinds::FACE_PROCESS,
+        photo3,
+    )
+    .await;
     assert!(attempts >= 2, "the held render's publication was refused");
 
     // The held thumbnail_dims could not publish: its first attempt's publication was
     // refused by the subject revision it no longer matched.
-    let tds = r.jobs_of_kind(photos::kinds::THUMBNAIL_DIMS_JOB).await;
-    let held = tds
-        .iter()
-        .find(|j| j.spec["photo"] == photo2.to_string())
-        .unwrap();
-    let attempts: u32 = r
-        .engine
-        .job_tasks(held.id)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|t| t.kind == photos::kinds::THUMBNAIL_DIMS)
-        .map(|t| t.attempts)
-        .sum();
+    let attempts = attempts_of(
+        &r,
+        photos::kinds::THUMBNAIL_DIMS_JOB,
+        photos::kinds::THUMBNAIL_DIMS,
+        photo2,
+    )
+    .await;
     assert!(
         attempts >= 2,
         "the held publication was retried, not committed"
     );
+}
+
+/// Attempts of the `task_kind` tasks of `photo`'s `job_kind` job.
+async fn attempts_of(
+    r: &support::Rig,
+    job_kind: &str,
+    task_kind: &str,
+    photo: tessera_core::PhotoId,
+) -> u32 {
+    let job = r
+        .jobs_of_kind(job_kind)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo.to_string())
+        .unwrap();
+    r.engine
+        .job_tasks(job.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == task_kind)
+        .map(|t| t.attempts)
+        .sum()
 }

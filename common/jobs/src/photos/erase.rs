@@ -38,30 +38,22 @@ pub async fn erase_photo(
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
-    store
-        .transact(vec![
+    commit_erasure(
+        store,
+        &e,
+        actor,
+        photo.id,
+        vec![
             Write::Delete {
                 key: records::photo_key(photo.id),
                 condition: Condition::Exists,
             },
             // A refusal of an earlier event for the same upload goes with it.
             super::status::forget_refusal(photo.id),
-            erasure::marker(&e),
-            audit::entry(
-                actor,
-                "photo.erase",
-                e.target.clone(),
-                serde_json::json!({ "project": photo.project, "file_name": photo.file_name }),
-            ),
-        ])
-        .await
-        .map_err(|err| {
-            if err.is_conflict() {
-                PhotoError::NotFound(format!("photo {} does not exist", photo.id))
-            } else {
-                err.into()
-            }
-        })?;
+        ],
+        serde_json::json!({ "project": photo.project, "file_name": photo.file_name }),
+    )
+    .await?;
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
@@ -72,6 +64,27 @@ pub async fn erase_photo(
     release_photo(store, &actor.tenant).await;
     tracing::info!(photo = %photo.id, project = %photo.project, objects = swept.objects, "photo erased");
     Ok(swept)
+}
+
+/// Commit a photo's erasure: `writes` (the record's removal) with the erasure marker and
+/// the audit entry, in one transaction; a record already gone is `NotFound`.
+async fn commit_erasure(
+    store: &dyn StateStore,
+    e: &Erasure,
+    actor: &Actor,
+    photo: PhotoId,
+    mut writes: Vec<Write>,
+    detail: serde_json::Value,
+) -> Result<(), PhotoError> {
+    writes.push(erasure::marker(e));
+    writes.push(audit::entry(actor, "photo.erase", e.target.clone(), detail));
+    store.transact(writes).await.map_err(|err| {
+        if err.is_conflict() {
+            PhotoError::NotFound(format!("photo {photo} does not exist"))
+        } else {
+            err.into()
+        }
+    })
 }
 
 /// Give one photo back to the tenant's quota. Outside the erasure's transaction and
@@ -130,8 +143,12 @@ pub async fn erase_refused(
                 PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id))
             })?;
     }
-    store
-        .transact(vec![
+    commit_erasure(
+        store,
+        &e,
+        actor,
+        refused.photo_id,
+        vec![
             Write::Delete {
                 key: tessera_core::catalog::refusals::refusal_key(refused.photo_id),
                 condition: Condition::Exists,
@@ -142,22 +159,10 @@ pub async fn erase_refused(
                 key: records::photo_key(refused.photo_id),
                 condition: Condition::Absent,
             },
-            erasure::marker(&e),
-            audit::entry(
-                actor,
-                "photo.erase",
-                e.target.clone(),
-                serde_json::json!({ "project": refused.project, "file_name": refused.name, "refused": true }),
-            ),
-        ])
-        .await
-        .map_err(|err| {
-            if err.is_conflict() {
-                PhotoError::NotFound(format!("photo {} does not exist", refused.photo_id))
-            } else {
-                err.into()
-            }
-        })?;
+        ],
+        serde_json::json!({ "project": refused.project, "file_name": refused.name, "refused": true }),
+    )
+    .await?;
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", refused.photo_id)))?;

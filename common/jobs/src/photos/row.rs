@@ -24,13 +24,17 @@ pub async fn load(store: &dyn StateStore, id: PhotoId) -> Result<Photo, TaskErro
 
 /// Set `fields` of the row while its variant version is `version`.
 pub fn set(id: PhotoId, version: u64, fields: Vec<(&str, Value)>) -> Write {
+    set_if(id, fields, Condition::field_eq("variant_version", version))
+}
+
+fn set_if(id: PhotoId, fields: Vec<(&str, Value)>, condition: Condition) -> Write {
     Write::Set {
         key: records::photo_key(id),
         fields: fields
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
-        condition: Condition::field_eq("variant_version", version),
+        condition,
     }
 }
 
@@ -38,17 +42,14 @@ pub fn set(id: PhotoId, version: u64, fields: Vec<(&str, Value)>) -> Write {
 /// blur regions are still those of `edits_rev`. Regions saved while a render runs bump
 /// `edits_rev`, so the render that lacks them can never publish.
 pub fn publish(id: PhotoId, version: u64, edits_rev: u64, fields: Vec<(&str, Value)>) -> Write {
-    Write::Set {
-        key: records::photo_key(id),
-        fields: fields
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-        condition: Condition::All(vec![
+    set_if(
+        id,
+        fields,
+        Condition::All(vec![
             Condition::field_eq("variant_version", version),
             Condition::field_eq("edits_rev", edits_rev),
         ]),
-    }
+    )
 }
 
 /// Unpublish, whatever the version: what a final failure commits with the job's end.
