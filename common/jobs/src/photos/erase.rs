@@ -214,31 +214,49 @@ pub async fn delete_empty_project(
             left.join(", ")
         )));
     }
-    store
-        .transact(vec![
-            Write::Delete {
-                key: records::project_key(project),
-                condition: Condition::Rev(item.rev),
-            },
-            Write::Delete {
-                key: records::project_name_key(&p.tenant, &p.name),
-                condition: Condition::None,
-            },
-            // An upload through a URL handed out before the delete may still land: the
-            // marker's second sweep removes it.
-            erasure::marker(&project_erasure(project)),
-        ])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                PhotoError::Conflict(format!(
-                    "project {project} changed while it was being deleted (someone enrolled or changed its settings); look again"
-                ))
-            } else {
-                e.into()
-            }
-        })?;
-    Ok(())
+    remove_project(
+        store,
+        &item,
+        &p,
+        Vec::new(),
+        "someone enrolled or changed its settings; look again",
+    )
+    .await
+}
+
+/// Delete the project as read (`item`), its name and `extra`, with the marker whose
+/// second sweep removes what lands under its prefixes later (an upload through a URL
+/// handed out before), in one transaction; a change since the read is a conflict that
+/// says `then`.
+async fn remove_project(
+    store: &dyn StateStore,
+    item: &tessera_core::ports::state_store::Item,
+    p: &tessera_core::domain::Project,
+    extra: Vec<Write>,
+    then: &str,
+) -> Result<(), PhotoError> {
+    let mut writes = vec![
+        Write::Delete {
+            key: records::project_key(p.id),
+            condition: Condition::Rev(item.rev),
+        },
+        Write::Delete {
+            key: records::project_name_key(&p.tenant, &p.name),
+            condition: Condition::None,
+        },
+        erasure::marker(&project_erasure(p.id)),
+    ];
+    writes.extend(extra);
+    store.transact(writes).await.map_err(|e| {
+        if e.is_conflict() {
+            PhotoError::Conflict(format!(
+                "project {} changed while it was being removed; {then}",
+                p.id
+            ))
+        } else {
+            e.into()
+        }
+    })
 }
 
 /// What erasing a project removed.
@@ -302,34 +320,19 @@ pub async fn erase_project(
         },
     )?;
     let e = project_erasure(project);
-    store
-        .transact(vec![
-            Write::Delete {
-                key: records::project_key(project),
-                condition: Condition::Rev(item.rev),
-            },
-            Write::Delete {
-                key: records::project_name_key(&p.tenant, &p.name),
-                condition: Condition::None,
-            },
-            erasure::marker(&e),
-            audit::entry(
-                actor,
-                "project.erase",
-                e.target.clone(),
-                serde_json::json!({ "name": p.name, "subjects": enrolled.len() }),
-            ),
-        ])
-        .await
-        .map_err(|err| {
-            if err.is_conflict() {
-                PhotoError::Conflict(format!(
-                    "project {project} changed while it was being erased; nothing was erased, try again"
-                ))
-            } else {
-                err.into()
-            }
-        })?;
+    remove_project(
+        store,
+        &item,
+        &p,
+        vec![audit::entry(
+            actor,
+            "project.erase",
+            e.target.clone(),
+            serde_json::json!({ "name": p.name, "subjects": enrolled.len() }),
+        )],
+        "nothing was erased, try again",
+    )
+    .await?;
     let mut done = ProjectErased::default();
     loop {
         let page = store

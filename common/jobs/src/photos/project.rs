@@ -275,61 +275,70 @@ pub async fn set_regions(
         }
     }
     let key = records::photo_key(photo);
-    let item = store
-        .get(&key)
-        .await?
-        .ok_or_else(|| PhotoError::NotFound(format!("photo {photo} does not exist")))?;
-    let row: Photo = records::decode(&item)?;
-    let uncovered = weakening::regions_uncovered(&row.blur_regions, regions);
-    weakening::authorize(
-        actor,
-        &format!("replacing the blur regions of photo {photo}"),
-        if uncovered > 0 {
-            vec![format!(
-                "{uncovered} of its {} blur region(s) would no longer be blurred",
-                row.blur_regions.len()
-            )]
-        } else {
-            Vec::new()
-        },
-    )?;
-    let rev = row.edits_rev + 1;
-    store
-        .transact(vec![
-            Write::Set {
-                key,
-                fields: vec![
-                    (
-                        "blur_regions".into(),
-                        serde_json::to_value(regions).expect("serializable"),
-                    ),
-                    ("edits_rev".into(), rev.into()),
-                    // Fail closed: the published files lack the new regions, so they are
-                    // not served until the photo is re-blurred with them.
-                    ("published_at".into(), serde_json::Value::Null),
-                ],
-                condition: Condition::Rev(item.rev),
-            },
-            audit::entry(
-                actor,
-                "photo.blur_regions",
-                format!("photo/{photo}"),
-                serde_json::json!({
-                    "regions": regions.len(), "before": row.blur_regions.len(),
-                    "uncovered": uncovered, "edits_rev": rev,
-                }),
-            ),
-        ])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                PhotoError::Invalid(format!(
-                    "photo {photo} changed while its regions were being saved; read it again and retry"
-                ))
+    // The row changes under a render (every step of it is a write): a conflict means
+    // reading it again and deciding again, never an error for the client.
+    let mut rounds = 0;
+    let (row, rev) = loop {
+        let item = store
+            .get(&key)
+            .await?
+            .ok_or_else(|| PhotoError::NotFound(format!("photo {photo} does not exist")))?;
+        let row: Photo = records::decode(&item)?;
+        let uncovered = weakening::regions_uncovered(&row.blur_regions, regions);
+        weakening::authorize(
+            actor,
+            &format!("replacing the blur regions of photo {photo}"),
+            if uncovered > 0 {
+                vec![format!(
+                    "{uncovered} of its {} blur region(s) would no longer be blurred",
+                    row.blur_regions.len()
+                )]
             } else {
-                e.into()
+                Vec::new()
+            },
+        )?;
+        let rev = row.edits_rev + 1;
+        let saved = store
+            .transact(vec![
+                Write::Set {
+                    key: key.clone(),
+                    fields: vec![
+                        (
+                            "blur_regions".into(),
+                            serde_json::to_value(regions).expect("serializable"),
+                        ),
+                        ("edits_rev".into(), rev.into()),
+                        // Fail closed: the published files lack the new regions, so they
+                        // are not served until the photo is re-blurred with them.
+                        ("published_at".into(), serde_json::Value::Null),
+                    ],
+                    condition: Condition::Rev(item.rev),
+                },
+                audit::entry(
+                    actor,
+                    "photo.blur_regions",
+                    format!("photo/{photo}"),
+                    serde_json::json!({
+                        "regions": regions.len(), "before": row.blur_regions.len(),
+                        "uncovered": uncovered, "edits_rev": rev,
+                    }),
+                ),
+            ])
+            .await;
+        match saved {
+            Ok(()) => break (row, rev),
+            Err(e) if e.is_conflict() && rounds < 20 => {
+                rounds += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10 * rounds)).await;
             }
-        })?;
+            Err(e) if e.is_conflict() => {
+                return Err(PhotoError::Invalid(format!(
+                    "photo {photo} kept changing while its regions were being saved; try again"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     super::withdraw::delete_files(objects, &row).await?;
     Ok(rev)
 }
