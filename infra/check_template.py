@@ -76,6 +76,15 @@ def main() -> int:
         limits = v["Properties"].get("JobStateTimeLimitActions", [])
         runnable = [a for a in limits if a.get("State") == "RUNNABLE" and a.get("Action") == "CANCEL"]
         check(f"{k} cancels jobs stuck RUNNABLE", len(runnable) > 0, "no JobStateTimeLimitActions")
+        # The only reasons Batch acts on (its user guide: other blocking reasons, such as
+        # SERVICE_ROLE_PERMISSIONS, need manual investigation and never trigger an action).
+        documented = {
+            "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+        }
+        reasons = {a.get("Reason") for a in runnable}
+        check(f"{k} acts on every documented RUNNABLE reason and no other", reasons == documented, sorted(map(str, reasons)))
     tables = {k: v for k, v in res.items() if v["Type"] == "AWS::DynamoDB::Table"}
     for k, v in sorted(tables.items()):
         for gsi in v["Properties"].get("GlobalSecondaryIndexes", []):
