@@ -1,6 +1,7 @@
 //! Per-tenant quotas on the real SQLite store: stored image bytes (413 past the quota,
 //! the counter following registrations and deletions and erasures) and unfinished
-//! reconstructions (429 at the limit, finished ones not counted, other tenants apart).
+//! reconstructions (429 at the limit, finished ones not counted, other tenants apart),
+//! unfinished uploads and the bytes of finalized ones (429 past their quotas).
 
 use bytes::Bytes;
 use tessera_core::audit::Actor;
@@ -170,4 +171,96 @@ async fn unfinished_reconstructions_are_limited_per_tenant_whatever_else_it_runs
     quotas::check_active_reconstructions(&store, &tenant())
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn unfinished_uploads_and_blob_bytes_are_counted_and_refused_past_their_quotas() {
+    use tessera_core::catalog::uploads;
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store = SqliteStateStore::open(&state.state_db()).unwrap();
+    let objects = FolderObjectStore::new(state.objects(), state.tmp()).unwrap();
+    let t = tenant();
+    let open = || quotas::counter(&store, &t, quotas::counters::OPEN_UPLOADS);
+    let blob = || quotas::counter(&store, &t, quotas::counters::BLOB_BYTES);
+
+    // One upload opened, received and finalized: open while unfinished, then a blob.
+    let (u, _) = uploads::create(&store, &tenant(), 10, None, None)
+        .await
+        .unwrap();
+    assert_eq!(open().await.unwrap(), 1);
+    uploads::accept_chunk(
+        &store,
+        &objects,
+        &tenant(),
+        &u.upload_id,
+        (0, 9, 10),
+        Bytes::from_static(b"0123456789"),
+    )
+    .await
+    .unwrap();
+    let done = uploads::finalize(&store, &objects, dir.path(), &tenant(), &u.upload_id, None)
+        .await
+        .unwrap();
+    assert_eq!((open().await.unwrap(), blob().await.unwrap()), (0, 10));
+    // Erasing the blob gives its bytes back, once.
+    let sha = done.blob_sha.unwrap();
+    uploads::erase_blob(&store, &objects, &tenant(), &sha)
+        .await
+        .unwrap();
+    uploads::erase_blob(&store, &objects, &tenant(), &sha)
+        .await
+        .unwrap();
+    assert_eq!(blob().await.unwrap(), 0);
+
+    // At the limit of unfinished uploads, no more are opened (429).
+    store
+        .transact(vec![quotas::add(
+            &tenant(),
+            quotas::counters::OPEN_UPLOADS,
+            quotas::MAX_OPEN_UPLOADS as i64,
+        )])
+        .await
+        .unwrap();
+    let e = uploads::create(&store, &tenant(), 10, None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::Quota(_)), "{e}");
+    store
+        .transact(vec![quotas::add(
+            &tenant(),
+            quotas::counters::OPEN_UPLOADS,
+            -(quotas::MAX_OPEN_UPLOADS as i64),
+        )])
+        .await
+        .unwrap();
+
+    // Five bytes short of the blob quota: a ten-byte upload cannot be finalized, and
+    // stays open (nothing half-stored).
+    store
+        .transact(vec![quotas::add(
+            &tenant(),
+            quotas::counters::BLOB_BYTES,
+            quotas::MAX_BLOB_BYTES as i64 - 5,
+        )])
+        .await
+        .unwrap();
+    let (u, _) = uploads::create(&store, &tenant(), 10, None, None)
+        .await
+        .unwrap();
+    uploads::accept_chunk(
+        &store,
+        &objects,
+        &tenant(),
+        &u.upload_id,
+        (0, 9, 10),
+        Bytes::from_static(b"abcdefghij"),
+    )
+    .await
+    .unwrap();
+    let e = uploads::finalize(&store, &objects, dir.path(), &tenant(), &u.upload_id, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CatalogError::Quota(_)), "{e}");
+    assert_eq!(open().await.unwrap(), 1, "still open, still counted");
 }
