@@ -469,6 +469,9 @@ pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow:
                 &Actor::cli(p.tenant.clone()),
             )
             .await?;
+            for w in project::enrolment_warnings(&s) {
+                eprintln!("warning: {w}");
+            }
             report_change(
                 &engine,
                 json,

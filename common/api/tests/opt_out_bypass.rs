@@ -438,3 +438,76 @@ async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leave
     let v = problem(r, StatusCode::TOO_MANY_REQUESTS).await;
     assert!(v["detail"].as_str().unwrap().contains("photos"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enrolment_refuses_reference_photos_that_will_not_work_and_says_how_many_do() {
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let (admin, _) = keys(&s).await;
+    let p = json_of(
+        admin
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "enrol", "match_threshold": 0.363 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let x = format!(
+        "{}/v1/x-tessera/projects/{}",
+        s.base,
+        p["project_id"].as_str().unwrap()
+    );
+    let enrol = |shas: Vec<String>| {
+        admin
+            .post(format!("{x}/subjects"))
+            .json(&json!({ "label": "astronaut", "blob_shas": shas }))
+            .send()
+    };
+    // A group photo: whose face is it?
+    let group = upload(
+        &admin,
+        &s.base,
+        &face_photo("composite_pd_1280x896.jpg"),
+        1 << 20,
+    )
+    .await;
+    let v = problem(
+        enrol(vec![group]).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("faces of similar size"),
+        "{v}"
+    );
+    // The portrait reduced to a quarter: a face of some 23 px is no reference.
+    let small = {
+        let img = image::load_from_memory(&face_photo("astronaut.png")).unwrap();
+        let img = img.resize(128, 128, image::imageops::FilterType::Triangle);
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    };
+    let small = upload(&admin, &s.base, &small, 1 << 20).await;
+    let v = problem(
+        enrol(vec![small]).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(v["detail"].as_str().unwrap().contains("px wide"), "{v}");
+    let subs = json_of(admin.get(format!("{x}/subjects")).send().await.unwrap()).await;
+    assert_eq!(subs["total"], 0, "nothing enrolled from refused photos");
+    // One good portrait: enrolled, with a warning that one view is thin.
+    let one = upload(&admin, &s.base, &face_photo("astronaut.png"), 1 << 20).await;
+    let r = enrol(vec![one]).await.unwrap();
+    assert_eq!(r.status(), 201);
+    let sub = json_of(r).await;
+    assert_eq!(sub["usable_views"], 1);
+    assert!(
+        sub["warnings"][0].as_str().unwrap().contains("2 or more"),
+        "{sub}"
+    );
+}

@@ -139,6 +139,7 @@ pub struct Enrol {
 fn subject_view(pid: &str, sub: &tessera_core::photo::Subject) -> Value {
     json!({
         "subject_id": sub.id, "label": sub.label, "references": sub.references.len(),
+        "usable_views": sub.embeddings.len(), "warnings": project::enrolment_warnings(sub),
         "created_at": sub.created_at.to_rfc3339(),
         "_links": super::links(&format!("/v1/x-tessera/projects/{pid}/subjects/{}", sub.id), &[]),
     })

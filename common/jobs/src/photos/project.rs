@@ -96,33 +96,63 @@ pub async fn photos(store: &dyn StateStore, project: ProjectId) -> Result<Vec<Ph
     query_all(store, q).await
 }
 
-/// The embedding of the largest face in one reference photo.
+/// Narrowest face a reference photo may show, in pixels of the upright photo. The
+/// embedder aligns every face to 112 × 112; a reference below about half that is mostly
+/// interpolation, and a subject enrolled from it matches their clear photos poorly
+/// (which fails closed for them, but blurs strangers who resemble the blur).
+pub const MIN_REFERENCE_FACE_PX: f32 = 64.0;
+/// A second face at least this fraction of the largest one's width makes a reference
+/// photo ambiguous: which of them asked not to be published is not for Tessera to guess.
+pub const SECOND_FACE_RATIO: f32 = 0.5;
+/// Reference photos below which an enrolment is answered with a warning.
+pub const ADVISED_REFERENCES: usize = 2;
+
+/// The embedding of the one face in a reference photo, checked: a face is found, it is
+/// at least [`MIN_REFERENCE_FACE_PX`] wide, and no other face comes close to its size.
+/// Each refusal names the photo and what to send instead.
 pub fn reference_embedding(
     models: &FaceModels,
     name: &str,
     bytes: &[u8],
 ) -> Result<Vec<f32>, PhotoError> {
     let decoded = upload::decode(name, bytes).map_err(|e| PhotoError::Invalid(e.0))?;
-    let faces = models.detect(&decoded.rgb)?;
-    let largest = faces
+    let mut faces = models.detect(&decoded.rgb)?;
+    let width = |d: &tessera_faces::Detection| d.bbox[2] - d.bbox[0];
+    faces.sort_by(|a, b| width(b).total_cmp(&width(a)));
+    let Some(largest) = faces.first() else {
+        return Err(PhotoError::Invalid(format!(
+            "reference photo `{name}` shows no face the detector can find; use a photo where the face is clear, front-on and at least {MIN_REFERENCE_FACE_PX} px wide"
+        )));
+    };
+    if width(largest) < MIN_REFERENCE_FACE_PX {
+        return Err(PhotoError::Invalid(format!(
+            "reference photo `{name}`: the face is {:.0} px wide; use one where it is at least {MIN_REFERENCE_FACE_PX} px wide (taken closer, or less reduced)",
+            width(largest)
+        )));
+    }
+    let similar = faces
         .iter()
-        .max_by(|a, b| {
-            let area = |d: &tessera_faces::Detection| (d.bbox[2] - d.bbox[0]) * (d.bbox[3] - d.bbox[1]);
-            area(a).total_cmp(&area(b))
-        })
-        .ok_or_else(|| {
-            PhotoError::Invalid(format!(
-                "reference photo `{name}` shows no face the detector can find; use a photo where the face is clear and at least ~30 px wide"
-            ))
-        })?;
-    if faces.len() > 1 {
-        tracing::warn!(
-            reference = name,
-            faces = faces.len(),
-            "several faces in a reference photo; enrolling the largest"
-        );
+        .filter(|d| width(d) >= SECOND_FACE_RATIO * width(largest))
+        .count();
+    if similar > 1 {
+        return Err(PhotoError::Invalid(format!(
+            "reference photo `{name}` shows {similar} faces of similar size; use a photo of the person alone, or crop it to their face"
+        )));
     }
     Ok(models.embed(&decoded.rgb, &largest.landmarks)?)
+}
+
+/// What an enrolment should tell the person who made it about how well it will match.
+pub fn enrolment_warnings(subject: &Subject) -> Vec<String> {
+    let n = subject.references.len();
+    if n < ADVISED_REFERENCES {
+        vec![format!(
+            "`{}` has {n} usable reference photo; {ADVISED_REFERENCES} or more, from other angles and light, match their other photos more surely",
+            subject.label
+        )]
+    } else {
+        Vec::new()
+    }
 }
 
 /// A committed subject or settings change.
