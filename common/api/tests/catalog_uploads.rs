@@ -141,9 +141,10 @@ async fn an_expired_upload_answers_gone_and_is_collected_with_its_chunks() {
     .unwrap();
     assert_eq!(keys(&w.objects, "upload-chunks/").await.len(), 1);
     // Not yet due: nothing is collected.
-    let c = uploads::collect_expired(&w.store, &w.objects, Millis::now(), 100)
-        .await
-        .unwrap();
+    let c =
+        tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, Millis::now(), 100)
+            .await
+            .unwrap();
     assert_eq!(c, Default::default());
     // Its time passes.
     w.store
@@ -180,7 +181,7 @@ async fn an_expired_upload_answers_gone_and_is_collected_with_its_chunks() {
     .unwrap_err();
     assert!(matches!(e, CatalogError::Gone(_)), "{e}");
     let later = Millis::now().plus(uploads::UPLOAD_LIFETIME + Duration::from_secs(60));
-    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+    let c = tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, later, 100)
         .await
         .unwrap();
     assert_eq!(c.uploads, 1);
@@ -190,7 +191,7 @@ async fn an_expired_upload_answers_gone_and_is_collected_with_its_chunks() {
         Err(CatalogError::NotFound(_))
     ));
     // Collecting again finds nothing and fails on nothing.
-    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+    let c = tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, later, 100)
         .await
         .unwrap();
     assert_eq!(c, Default::default());
@@ -230,7 +231,7 @@ async fn blobs_live_a_week_after_their_last_finalize_then_go() {
     let w = world();
     let sha = finalized(&w, b"photo bytes").await;
     let in_a_day = Millis::now().plus(Duration::from_secs(86_400 + 60));
-    let c = uploads::collect_expired(&w.store, &w.objects, in_a_day, 100)
+    let c = tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, in_a_day, 100)
         .await
         .unwrap();
     assert_eq!(c.blobs, 0, "{c:?}");
@@ -240,9 +241,10 @@ async fn blobs_live_a_week_after_their_last_finalize_then_go() {
             .is_ok()
     );
     let in_eight_days = Millis::now().plus(uploads::BLOB_LIFETIME + Duration::from_secs(86_400));
-    let c = uploads::collect_expired(&w.store, &w.objects, in_eight_days, 100)
-        .await
-        .unwrap();
+    let c =
+        tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, in_eight_days, 100)
+            .await
+            .unwrap();
     assert_eq!((c.blobs, c.records), (1, 1), "{c:?}");
     assert!(keys(&w.objects, "blobs/").await.is_empty());
     let e = uploads::read_blob(&w.objects, &tenant(), "blob_sha", &sha, 100)
@@ -360,7 +362,7 @@ async fn an_item_that_cannot_be_collected_does_not_hold_up_the_rest() {
         .await
         .unwrap();
     let later = Millis::now().plus(uploads::UPLOAD_LIFETIME + Duration::from_secs(60));
-    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+    let c = tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, later, 100)
         .await
         .unwrap();
     assert_eq!((c.uploads, c.failed), (1, 1), "{c:?}");
@@ -370,7 +372,7 @@ async fn an_item_that_cannot_be_collected_does_not_hold_up_the_rest() {
             .is_err()
     );
     // The damaged one waits an hour before it is tried again.
-    let c = uploads::collect_expired(&w.store, &w.objects, later, 100)
+    let c = tessera_core::catalog::collect::collect_expired(&w.store, &w.objects, later, 100)
         .await
         .unwrap();
     assert_eq!(c.failed, 0, "{c:?}");

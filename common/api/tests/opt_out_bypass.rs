@@ -335,7 +335,7 @@ async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leave
     let later = tessera_core::Millis::now().plus(
         tessera_core::catalog::refusals::REFUSAL_LIFETIME + std::time::Duration::from_secs(60),
     );
-    let c = tessera_core::catalog::uploads::collect_expired(
+    let c = tessera_core::catalog::collect::collect_expired(
         store.as_ref(),
         s.engine.ports().objects.as_ref(),
         later,

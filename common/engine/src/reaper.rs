@@ -46,7 +46,7 @@ impl Engine {
         let mut report = ReapReport::default();
         // Collection is housekeeping: a failure is logged and retried next pass, never a
         // reason to leave dead workers' tasks unreaped.
-        match tessera_core::catalog::uploads::collect_expired(
+        match tessera_core::catalog::collect::collect_expired(
             self.ports.store.as_ref(),
             self.ports.objects.as_ref(),
             now,

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 use support::rig;
 use tessera_core::Millis;
-use tessera_core::catalog::uploads::collect_expired;
+use tessera_core::catalog::collect::collect_expired;
 use tessera_core::projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

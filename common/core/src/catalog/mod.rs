@@ -4,6 +4,7 @@
 //! object is decided once, here, and every entry point (HTTP, CLI, Lambda) asks.
 
 pub mod api_keys;
+pub mod collect;
 pub mod datasets;
 pub mod erasure;
 pub mod idempotency;
@@ -60,7 +61,7 @@ pub enum CatalogError {
 }
 
 /// The write that stores `body` under `key`, due for the collector at `due` (the expiry
-/// index `DUE#expiry#<shard>`, which [`uploads::collect_expired`] walks).
+/// index `DUE#expiry#<shard>`, which [`collect::collect_expired`] walks).
 pub(crate) fn due_item(key: ItemKey, body: serde_json::Value, due: crate::Millis) -> Write {
     let mut item = Item::new(key.clone(), body);
     item.by_due = Some(expiry_index_key(due, &key.pk));
@@ -95,6 +96,26 @@ pub(crate) async fn drop_if_unchanged(
     {
         Err(e) if e.is_conflict() => Ok(()),
         other => Ok(other?),
+    }
+}
+
+/// Delete every object under `prefix`.
+pub(crate) async fn delete_prefix(
+    objects: &dyn crate::ports::ObjectStore,
+    prefix: &str,
+) -> Result<usize, CatalogError> {
+    let mut after = None;
+    let mut n = 0;
+    loop {
+        let (page, next) = objects.list(prefix, after.as_deref(), 500).await?;
+        for o in &page {
+            objects.delete(&o.key).await?;
+            n += 1;
+        }
+        match next {
+            Some(k) => after = Some(k),
+            None => return Ok(n),
+        }
     }
 }
 

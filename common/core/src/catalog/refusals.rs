@@ -111,7 +111,7 @@ pub(crate) async fn collect(
     if store.get(&records::photo_key(r.photo_id)).await?.is_some() {
         return super::drop_if_unchanged(store, item).await;
     }
-    delete_prefix(objects, &r.objects_prefix()).await?;
+    super::delete_prefix(objects, &r.objects_prefix()).await?;
     let mut writes = vec![Write::Delete {
         key: item.key.clone(),
         condition: Condition::Rev(item.rev),
@@ -129,22 +129,5 @@ pub(crate) async fn collect(
         // Refused again meanwhile: the newer refusal is collected in its time.
         Err(e) if e.is_conflict() => Ok(()),
         other => Ok(other?),
-    }
-}
-
-/// Delete every object under `prefix`.
-pub async fn delete_prefix(objects: &dyn ObjectStore, prefix: &str) -> Result<usize, CatalogError> {
-    let mut after = None;
-    let mut n = 0;
-    loop {
-        let (page, next) = objects.list(prefix, after.as_deref(), 500).await?;
-        for o in &page {
-            objects.delete(&o.key).await?;
-            n += 1;
-        }
-        match next {
-            Some(k) => after = Some(k),
-            None => return Ok(n),
-        }
     }
 }

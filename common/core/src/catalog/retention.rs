@@ -1,7 +1,7 @@
 //! Keeping originals only as long as a project says (`upload_retention_days`).
 //!
 //! Ingest records, with the photo's row, a marker due when the original's time is up;
-//! the reaper's collector ([`super::uploads::collect_expired`]) hands due markers to
+//! the reaper's collector ([`super::collect::collect_expired`]) hands due markers to
 //! [`expire_original`], which deletes the upload and its unblurred
 //! thumbnail and marks the row. The published (blurred) files stay. A photo whose
 //! original is gone cannot be decided again: when a subject change or an edit would

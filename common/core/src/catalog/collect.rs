@@ -1,0 +1,148 @@
+//! The collector: what the expiry index says is due is removed, by the reaper's pass —
+//! unfinished uploads with their chunks, finalized uploads' records, blobs, photo
+//! originals past their project's retention ([`super::retention`]), refused uploads
+//! ([`super::refusals`]) and the second sweep of every erasure ([`super::erasure`]).
+
+use super::CatalogError;
+use super::uploads::{Upload, UploadState, blob_key, check_sha, chunks_prefix, release_blob};
+use crate::Millis;
+use crate::ids::TenantId;
+use crate::ports::state_store::{Condition, Index, Item, Query, Write};
+use crate::ports::{ObjectStore, StateStore};
+use serde::Serialize;
+use std::time::Duration;
+
+/// What one collection pass removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct Collected {
+    /// Unfinished uploads removed with their chunks.
+    pub uploads: usize,
+    /// Finalized uploads' records removed.
+    pub records: usize,
+    /// Blobs removed.
+    pub blobs: usize,
+    /// Erasures given their second sweep.
+    pub erasures: usize,
+    /// Photo originals deleted under their project's retention.
+    pub originals: usize,
+    /// Refused uploads removed with their bytes.
+    pub refusals: usize,
+    /// Items that could not be collected now (tried again in an hour).
+    pub failed: usize,
+    /// What the last of those said.
+    pub last_error: Option<String>,
+}
+
+/// Remove what expired by `now`: up to `limit` items of the expiry index (its shards
+/// in turn). Safe to run concurrently and to repeat after a crash (every step is
+/// conditional or idempotent).
+pub async fn collect_expired(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    now: Millis,
+    limit: usize,
+) -> Result<Collected, CatalogError> {
+    let mut done = Collected::default();
+    let mut left = limit.max(1);
+    for partition in crate::records::due_partitions(super::EXPIRY) {
+        if left == 0 {
+            break;
+        }
+        let mut q = Query::partition(Index::ByDue, partition, left);
+        q.sk_max = Some(format!("{}#~", now.sort_key()));
+        let page = store.query(&q).await?;
+        left = left.saturating_sub(page.items.len());
+        for item in page.items {
+            // One item that cannot be collected now (a store error, a damaged record)
+            // must not hold up the deletions due behind it: it is tried again in an hour.
+            if let Err(e) = collect_one(store, objects, &item, &mut done).await {
+                done.failed += 1;
+                done.last_error = Some(format!("{} / {}: {e}", item.key.pk, item.key.sk));
+                let mut later = item.clone();
+                later.by_due = Some(super::expiry_index_key(now.plus(RETRY_AFTER), &item.key.pk));
+                let _ = store
+                    .transact(vec![Write::Put {
+                        item: later,
+                        condition: Condition::Rev(item.rev),
+                    }])
+                    .await;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// How long an item that could not be collected waits before the next try.
+const RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+async fn collect_one(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    item: &Item,
+    done: &mut Collected,
+) -> Result<(), CatalogError> {
+    if item.key.pk.starts_with("UPLOAD#") {
+        let u: Upload = crate::records::decode(item)?;
+        if u.state != UploadState::Finalized {
+            super::delete_prefix(objects, &chunks_prefix(&u.upload_id)).await?;
+            done.uploads += 1;
+            // Still open when it expired: no longer counted against the quota.
+            super::quotas::ensure_usage(store, &u.tenant).await?;
+            match store
+                .transact(vec![
+                    Write::Delete {
+                        key: item.key.clone(),
+                        condition: Condition::Rev(item.rev),
+                    },
+                    super::quotas::add(&u.tenant, super::quotas::counters::OPEN_UPLOADS, -1),
+                ])
+                .await
+            {
+                Err(e) if e.is_conflict() => {}
+                other => other?,
+            }
+        } else {
+            done.records += 1;
+            super::drop_if_unchanged(store, item).await?;
+        }
+    } else if item.key.pk.starts_with("REFUSED#") {
+        super::refusals::collect(store, objects, item).await?;
+        done.refusals += 1;
+    } else if item.key.pk.starts_with("RETAIN#") {
+        super::retention::expire_original(store, objects, item).await?;
+        done.originals += 1;
+    } else if item.key.pk.starts_with("ERASED#") {
+        super::erasure::final_sweep(store, objects, item).await?;
+        done.erasures += 1;
+    } else if item.key.pk.starts_with("BLOB#") {
+        let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
+            .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
+        let sha = check_sha("blob record", item.body["sha"].as_str().unwrap_or_default())?;
+        // Mark first: a finalize that comes now is told to retry, and one that marked
+        // the blob after this page was read makes this condition fail.
+        let marked = store
+            .transact(vec![Write::Set {
+                key: item.key.clone(),
+                fields: vec![("state".into(), "collecting".into())],
+                condition: Condition::Rev(item.rev),
+            }])
+            .await;
+        match marked {
+            Err(e) if e.is_conflict() => return Ok(()),
+            other => other?,
+        };
+        objects.delete(&blob_key(&tenant, &sha)).await?;
+        super::quotas::ensure_usage(store, &tenant).await?;
+        store
+            .transact(vec![
+                Write::Delete {
+                    key: item.key.clone(),
+                    condition: Condition::field_eq("state", "collecting"),
+                },
+                release_blob(&tenant, item),
+            ])
+            .await?;
+        done.blobs += 1;
+    }
+    Ok(())
+}
