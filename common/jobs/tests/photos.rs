@@ -490,3 +490,47 @@ async fn a_lost_embeddings_object_means_detecting_again_never_fewer_faces() {
             .is_some()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photos_jobs_queued_before_its_erasure_end_without_acting() {
+    // Seen in the load rehearsal: a sweep queued a reprocess (and its cleanup) for a
+    // photo that was erased before they ran; both failed ("no row"), so a finished
+    // erasure showed up as failed tasks. An erased photo's late tasks have nothing left
+    // to act on: they succeed, and nothing of the photo comes back.
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (photo, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let row = r.photo(photo).await;
+    assert!(row.published_at.is_some());
+    let prefix = keys::derived_prefix(p.id, photo);
+    tessera_jobs::photos::erase::erase_photo(
+        r.store(),
+        r.engine.ports().objects.as_ref(),
+        &row,
+        &tessera_core::audit::Actor::cli(p.tenant.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(r.objects(&prefix).await.is_empty());
+    let job = r
+        .engine
+        .submit(photos::reprocess_plan(p.tenant.clone(), p.id, photo, 1, 0))
+        .await
+        .unwrap()
+        .job_id;
+    r.settle().await;
+    let j = r.engine.job(job).await.unwrap();
+    assert_eq!(j.status(), tessera_core::job::JobStatus::Succeeded, "{j:?}");
+    assert_eq!(j.counters.succeeded, 2, "the reprocess and its cleanup");
+    assert!(
+        r.store()
+            .get(&tessera_core::records::photo_key(photo))
+            .await
+            .unwrap()
+            .is_none(),
+        "no row written back"
+    );
+    assert!(r.objects(&prefix).await.is_empty(), "no file written back");
+}

@@ -18,7 +18,9 @@ impl TaskHandler for Cleanup {
         let ports = ctx.ports();
         // List first, then read the row: a newer run stages its keys on the row before
         // uploading them, so anything it uploaded that the listing saw is staged there.
-        let first = row::load(ports.store.as_ref(), id).await?;
+        let Some(first) = row::find(ports.store.as_ref(), id).await? else {
+            return Ok(row::erased(id));
+        };
         let prefix = keys::derived_prefix(first.project, id);
         let mut listed = Vec::new();
         let mut after: Option<String> = None;
@@ -30,7 +32,9 @@ impl TaskHandler for Cleanup {
                 None => break,
             }
         }
-        let photo = row::load(ports.store.as_ref(), id).await?;
+        let Some(photo) = row::find(ports.store.as_ref(), id).await? else {
+            return Ok(row::erased(id));
+        };
         let keep: BTreeSet<&str> = photo
             .referenced_keys()
             .into_iter()

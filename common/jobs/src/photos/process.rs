@@ -135,7 +135,9 @@ impl TaskHandler for Process {
         let id = payload_photo(ctx.task())?;
         let ports = ctx.ports();
         let store = ports.store.as_ref();
-        let mut photo = row::load(store, id).await?;
+        let Some(mut photo) = row::find(store, id).await? else {
+            return Ok(row::erased(id));
+        };
         let proj = project::load(store, photo.project)
             .await
             .map_err(TaskError::from_classified)?;

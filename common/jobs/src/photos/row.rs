@@ -13,13 +13,23 @@ use tessera_core::ports::{ObjectStore, ObjectStoreError};
 use tessera_core::{PhotoId, records};
 use tessera_engine::TaskError;
 
-/// The photo's row.
-pub async fn load(store: &dyn StateStore, id: PhotoId) -> Result<Photo, TaskError> {
-    let item = store
-        .get(&records::photo_key(id))
-        .await?
-        .ok_or_else(|| TaskError::permanent(format!("photo {id} has no row; ingest it first")))?;
-    Ok(records::decode(&item)?)
+/// The photo's row, or `None` when there is none. A task of a photo's own jobs
+/// (processing, re-blur, cleanup) only runs after ingest wrote the row, so for those
+/// `None` means the photo was erased meanwhile: there is nothing left to act on, and
+/// the task ends without producing anything (an erasure is never undone by a late task).
+pub async fn find(store: &dyn StateStore, id: PhotoId) -> Result<Option<Photo>, TaskError> {
+    match store.get(&records::photo_key(id)).await? {
+        Some(item) => Ok(Some(records::decode(&item)?)),
+        None => Ok(None),
+    }
+}
+
+/// What a task of an erased photo answers.
+pub fn erased(id: PhotoId) -> tessera_engine::TaskOutput {
+    tracing::info!(photo = %id, "the photo was erased; nothing to do");
+    tessera_engine::TaskOutput::result(serde_json::json!({
+        "photo": id, "skipped": "the photo was erased",
+    }))
 }
 
 /// Set `fields` of the row while its variant version is `version`.
