@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::rig;
+use support::{rig, rig_with};
 use tessera_core::photo::{Photo, Pipeline, RULES};
 use tessera_core::ports::state_store::{Condition, Write};
 use tessera_core::{Millis, PhotoId, TaskId, records};
@@ -133,4 +133,63 @@ async fn a_sweep_larger_than_one_part_hands_on_and_reaches_every_photo_once() {
         .unwrap();
     assert!(again.existing);
     assert_eq!(again.job_id, *first_follow_up);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_out_of_time_hands_on_mid_page_from_the_last_photo_it_handled() {
+    // Seen in the load rehearsal: the time was checked only between pages, and one
+    // page of 100 slow submissions outlasted the ingest function's timeout. With no
+    // time at all, every part handles one photo and hands on from it.
+    let r = rig_with(|reg| {
+        reg.register(
+            photos::kinds::REBLUR,
+            reblur::Sweep {
+                time_per_part: std::time::Duration::ZERO,
+            },
+        );
+    })
+    .await;
+    let p = r.project(Some(0.363)).await;
+    const PHOTOS: u64 = 5;
+    let rows: Vec<Photo> = (0..PHOTOS).map(|_| row(p.id)).collect();
+    r.store()
+        .transact(
+            rows.iter()
+                .map(|ph| Write::Put {
+                    item: records::photo_item(ph),
+                    condition: Condition::Absent,
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let change = project::reblur_all(&r.engine, p.id).await.unwrap();
+    let mut job = Some(change.reblur_job);
+    let (mut parts, mut submitted) = (0u64, 0u64);
+    while let Some(id) = job.take() {
+        let sweep: TaskId = r.engine.job_tasks(id).await.unwrap()[0].id;
+        r.engine.run_task(sweep).await.unwrap();
+        let result = r
+            .engine
+            .job_tasks(id)
+            .await
+            .unwrap()
+            .remove(0)
+            .result
+            .unwrap();
+        assert_eq!(
+            result["photos"].as_u64().unwrap(),
+            1,
+            "part {parts}: {result}"
+        );
+        submitted += result["reprocess_jobs"].as_u64().unwrap();
+        parts += 1;
+        job = result["follow_up"].as_str().map(|j| j.parse().unwrap());
+        assert!(parts <= PHOTOS, "more parts than photos");
+    }
+    assert_eq!(
+        (parts, submitted),
+        (PHOTOS, PHOTOS),
+        "one photo a part, each once"
+    );
 }

@@ -373,7 +373,7 @@ pub fn register(r: &mut Registry, faces: Arc<FaceService>) {
             mode: process::Mode::ThumbnailDims,
         },
     );
-    r.register(kinds::REBLUR, reblur::Sweep);
+    r.register(kinds::REBLUR, reblur::Sweep::default());
     r.register(
         kinds::FACE_PROCESS,
         process::Process {

@@ -5,7 +5,8 @@
 //! applies it. A part pages through the project's photos from its cursor and submits a
 //! `reprocess` job for each photo whose files were decided at an older subject revision
 //! (or under older rules). It does a bounded amount of work — [`PHOTOS_PER_PART`]
-//! photos or [`TIME_PER_PART`], whichever comes first, checked at page boundaries — and
+//! photos (checked at page boundaries) or [`TIME_PER_PART`] (checked before every
+//! photo), whichever comes first — and
 //! then hands on: it submits the next part with the cursor where it stopped, as a job
 //! of its own, and ends. So a sweep of any size finishes, each run stays far inside
 //! its function's timeout (the ingest function's 120 s on AWS), and a part killed at
@@ -26,9 +27,12 @@ use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, T
 pub const PAGE: usize = 100;
 /// Most photos one part reads before it hands on.
 pub const PHOTOS_PER_PART: u64 = 1_000;
-/// Longest one part runs before it hands on (at the next page boundary): a quarter of
-/// the ingest function's 120 s timeout, leaving room for one slow page.
-pub const TIME_PER_PART: Duration = Duration::from_secs(30);
+/// Longest one part runs before it hands on, checked before each photo: a twelfth of the
+/// ingest function's 120 s timeout. The load rehearsal saw one page of 100 slow
+/// submissions outlast that timeout when the time was checked between pages, and a part
+/// run 50 s with a 30 s budget when single submissions were slow; a part always ends
+/// within the budget plus one submission. More parts cost a few writes each.
+pub const TIME_PER_PART: Duration = Duration::from_secs(10);
 
 /// The sweep for `project` at `subjects_rev` (one job per revision): its first part.
 pub fn plan(tenant: TenantId, project: ProjectId, subjects_rev: u64) -> JobPlan {
@@ -67,7 +71,18 @@ pub fn part_plan(
 }
 
 /// The sweep's handler.
-pub struct Sweep;
+pub struct Sweep {
+    /// How long one part runs before it hands on ([`TIME_PER_PART`]).
+    pub time_per_part: Duration,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep {
+            time_per_part: TIME_PER_PART,
+        }
+    }
+}
 
 #[async_trait]
 impl TaskHandler for Sweep {
@@ -104,9 +119,22 @@ impl TaskHandler for Sweep {
         );
         q.after = start;
         let mut follow_up = None;
-        loop {
+        // Where the next part starts, once this one has done its share: the sort key of
+        // the last photo it handled (the time is checked before every photo, since
+        // one page of slow submissions alone could outlast the function), or the end
+        // of the last page it read.
+        let mut hand_on: Option<String> = None;
+        let mut last: Option<String> = None;
+        'pages: loop {
             let page = store.query(&q).await?;
             for item in &page.items {
+                if let Some(after) = &last
+                    && clock.elapsed() >= self.time_per_part
+                {
+                    hand_on = Some(after.clone());
+                    break 'pages;
+                }
+                last = item.by_parent.as_ref().map(|k| k.sk.clone());
                 seen += 1;
                 // One unreadable row must not stop every other photo's re-blur.
                 let photo: tessera_core::photo::Photo = match records::decode(item) {
@@ -136,21 +164,25 @@ impl TaskHandler for Sweep {
             ctx.progress(Phase::Publish, seen, None, None).await?;
             ctx.checkpoint().await?;
             let Some(next) = page.next else { break };
-            if seen >= PHOTOS_PER_PART || clock.elapsed() >= TIME_PER_PART {
-                // Hand on: the next part starts where this one stopped.
-                let next_part = ctx
-                    .submit(part_plan(
-                        p.tenant.clone(),
-                        project_id,
-                        target,
-                        Some(next),
-                        part + 1,
-                    ))
-                    .await?;
-                follow_up = Some(next_part.job_id);
+            if seen >= PHOTOS_PER_PART || clock.elapsed() >= self.time_per_part {
+                hand_on = Some(next);
                 break;
             }
             q.after = Some(next);
+        }
+        if let Some(cursor) = hand_on {
+            // Hand on: the next part starts where this one stopped.
+            ctx.progress(Phase::Publish, seen, None, None).await?;
+            let next_part = ctx
+                .submit(part_plan(
+                    p.tenant.clone(),
+                    project_id,
+                    target,
+                    Some(cursor),
+                    part + 1,
+                ))
+                .await?;
+            follow_up = Some(next_part.job_id);
         }
         ctx.phase_completed(Phase::Publish, started).await?;
         tracing::info!(project = %project_id, subjects_rev = target, part, photos = seen, reprocess = submitted, follow_up = ?follow_up, seconds = clock.elapsed().as_secs_f64(), "sweep part done");

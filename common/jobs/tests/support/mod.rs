@@ -48,6 +48,11 @@ pub struct Rig {
 }
 
 pub async fn rig() -> Rig {
+    rig_with(|_| {}).await
+}
+
+/// A rig whose registry `change` adjusts (a handler with other settings).
+pub async fn rig_with(change: impl FnOnce(&mut tessera_engine::Registry)) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
     let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
@@ -72,7 +77,8 @@ pub async fn rig() -> Rig {
         base: Duration::from_millis(20),
         cap: Duration::from_millis(100),
     };
-    let registry = tessera_jobs::registry_with(Arc::new(FaceService::with_models(models())));
+    let mut registry = tessera_jobs::registry_with(Arc::new(FaceService::with_models(models())));
+    change(&mut registry);
     let engine = Engine::new(ports, config, registry);
     engine.ensure_queue().await.unwrap();
     Rig { _dir: dir, engine }
