@@ -5,7 +5,7 @@
 //! | record | pk | sk | by_parent | by_due |
 //! | --- | --- | --- | --- | --- |
 //! | task | `TASK#<id>` | `TASK` | `JOB#<job>` / `TASK#<id>` | `DUE#<state>#<shard>` / `<due ms>#<id>` |
-//! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS` / `<id>` | — |
+//! | job | `JOB#<id>` | `JOB` | `TENANT#<t>#JOBS#<shard>` / `<id>` | — |
 //! | fingerprint | `FP#<tenant>#<kind>#<sha>` | `FP` | — | — |
 //! | cache entry | `CACHE#<tenant>#<key>` | `CACHE` | — | — |
 //! | snapshot numbers | `SNAPSEQ#<job>` | `SNAPSEQ` | — | — |
@@ -52,9 +52,28 @@ pub fn job_tasks_partition(id: JobId) -> String {
     format!("JOB#{id}")
 }
 
-/// The by-parent partition holding a tenant's jobs.
-pub fn tenant_jobs_partition(tenant: &TenantId) -> String {
-    format!("TENANT#{tenant}#JOBS")
+/// How many by-parent partitions a tenant's job listing is spread over. Every job adds
+/// an entry (a photo's ingest, processing and re-blur jobs too: about four a photo), so
+/// one busy tenant's listing in one partition took every entry write of its bursts: the
+/// load rehearsal counted half a partition's write limit at 116 photos a second.
+pub const TENANT_JOB_SHARDS: u32 = 16;
+
+/// The by-parent partition holding the listing entry of the tenant's job `job`.
+pub fn tenant_jobs_partition(tenant: &TenantId, job: JobId) -> String {
+    format!(
+        "TENANT#{tenant}#JOBS#{:02}",
+        due_shard(&job.to_string()) % TENANT_JOB_SHARDS
+    )
+}
+
+/// Every by-parent partition of a tenant's job listing: each shard, then the unsharded
+/// partition that entries written before sharding still sit in. The entries are keyed
+/// by job id (a ULID, so in submission order) in all of them.
+pub fn tenant_jobs_partitions(tenant: &TenantId) -> Vec<String> {
+    (0..TENANT_JOB_SHARDS)
+        .map(|s| format!("TENANT#{tenant}#JOBS#{s:02}"))
+        .chain(std::iter::once(format!("TENANT#{tenant}#JOBS")))
+        .collect()
 }
 
 /// How many partitions each kind of due entry is spread over. DynamoDB gives one
@@ -182,7 +201,7 @@ pub fn job_item(job: &Job) -> Item {
         key: job_key(job.id),
         body: to_body(job),
         by_parent: Some(ItemKey::new(
-            tenant_jobs_partition(&job.tenant),
+            tenant_jobs_partition(&job.tenant, job.id),
             job.id.to_string(),
         )),
         by_due: None,

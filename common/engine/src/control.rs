@@ -47,25 +47,36 @@ impl Engine {
     }
 
     /// A page of a tenant's jobs, oldest first; pass the cursor back for the next page.
+    ///
+    /// The listing is spread over [`records::TENANT_JOB_SHARDS`] partitions (and the
+    /// unsharded one of older entries), all keyed by job id: each is read from the
+    /// cursor for up to `limit` entries and the pages are merged in id order, so the
+    /// cursor (the last id returned) means the same in every partition.
     pub async fn list_jobs(
         &self,
         tenant: &TenantId,
         after: Option<String>,
         limit: usize,
     ) -> Result<(Vec<Job>, Option<String>), EngineError> {
-        let mut q = Query::partition(
-            Index::ByParent,
-            records::tenant_jobs_partition(tenant),
-            limit,
-        );
-        q.after = after;
-        let page = self.ports.store.query(&q).await?;
-        let jobs = page
-            .items
-            .iter()
-            .map(records::job_from)
-            .collect::<Result<_, _>>()?;
-        Ok((jobs, page.next))
+        let limit = limit.max(1);
+        let mut jobs = std::collections::BTreeMap::new();
+        let mut more = false;
+        for partition in records::tenant_jobs_partitions(tenant) {
+            let mut q = Query::partition(Index::ByParent, partition, limit);
+            q.after = after.clone();
+            let page = self.ports.store.query(&q).await?;
+            more |= page.next.is_some();
+            for item in &page.items {
+                let job = records::job_from(item)?;
+                jobs.insert(job.id.to_string(), job);
+            }
+        }
+        more |= jobs.len() > limit;
+        let jobs: Vec<Job> = jobs.into_values().take(limit).collect();
+        let next = more
+            .then(|| jobs.last().map(|j| j.id.to_string()))
+            .flatten();
+        Ok((jobs, next))
     }
 
     /// Every task of a job (read a page at a time).
