@@ -264,3 +264,48 @@ async fn unfinished_uploads_and_blob_bytes_are_counted_and_refused_past_their_qu
     assert!(matches!(e, CatalogError::Quota(_)), "{e}");
     assert_eq!(open().await.unwrap(), 1, "still open, still counted");
 }
+
+#[tokio::test]
+async fn photo_admissions_are_spread_over_count_shards_and_summed() {
+    // One usage record took every admission of a burst: the load rehearsal's hottest
+    // table partition (infra/rehearsal/load.py). Admissions go to shards; releases to
+    // the record; the count is all of them, and the limit holds on the sum.
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store = SqliteStateStore::open(&state.state_db()).unwrap();
+    for _ in 0..48 {
+        quotas::admit_photo(&store, &tenant()).await.unwrap();
+    }
+    let t = tenant();
+    let count = || quotas::counter(&store, &t, quotas::counters::PHOTOS);
+    assert_eq!(count().await.unwrap(), 48);
+    let mut shards = 0;
+    for s in 0..quotas::PHOTO_COUNT_SHARDS {
+        let key = tessera_core::ports::state_store::ItemKey::new(
+            format!("TENANT#{}#PHOTOS#{s:02}", tenant()),
+            "COUNT",
+        );
+        if store.get(&key).await.unwrap().is_some() {
+            shards += 1;
+        }
+    }
+    assert!(shards >= 4, "48 admissions in {shards} shards");
+    // A release (an erasure) subtracts on the usage record.
+    store
+        .transact(vec![quotas::add(&tenant(), quotas::counters::PHOTOS, -1)])
+        .await
+        .unwrap();
+    assert_eq!(count().await.unwrap(), 47);
+    // At the limit, counted over the shards, the next admission is refused.
+    store
+        .transact(vec![quotas::add(
+            &tenant(),
+            quotas::counters::PHOTOS,
+            quotas::MAX_PHOTOS as i64 - 47,
+        )])
+        .await
+        .unwrap();
+    let e = quotas::admit_photo(&store, &tenant()).await.unwrap_err();
+    assert!(matches!(e, CatalogError::Quota(_)), "{e}");
+    assert_eq!(count().await.unwrap(), quotas::MAX_PHOTOS);
+}
