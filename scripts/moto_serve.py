@@ -93,6 +93,72 @@ if os.environ.get("TESSERA_MOTO_EXTERNAL_LAMBDA") == "1":
 
     Queue.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)
 
+# moto backs up every table a transaction names (copy.deepcopy of the whole table) so it
+# can roll back, which makes each TransactWriteItems cost time proportional to the
+# table: with a few thousand items (the load rehearsal) every write took seconds. The
+# rollback only needs the items the transaction names, so those are saved (by value)
+# and put back instead; DynamoDB requests run one at a time here, so nothing else can
+# change them in between. What a transaction does and refuses is moto's, unchanged.
+import copy  # noqa: E402
+
+from moto.dynamodb.models import DynamoDBBackend  # noqa: E402
+from moto.dynamodb.models.table import Table  # noqa: E402
+
+_transacting = threading.local()
+_transact_write_items = DynamoDBBackend.transact_write_items
+
+
+def _table_deepcopy(self, memo):
+    if getattr(_transacting, "active", False):
+        return self  # the whole-table backup: replaced by the items' own, below
+    new = self.__class__.__new__(self.__class__)
+    memo[id(self)] = new
+    for k, v in self.__dict__.items():
+        setattr(new, k, copy.deepcopy(v, memo))
+    return new
+
+
+def _item_key(table, op):
+    if "Item" in op:
+        key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+        if table.range_key_attr is not None:
+            key[table.range_key_attr] = op["Item"][table.range_key_attr]
+        return key
+    return op.get("Key")
+
+
+def _transact_by_item(self, transact_items):
+    saved = []
+    for entry in transact_items[:100]:
+        _, op = next(iter(entry.items()))
+        table = self.tables.get(op.get("TableName"))
+        key = _item_key(table, op) if table is not None else None
+        if key is None:
+            continue
+        try:
+            current = self.get_item(op["TableName"], key)
+        except Exception:  # noqa: BLE001 - a malformed key: moto's own check refuses it
+            continue
+        saved.append((op["TableName"], key, copy.deepcopy(current.to_json()["Attributes"]) if current else None))
+    _transacting.active = True
+    try:
+        return _transact_write_items(self, transact_items)
+    except Exception:
+        _transacting.active = False
+        for table_name, key, attrs in reversed(saved):
+            if attrs is None:
+                if self.get_item(table_name, key) is not None:
+                    self.delete_item(table_name, key)
+            else:
+                self.put_item(table_name, attrs)
+        raise
+    finally:
+        _transacting.active = False
+
+
+Table.__deepcopy__ = _table_deepcopy
+DynamoDBBackend.transact_write_items = _transact_by_item
+
 app = DomainDispatcherApplication(create_backend_app)
 dynamodb = threading.Lock()
 
