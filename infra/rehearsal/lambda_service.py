@@ -346,12 +346,20 @@ class Function:
             seconds = time.time() - started
             if inv.done.is_set() and inv.error is None and inst.killed_for is None:
                 self.invocations.append((started, seconds, "ok"))
+                self._observe(started, seconds, "ok", payload)
                 return True, inv.body, inv.streaming, None
             why = inv.error or inst.killed_for or inst.init_error or f"Runtime exited with {inst.proc.poll()}"
             self.invocations.append((started, seconds, why))
+            self._observe(started, seconds, why, payload)
             return False, None, False, why
         finally:
             self._release(inst)
+
+    def _observe(self, started, seconds, outcome, payload):
+        """Tell the observer (a load rehearsal's, if it set one) of an invocation."""
+        observer = getattr(self, "observer", None)
+        if observer is not None:
+            observer(started, seconds, outcome, payload)
 
     def stop(self):
         for i in self.instances:

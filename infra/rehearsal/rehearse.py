@@ -530,15 +530,19 @@ class Rehearsal:
 
     # -- run -------------------------------------------------------------------------------
 
+    def create_api_key(self):
+        """An admin API key, made as an operator makes one (`tessera aws create-key`)."""
+        tessera = os.path.join(self.args.target_dir, self.args.profile, "tessera")
+        env = dict(os.environ, **self.op_env, AWS_ENDPOINT_URL=self.endpoint, AWS_REGION="us-east-1",
+                   TESSERA_TABLE=self.stack.physical["StateTable"], TESSERA_BUCKET=self.stack.physical["PhotoBucket"])
+        return subprocess.run([tessera, "aws", "create-key", "--admin"], env=env, capture_output=True,
+                              text=True, check=True).stdout.strip()
+
     def run(self):
         self.deploy()
         self.start_functions()
         self.check_placements()
-        tessera = os.path.join(self.args.target_dir, self.args.profile, "tessera")
-        env = dict(os.environ, **self.op_env, AWS_ENDPOINT_URL=self.endpoint, AWS_REGION="us-east-1",
-                   TESSERA_TABLE=self.stack.physical["StateTable"], TESSERA_BUCKET=self.stack.physical["PhotoBucket"])
-        self.api_key = subprocess.run([tessera, "aws", "create-key", "--admin"], env=env, capture_output=True,
-                                      text=True, check=True).stdout.strip()
+        self.api_key = self.create_api_key()
         s, h = self.http("GET", "/healthz", key=False)
         self.check(s == 200, f"/healthz through the function URL: {s} {h}")
         errors = []
