@@ -51,7 +51,10 @@ impl Engine {
     /// The listing is spread over [`records::TENANT_JOB_SHARDS`] partitions (and the
     /// unsharded one of older entries), all keyed by job id: each is read from the
     /// cursor for up to `limit` entries and the pages are merged in id order, so the
-    /// cursor (the last id returned) means the same in every partition.
+    /// cursor (the last id returned) means the same in every partition. A partition
+    /// that has more than it returned (a short page: entries whose records were gone,
+    /// or a store's own page cap) bounds the merge: nothing past where it stopped is
+    /// returned before what it still holds, so no job is skipped.
     pub async fn list_jobs(
         &self,
         tenant: &TenantId,
@@ -60,21 +63,29 @@ impl Engine {
     ) -> Result<(Vec<Job>, Option<String>), EngineError> {
         let limit = limit.max(1);
         let mut jobs = std::collections::BTreeMap::new();
-        let mut more = false;
+        let mut bound: Option<String> = None;
         for partition in records::tenant_jobs_partitions(tenant) {
             let mut q = Query::partition(Index::ByParent, partition, limit);
             q.after = after.clone();
             let page = self.ports.store.query(&q).await?;
-            more |= page.next.is_some();
+            if let Some(n) = page.next {
+                bound = Some(match bound {
+                    Some(b) if b <= n => b,
+                    _ => n,
+                });
+            }
             for item in &page.items {
                 let job = records::job_from(item)?;
                 jobs.insert(job.id.to_string(), job);
             }
         }
-        more |= jobs.len() > limit;
+        if let Some(b) = &bound {
+            jobs.retain(|id, _| id <= b);
+        }
+        let more = bound.is_some() || jobs.len() > limit;
         let jobs: Vec<Job> = jobs.into_values().take(limit).collect();
         let next = more
-            .then(|| jobs.last().map(|j| j.id.to_string()))
+            .then(|| jobs.last().map(|j| j.id.to_string()).or(bound))
             .flatten();
         Ok((jobs, next))
     }
