@@ -93,7 +93,18 @@ async fn a_sweep_larger_than_one_part_hands_on_and_reaches_every_photo_once() {
         parts += 1;
         job = result["follow_up"].as_str().map(|j| j.parse().unwrap());
         if let Some(next) = job {
-            cursors.push((next, r.engine.job(next).await.unwrap().spec));
+            // The cursor is the part's payload; its job's spec names only the part.
+            let payload = r.engine.job_tasks(next).await.unwrap().remove(0).payload;
+            assert!(
+                r.engine
+                    .job(next)
+                    .await
+                    .unwrap()
+                    .spec
+                    .get("after")
+                    .is_none()
+            );
+            cursors.push((next, payload));
         }
     }
     assert!(
@@ -133,6 +144,21 @@ async fn a_sweep_larger_than_one_part_hands_on_and_reaches_every_photo_once() {
         .unwrap();
     assert!(again.existing);
     assert_eq!(again.job_id, *first_follow_up);
+    // A retried part that stopped elsewhere (timing) hands on to the same follow-up:
+    // one chain, never two.
+    let elsewhere = r
+        .engine
+        .submit(reblur::part_plan(
+            p.tenant.clone(),
+            p.id,
+            change.subjects_rev,
+            Some("PHOTO#0".into()),
+            spec["part"].as_u64().unwrap() as u32,
+        ))
+        .await
+        .unwrap();
+    assert!(elsewhere.existing);
+    assert_eq!(elsewhere.job_id, *first_follow_up);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,10 +47,16 @@ pub fn part_plan(
     cursor: Option<String>,
     part: u32,
 ) -> JobPlan {
+    // The job's spec (its fingerprint) names the part, not its cursor: where a part
+    // hands on depends on timing, so a part retried after it had already handed on
+    // must find the follow-up it submitted then, not start a second chain.
     let mut spec = serde_json::json!({ "project": project, "subjects_rev": subjects_rev });
-    if let Some(c) = &cursor {
-        spec["after"] = c.clone().into();
+    if cursor.is_some() {
         spec["part"] = part.into();
+    }
+    let mut payload = spec.clone();
+    if let Some(c) = &cursor {
+        payload["after"] = c.clone().into();
     }
     JobPlan {
         tenant,
@@ -64,9 +70,9 @@ pub fn part_plan(
                 part + 1
             )
         },
-        spec: spec.clone(),
+        spec,
         priority: 0,
-        tasks: vec![TaskPlan::new("sweep", super::kinds::REBLUR, spec)],
+        tasks: vec![TaskPlan::new("sweep", super::kinds::REBLUR, payload)],
     }
 }
 
