@@ -54,13 +54,16 @@ async fn stored_bytes_are_counted_and_a_registration_past_the_quota_is_refused()
     assert_eq!(quotas::stored_bytes(&store, &tenant()).await.unwrap(), 500);
     // The tenant is 100 bytes from its quota.
     store
-        .transact(vec![Write::Set {
-            key: ItemKey::new(format!("TENANT#{}", tenant()), "USAGE"),
-            fields: vec![("stored_bytes".into(), (MAX_STORED_BYTES - 100).into())],
-            condition: Condition::Exists,
-        }])
+        .transact(vec![quotas::add_stored(
+            &tenant(),
+            (MAX_STORED_BYTES - 100 - 500) as i64,
+        )])
         .await
         .unwrap();
+    assert_eq!(
+        quotas::stored_bytes(&store, &tenant()).await.unwrap(),
+        MAX_STORED_BYTES - 100
+    );
     let refused =
         datasets::register_image(&store, &objects, &d, "c.jpg", bytes(101), ("upload", None))
             .await
@@ -268,8 +271,8 @@ async fn unfinished_uploads_and_blob_bytes_are_counted_and_refused_past_their_qu
 #[tokio::test]
 async fn photo_admissions_are_spread_over_count_shards_and_summed() {
     // One usage record took every admission of a burst: the load rehearsal's hottest
-    // table partition (infra/rehearsal/load.py). Admissions go to shards; releases to
-    // the record; the count is all of them, and the limit holds on the sum.
+    // table partition (infra/rehearsal/load.py). Counter writes go to shards; the count
+    // is the record's and all of theirs, and the limit holds on the sum.
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
     let store = SqliteStateStore::open(&state.state_db()).unwrap();
@@ -280,17 +283,22 @@ async fn photo_admissions_are_spread_over_count_shards_and_summed() {
     let count = || quotas::counter(&store, &t, quotas::counters::PHOTOS);
     assert_eq!(count().await.unwrap(), 48);
     let mut shards = 0;
-    for s in 0..quotas::PHOTO_COUNT_SHARDS {
-        let key = tessera_core::ports::state_store::ItemKey::new(
-            format!("TENANT#{}#PHOTOS#{s:02}", tenant()),
-            "COUNT",
-        );
-        if store.get(&key).await.unwrap().is_some() {
+    for s in 0..quotas::USAGE_SHARDS {
+        let key = ItemKey::new(format!("TENANT#{}#USAGE#{s:02}", tenant()), "USAGE");
+        let item = store.get(&key).await.unwrap().expect("every shard exists");
+        if item.body["photos"].as_i64().unwrap_or(0) > 0 {
             shards += 1;
         }
     }
     assert!(shards >= 4, "48 admissions in {shards} shards");
-    // A release (an erasure) subtracts on the usage record.
+    // The usage record itself took none of them.
+    let record = store
+        .get(&ItemKey::new(format!("TENANT#{}", tenant()), "USAGE"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.body["photos"].is_null(), "{}", record.body);
+    // A release (an erasure) subtracts too.
     store
         .transact(vec![quotas::add(&tenant(), quotas::counters::PHOTOS, -1)])
         .await

@@ -529,15 +529,16 @@ async fn s6_5_images_by_id_and_registration_rules() {
     // A batch that passes every check but runs into the storage quota partway takes
     // back what it registered: the first photo fits, the second does not.
     use tessera_core::catalog::quotas;
-    use tessera_core::ports::state_store::{Condition, ItemKey, Write};
     let store = s.engine.ports().store.clone();
     let room = quotas::MAX_STORED_BYTES - photos[0].1.len() as u64 - 10;
+    let now = quotas::stored_bytes(store.as_ref(), &TenantId::local())
+        .await
+        .unwrap();
     store
-        .transact(vec![Write::Set {
-            key: ItemKey::new(format!("TENANT#{}", TenantId::local()), "USAGE"),
-            fields: vec![("stored_bytes".into(), room.into())],
-            condition: Condition::Exists,
-        }])
+        .transact(vec![quotas::add_stored(
+            &TenantId::local(),
+            room as i64 - now as i64,
+        )])
         .await
         .unwrap();
     let full = problem(

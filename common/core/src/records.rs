@@ -21,9 +21,14 @@
 //! | image name | `DATASET#<dataset>` | `IMAGENAME#<name>` | — | — |
 //! | upload | `UPLOAD#<tenant>#<id>` | `UPLOAD` | — | `DUE#expiry#<shard>` / `<ms>#<pk>` |
 //! | blob | `BLOB#<tenant>#<sha>` | `BLOB` | — | `DUE#expiry#<shard>` / `<ms>#<pk>` |
-//!
-//! Due entries are spread over [`DUE_SHARDS`] partitions per kind ([`due_shard`]).
 //! | idempotency | `IDEM#<tenant>#<scope>#<key>` | `IDEM` | — | — |
+//! | usage (quotas) | `TENANT#<t>` and `TENANT#<t>#USAGE#<shard>` | `USAGE` | — | — |
+//!
+//! Due entries are spread over [`DUE_SHARDS`] partitions per kind ([`due_shard`]), a
+//! tenant's job listing over [`TENANT_JOB_SHARDS`], and its usage counters' writes
+//! over `catalog::quotas::USAGE_SHARDS` items: each is a key that a burst into one
+//! tenant would otherwise write at the burst's rate (measured by
+//! `infra/rehearsal/load.py`).
 //!
 //! The catalog's records (datasets, images, uploads, blobs, grants, idempotency) are
 //! written only by [`crate::catalog`].

@@ -39,19 +39,53 @@ pub mod counters {
     pub const OPEN_UPLOADS: &str = "open_uploads";
 }
 
+/// Items every counter's writes are spread over. Every admitted photo, opened or
+/// finalized upload and registered image adds to a counter, and with one usage record
+/// per tenant a burst sent all of them to one partition: the load rehearsal counted
+/// 65–84 % of a partition's write limit there at its extrapolated peak. Each write goes
+/// to a shard picked at random (each its own partition); a count is the record's (what
+/// it held before sharding) plus every shard's.
+pub const USAGE_SHARDS: u32 = 16;
+
+/// Set on a usage record once its shards exist.
+const SHARDED: &str = "sharded";
+
 fn usage_key(tenant: &TenantId) -> ItemKey {
     ItemKey::new(format!("TENANT#{tenant}"), "USAGE")
 }
 
-fn bytes_of(item: Option<&Item>) -> u64 {
-    item.and_then(|i| i.body["stored_bytes"].as_i64())
-        .unwrap_or(0)
-        .max(0) as u64
+fn usage_shard_key(tenant: &TenantId, shard: u32) -> ItemKey {
+    ItemKey::new(format!("TENANT#{tenant}#USAGE#{shard:02}"), "USAGE")
+}
+
+fn field_of(item: Option<&Item>, field: &str) -> i64 {
+    item.and_then(|i| i.body[field].as_i64()).unwrap_or(0)
+}
+
+/// `field` summed over the usage record (`record`, as read) and its shards (0 where
+/// never counted).
+async fn sum_with(
+    store: &dyn StateStore,
+    tenant: &TenantId,
+    record: Option<&Item>,
+    field: &str,
+) -> Result<u64, CatalogError> {
+    let keys: Vec<ItemKey> = (0..USAGE_SHARDS)
+        .map(|s| usage_shard_key(tenant, s))
+        .collect();
+    let shards = futures_util::future::try_join_all(keys.iter().map(|k| store.get(k))).await?;
+    let total: i64 = field_of(record, field)
+        + shards
+            .iter()
+            .map(|i| field_of(i.as_ref(), field))
+            .sum::<i64>();
+    Ok(total.max(0) as u64)
 }
 
 /// Bytes of dataset images the tenant stores.
 pub async fn stored_bytes(store: &dyn StateStore, tenant: &TenantId) -> Result<u64, CatalogError> {
-    Ok(bytes_of(store.get(&usage_key(tenant)).await?.as_ref()))
+    let record = store.get(&usage_key(tenant)).await?;
+    sum_with(store, tenant, record.as_ref(), "stored_bytes").await
 }
 
 /// Refuse `adding` more bytes if they would take the tenant past its quota; make sure
@@ -61,7 +95,8 @@ pub async fn check_stored(
     tenant: &TenantId,
     adding: u64,
 ) -> Result<(), CatalogError> {
-    let used = ensure_usage(store, tenant).await?;
+    let record = ensure(store, tenant).await?;
+    let used = sum_with(store, tenant, Some(&record), "stored_bytes").await?;
     if used.saturating_add(adding) > MAX_STORED_BYTES {
         return Err(CatalogError::TooLarge(format!(
             "tenant {tenant} stores {} MiB of images; {} MiB more would pass its quota of {} GiB; delete datasets or images first",
@@ -73,69 +108,75 @@ pub async fn check_stored(
     Ok(())
 }
 
-/// Create the tenant's usage record if it has none (counter writes need it; images
-/// stored before quotas were counted start it at 0); the bytes it counts.
-pub async fn ensure_usage(store: &dyn StateStore, tenant: &TenantId) -> Result<u64, CatalogError> {
-    if let Some(item) = store.get(&usage_key(tenant)).await? {
-        return Ok(bytes_of(Some(&item)));
+/// Make sure the tenant's usage record and its shards exist (counter writes need them;
+/// a tenant counted before quotas, or before sharding, gets them now).
+pub async fn ensure_usage(store: &dyn StateStore, tenant: &TenantId) -> Result<(), CatalogError> {
+    ensure(store, tenant).await.map(|_| ())
+}
+
+/// [`ensure_usage`], answering the usage record as read (one read when it is ready,
+/// which is every time but the tenant's first).
+async fn ensure(store: &dyn StateStore, tenant: &TenantId) -> Result<Item, CatalogError> {
+    let record = store.get(&usage_key(tenant)).await?;
+    if let Some(r) = record
+        .as_ref()
+        .filter(|i| i.body[SHARDED].as_bool() == Some(true))
+    {
+        return Ok(r.clone());
+    }
+    // Each item made if absent, one at a time: makers racing each other each find
+    // what the other made (a conflict here is "already there").
+    let mut made = Vec::new();
+    if record.is_none() {
+        made.push(Item::new(
+            usage_key(tenant),
+            serde_json::json!({ "stored_bytes": 0 }),
+        ));
+    }
+    made.extend(
+        (0..USAGE_SHARDS).map(|s| Item::new(usage_shard_key(tenant, s), serde_json::json!({}))),
+    );
+    for item in made {
+        match store
+            .transact(vec![Write::Put {
+                item,
+                condition: Condition::Absent,
+            }])
+            .await
+        {
+            Err(e) if e.is_conflict() => {}
+            other => other?,
+        }
     }
     match store
-        .transact(vec![Write::Put {
-            item: Item::new(usage_key(tenant), serde_json::json!({ "stored_bytes": 0 })),
-            condition: Condition::Absent,
+        .transact(vec![Write::Set {
+            key: usage_key(tenant),
+            fields: vec![(SHARDED.into(), serde_json::Value::Bool(true))],
+            condition: Condition::Exists,
         }])
         .await
     {
-        // Created meanwhile by a racing request: read what it holds.
-        Err(e) if e.is_conflict() => stored_bytes(store, tenant).await,
-        other => other.map(|_| 0).map_err(Into::into),
+        Err(e) if e.is_conflict() => {}
+        other => other?,
     }
+    store.get(&usage_key(tenant)).await?.ok_or_else(|| {
+        CatalogError::Unavailable(format!("the usage record of tenant {tenant} was not made"))
+    })
 }
 
-/// The counter write for `delta` bytes (negative when images go).
+/// The counter write for `delta` bytes of images (negative when images go).
 pub fn add_stored(tenant: &TenantId, delta: i64) -> Write {
-    Write::Add {
-        key: usage_key(tenant),
-        deltas: vec![("stored_bytes".into(), delta)],
-    }
+    add(tenant, "stored_bytes", delta)
 }
 
-/// Items the photos counter's admissions are spread over. Every photo admitted adds one,
-/// and a burst into one tenant sent all of them to its one usage record: the load
-/// rehearsal counted 70 % of a partition's write limit there at 116 photos a second.
-/// Admissions add to a shard picked at random (each its own partition); releases, far
-/// rarer, subtract on the usage record; the count is the record's plus every shard's.
-pub const PHOTO_COUNT_SHARDS: u32 = 16;
-
-fn photo_shard_key(tenant: &TenantId, shard: u32) -> ItemKey {
-    ItemKey::new(format!("TENANT#{tenant}#PHOTOS#{shard:02}"), "COUNT")
-}
-
-fn field_of(item: Option<&Item>, field: &str) -> i64 {
-    item.and_then(|i| i.body[field].as_i64()).unwrap_or(0)
-}
-
-/// One counter of the tenant's usage (0 where never counted); the photos counter
-/// includes its shards.
+/// One counter of the tenant's usage (0 where never counted).
 pub async fn counter(
     store: &dyn StateStore,
     tenant: &TenantId,
     field: &str,
 ) -> Result<u64, CatalogError> {
-    ensure_usage(store, tenant).await?;
-    let mut total = field_of(store.get(&usage_key(tenant)).await?.as_ref(), field);
-    if field == counters::PHOTOS {
-        let shards = futures_util::future::try_join_all(
-            (0..PHOTO_COUNT_SHARDS)
-                .map(|s| async move { store.get(&photo_shard_key(tenant, s)).await }),
-        )
-        .await?;
-        total += shards
-            .iter()
-            .map(|i| field_of(i.as_ref(), field))
-            .sum::<i64>();
-    }
-    Ok(total.max(0) as u64)
+    let record = ensure(store, tenant).await?;
+    sum_with(store, tenant, Some(&record), field).await
 }
 
 /// Refuse `adding` to `field` if it would pass `max`; `what` names the quota for people.
@@ -157,48 +198,23 @@ pub async fn check(
     Ok(())
 }
 
-/// The counter write for `delta` on `field` (the usage record must exist: call
-/// [`ensure_usage`] first).
+/// The counter write for `delta` on `field`, on a shard picked at random (the shards
+/// must exist: call [`ensure_usage`] first).
 pub fn add(tenant: &TenantId, field: &str, delta: i64) -> Write {
+    let shard = crate::records::due_shard(&JobId::new().to_string()) % USAGE_SHARDS;
     Write::Add {
-        key: usage_key(tenant),
+        key: usage_shard_key(tenant, shard),
         deltas: vec![(field.into(), delta)],
     }
 }
 
-/// Admit one more photo for the tenant, or refuse it at [`MAX_PHOTOS`]. The count goes
-/// to one of [`PHOTO_COUNT_SHARDS`] items, made on its first admission.
+/// Admit one more photo for the tenant, or refuse it at [`MAX_PHOTOS`].
 pub async fn admit_photo(store: &dyn StateStore, tenant: &TenantId) -> Result<(), CatalogError> {
     check(store, tenant, counters::PHOTOS, 1, MAX_PHOTOS, "photos").await?;
-    let shard = crate::records::due_shard(&JobId::new().to_string()) % PHOTO_COUNT_SHARDS;
-    let key = photo_shard_key(tenant, shard);
-    for _ in 0..3 {
-        let added = store
-            .transact(vec![Write::Add {
-                key: key.clone(),
-                deltas: vec![(counters::PHOTOS.into(), 1)],
-            }])
-            .await;
-        match added {
-            Err(e) if e.is_conflict() => {}
-            other => return Ok(other?),
-        }
-        // No such shard yet: make it with this admission (a racing first admission
-        // makes it instead, and this one adds to it on the next round).
-        let made = store
-            .transact(vec![Write::Put {
-                item: Item::new(key.clone(), serde_json::json!({ counters::PHOTOS: 1 })),
-                condition: Condition::Absent,
-            }])
-            .await;
-        match made {
-            Err(e) if e.is_conflict() => continue,
-            other => return Ok(other?),
-        }
-    }
-    Err(CatalogError::Unavailable(format!(
-        "the photo count of tenant {tenant} could not be written (shard {shard} kept changing)"
-    )))
+    store
+        .transact(vec![add(tenant, counters::PHOTOS, 1)])
+        .await?;
+    Ok(())
 }
 
 fn reconstructions_partition(tenant: &TenantId) -> String {

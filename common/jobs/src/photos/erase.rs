@@ -87,10 +87,10 @@ async fn commit_erasure(
     })
 }
 
-/// Give one photo back to the tenant's quota. Outside the erasure's transaction and
-/// best effort: the tenant's one usage record is written by every admission, and an
-/// erasure must never fail, or wait, on contention for it (a missed release only
-/// leaves the count high, never lets anything past the quota).
+/// Give one photo back to the tenant's quota (on its usage record; admissions count on
+/// shards of it). Outside the erasure's transaction and best effort: an erasure must
+/// never fail, or wait, on contention for a counter (a missed release only leaves the
+/// count high, never lets anything past the quota).
 async fn release_photo(store: &dyn StateStore, tenant: &tessera_core::TenantId) {
     let done = async {
         quotas::ensure_usage(store, tenant).await?;
