@@ -10,8 +10,9 @@ and writes (the rules of the DynamoDB Developer Guide, "Item sizes and formats",
   1; a read 1 unit per 4 KB (half for an eventually consistent read), at least 1 per
   item read by GetItem or BatchGetItem, and per page of a Query (the page's items'
   sizes summed, then rounded up);
-- a transaction costs twice that, for every item it names; a condition check in a
-  write transaction is a transactional read of its item (2 read units per 4 KB), and a
+- a transaction costs twice that, for every item it names, a condition check included
+  (counted as a transactional write of its item, 2 units per 1 KB: AWS's text is vague
+  and measurements against DynamoDB report write units, so the larger is taken), and a
   cancelled transaction is counted as if it had written (what it prepared is billed);
 - a global secondary index costs, on every write to the table, one index write per entry
   it removes and one per entry it adds, each 1 unit per 1 KB of the entry (the table's
@@ -130,8 +131,8 @@ class TableDesign:
         return _scalar(item_or_key[self.hash_key])
 
     def condition_check(self, item, key):
-        """A transaction's condition check on the item at `key`: a transactional read."""
-        return [(self.name, self.partition(key), 2 * read_units(item_size(item), True))]
+        """A transaction's condition check on the item at `key`: write units, doubled."""
+        return [(self.name, self.partition(key), 2 * write_units(item_size(item)))]
 
     def write(self, before, after, key, transactional):
         """The units one write of the item at `key` costs: [(target, partition, units)],
@@ -173,7 +174,7 @@ def self_check():
     assert design.write(b, c, key, False) == [("t", "P", 1), ("t/g", "G", 1), ("t/g", "G", 1)]
     # A new item with no index key writes nothing to the sparse index.
     assert design.write(None, key, key, False) == [("t", "P", 1)]
-    assert design.condition_check(a, key) == [("t", "P", 2)]
+    assert design.condition_check(a, key) == [("t", "P", 4)]
 
 
 if __name__ == "__main__":

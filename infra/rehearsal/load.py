@@ -66,10 +66,6 @@ SUBJECT, STRANGER = "grace_hopper.jpg", "astronaut.png"
 # `known_over_limit`, never silently. A design over the limit that is not listed fails
 # the run, and so does a listed one that is back under it (so the list cannot go stale).
 KNOWN_HOT = {
-    ("table", "TENANT#<tenant>"): "the tenant's usage record (quotas.rs): photo admissions are sharded now, but "
-                                   "every dataset image, upload and blob still adds to the one record, and the "
-                                   "extrapolation has one tenant start 23 reconstructions (datasets) a second; "
-                                   "needs every counter sharded like the photo count",
     ("table", "PROJECT#<project>"): "the project record and its subjects, read by every photo's processing; needs "
                                      "them read once per invocation batch or cached under the publish condition",
 }

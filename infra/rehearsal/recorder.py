@@ -196,7 +196,7 @@ class Recorder(http.server.ThreadingHTTPServer):
                 design = self.table(table)
                 if kind == "ConditionCheck":
                     for target, partition, units in design.condition_check(old, key):
-                        s.units(target, partition, read=units)
+                        s.units(target, partition, write=units)
                     continue
                 for target, partition, units in design.write(old, new, key, transactional):
                     s.units(target, partition, write=units)
@@ -249,7 +249,7 @@ def _key_condition_value(req, attribute):
     for alias, name in list(names.items()) + [(attribute, attribute)]:
         if name != attribute:
             continue
-        m = re.search(re.escape(alias) + r"\s*=\s*(:\w+)", expr)
+        m = re.search(r"(?<![\w#])" + re.escape(alias) + r"\s*=\s*(:\w+)", expr)
         if m and m.group(1) in values:
             return capacity._scalar(values[m.group(1)])
     return "<unknown>"
