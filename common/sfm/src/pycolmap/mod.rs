@@ -417,7 +417,15 @@ impl EngineBackend for PycolmapBackend {
         self.info.require("relocalize.images", "")?;
         Ok(vec![self.call(
             "register",
-            vec![("database", p(db)), ("input", p(input)), ("output", p(out))],
+            vec![
+                ("database", p(db)),
+                ("input", p(input)),
+                ("output", p(out)),
+                (
+                    "relaxed-abs-pose-min-inliers",
+                    crate::backend::RELAXED_INIT.abs_pose_min_inliers.to_string(),
+                ),
+            ],
         )])
     }
 
