@@ -20,6 +20,7 @@ pub mod job;
 pub mod photo;
 pub mod ports;
 pub mod privacy;
+pub mod privacy_view;
 pub mod projects;
 pub mod records;
 pub mod spec;

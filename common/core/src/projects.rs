@@ -5,7 +5,7 @@ use crate::domain::Project;
 use crate::error::{Classify, ErrorClass};
 use crate::ids::{ProjectId, TenantId};
 use crate::ports::state_store::{Condition, Item, Query, StateStore, StoreError, Write};
-use crate::{Millis, records};
+use crate::{Millis, privacy_view, records};
 use serde_json::json;
 
 /// Why a project request failed.
@@ -172,20 +172,32 @@ pub async fn set_upload_retention(
             "upload_retention_days must be 1 to 36500 days, or null to keep originals".into(),
         ));
     }
-    store
-        .transact(vec![Write::Set {
-            key: records::project_key(id),
-            fields: vec![("upload_retention_days".into(), json!(days))],
-            condition: Condition::Exists,
-        }])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                ProjectError::NotFound(format!("project {id} does not exist"))
-            } else {
-                e.into()
+    let fields = vec![("upload_retention_days".to_string(), json!(days))];
+    let project = Write::Set {
+        key: records::project_key(id),
+        fields: fields.clone(),
+        condition: Condition::Exists,
+    };
+    // With the project's privacy view, which ingest reads it from; or, where the project
+    // has no view yet, on the condition that none is made meanwhile (one made from the
+    // project as it was would keep the old value).
+    let mut with_view = vec![project.clone()];
+    with_view.extend(privacy_view::set_all(id, fields));
+    for writes in [with_view, vec![project, privacy_view::none_yet(id)]] {
+        match store.transact(writes).await {
+            Ok(()) => return Ok(()),
+            Err(StoreError::Conflict { index: 0, .. }) => {
+                return Err(ProjectError::NotFound(format!(
+                    "project {id} does not exist"
+                )));
             }
-        })
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ProjectError::Store(StoreError::Unavailable(format!(
+        "the privacy view of project {id} was being made while its retention changed; try again"
+    ))))
 }
 
 /// Rename a project and/or change its description; the name stays unique per tenant.
@@ -243,16 +255,21 @@ pub async fn delete(store: &dyn StateStore, id: ProjectId) -> Result<(), Project
         .ok_or_else(|| ProjectError::NotFound(format!("project {id} does not exist")))?;
     let p: Project = records::decode(&item)?;
     store
-        .transact(vec![
-            Write::Delete {
-                key: records::project_key(id),
-                condition: Condition::Rev(item.rev),
-            },
-            Write::Delete {
-                key: records::project_name_key(&p.tenant, &p.name),
-                condition: Condition::None,
-            },
-        ])
+        .transact(
+            vec![
+                Write::Delete {
+                    key: records::project_key(id),
+                    condition: Condition::Rev(item.rev),
+                },
+                Write::Delete {
+                    key: records::project_name_key(&p.tenant, &p.name),
+                    condition: Condition::None,
+                },
+            ]
+            .into_iter()
+            .chain(privacy_view::delete_all(id))
+            .collect(),
+        )
         .await?;
     Ok(())
 }

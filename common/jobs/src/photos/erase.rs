@@ -246,6 +246,7 @@ async fn remove_project(
         },
         erasure::marker(&project_erasure(p.id)),
     ];
+    writes.extend(tessera_core::privacy_view::delete_all(p.id));
     writes.extend(extra);
     store.transact(writes).await.map_err(|e| {
         if e.is_conflict() {
@@ -280,7 +281,12 @@ pub struct ProjectErased {
 fn project_erasure(project: ProjectId) -> Erasure {
     Erasure {
         target: format!("project/{project}"),
-        prefixes: vec![format!("photos/{project}/"), format!("uploads/{project}/")],
+        prefixes: vec![
+            format!("photos/{project}/"),
+            format!("uploads/{project}/"),
+            // Subject sets: the opted-out subjects' embeddings.
+            tessera_core::privacy_view::subject_sets_prefix(project),
+        ],
         partitions: Vec::new(),
         erased_at: Millis::now(),
         swept: false,

@@ -10,7 +10,8 @@
 //! presigned URL, an overwrite in the bucket) is refused, and its photo is unpublished in
 //! the same step: the published files were decided about other pixels.
 
-use super::{ObjectCreated, follow_up_plan, project, row as photo_row, sequencer_older, upload};
+use super::project::PhotoError;
+use super::{ObjectCreated, follow_up_plan, row as photo_row, sequencer_older, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use tessera_core::Millis;
@@ -60,9 +61,12 @@ impl TaskHandler for Ingest {
                 return Err(TaskError::permanent(format!("{what} {ERASED_LATE}")));
             }
         }
-        let project = project::load(store, project_id)
+        let project = view::for_photo(store, ctx.ports().objects.as_ref(), project_id, photo_id)
             .await
-            .map_err(|e| refuse(&key, e.to_string()))?;
+            .map_err(|e| match e {
+                PhotoError::NotFound(m) => refuse(&key, m),
+                other => TaskError::from_classified(other),
+            })?;
         let objects = ctx.ports().objects.as_ref();
         let Some(meta) = objects.head(&key).await? else {
             return Err(TaskError::poison(format!(

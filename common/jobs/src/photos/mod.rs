@@ -29,6 +29,7 @@ pub mod row;
 pub mod scenes;
 pub mod status;
 pub mod upload;
+pub mod view;
 pub mod withdraw;
 
 use serde::{Deserialize, Serialize};
@@ -267,21 +268,25 @@ pub async fn submit_upload(
     }
     tessera_core::ports::object_store::validate_key(&key)
         .map_err(|e| TaskError::poison(format!("upload key: {e}")))?;
-    let (project_id, _, _) =
+    let (project_id, photo_id, _) =
         tessera_core::photo::keys::parse_upload(&key).map_err(TaskError::poison)?;
-    let p = project::load(engine.ports().store.as_ref(), project_id)
-        .await
-        .map_err(|e| match e {
-            tessera_core::projects::ProjectError::NotFound(_) => {
-                TaskError::poison(format!("upload `{key}`: {e}"))
-            }
-            other => TaskError::from_classified(other),
-        })?;
+    // The project's view, not its record: a burst of uploads reads its shards.
+    let p = view::for_photo(
+        engine.ports().store.as_ref(),
+        engine.ports().objects.as_ref(),
+        project_id,
+        photo_id,
+    )
+    .await
+    .map_err(|e| match e {
+        project::PhotoError::NotFound(_) => TaskError::poison(format!("upload `{key}`: {e}")),
+        other => TaskError::from_classified(other),
+    })?;
     let submitted = engine
-        .submit(ingest_plan(p.tenant.clone(), p.id, event))
+        .submit(ingest_plan(p.tenant.clone(), p.project, event))
         .await
         .map_err(TaskError::from_classified)?;
-    tracing::info!(key, job_id = %submitted.job_id, project = %p.id, "ingest submitted");
+    tracing::info!(key, job_id = %submitted.job_id, project = %p.project, "ingest submitted");
     Ok(Some(submitted))
 }
 

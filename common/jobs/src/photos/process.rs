@@ -25,7 +25,7 @@
 //! boxes, the task fails permanently and the photo is unpublished.
 
 use super::render::{self, FileMeta, VariantPlan};
-use super::{FaceService, fault, payload_photo, project, row, upload};
+use super::{FaceService, fault, payload_photo, row, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -34,7 +34,8 @@ use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::{Condition, Write};
-use tessera_core::privacy::{FaceDecision, MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy::{FaceDecision, MatchPolicy};
+use tessera_core::privacy_view;
 use tessera_core::records;
 use tessera_core::task::Task;
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
@@ -138,7 +139,7 @@ impl TaskHandler for Process {
         let Some(mut photo) = row::find(store, id).await? else {
             return Ok(row::erased(id));
         };
-        let proj = project::load(store, photo.project)
+        let proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
             .await
             .map_err(TaskError::from_classified)?;
         // A thumbnail_dims message re-sent after the photo was processed (and is current)
@@ -152,17 +153,13 @@ impl TaskHandler for Process {
                 "photo": id, "skipped": "the photo is published and current",
             })));
         }
-        // The subjects are read after the project: a change in between bumps the rev read
-        // here or lands after it, and either way the publishing condition catches it.
+        // The subjects are the set the view names (immutable, named by its content), so
+        // they are the ones of `decided_rev`; a change since is caught by the publishing
+        // condition on the same view.
         let decided_rev = proj.subjects_rev;
-        let subjects: Vec<SubjectEmbeddings> = project::subjects(store, photo.project)
-            .await?
-            .into_iter()
-            .map(|s| SubjectEmbeddings {
-                subject: s.id,
-                embeddings: s.embeddings,
-            })
-            .collect();
+        let subjects = view::subjects(store, ports.objects.as_ref(), &proj)
+            .await
+            .map_err(TaskError::from_classified)?;
         let policy = MatchPolicy::from_threshold(proj.match_threshold);
 
         if let Some(at) = photo.original_deleted_at {
@@ -383,10 +380,7 @@ impl TaskHandler for Process {
                         ("published_at", row::json(&published_at)),
                     ],
                 ),
-                Write::Check {
-                    key: records::project_key(photo.project),
-                    condition: Condition::field_eq("subjects_rev", decided_rev),
-                },
+                privacy_view::still_at(photo.project, id, decided_rev),
             ],
         })
     }

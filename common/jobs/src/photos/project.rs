@@ -164,17 +164,30 @@ pub struct SubjectChange {
     pub reblur_job: JobId,
 }
 
+/// How a change alters the project's opted-out subjects.
+enum SubjectDelta {
+    /// Nobody enrolled or removed (settings, a re-decision of every photo).
+    Same,
+    /// This subject enrolled.
+    Enrol(Subject),
+    /// This subject removed.
+    Remove(SubjectId),
+}
+
 /// Commit `writes` (the caller's, first) with the project's fields from `fields` (given
-/// the project as read), its `subjects_rev` bumped, and the sweep job at the new
-/// revision, in one transaction. A concurrent change of the project is retried from a
-/// fresh read; a conflict on one of the caller's writes is returned as is.
+/// the project as read), its `subjects_rev` bumped, its privacy view in every shard
+/// (with the subject set after `delta`), and the sweep job at the new revision, in one
+/// transaction. A concurrent change of the project is retried from a fresh read; a
+/// conflict on one of the caller's writes is returned as is.
 async fn change_subjects(
     engine: &Engine,
     project: ProjectId,
     writes: Vec<Write>,
+    delta: SubjectDelta,
     fields: impl Fn(&Project) -> Result<Vec<(String, serde_json::Value)>, PhotoError>,
 ) -> Result<SubjectChange, PhotoError> {
     let store = engine.ports().store.as_ref();
+    let objects = engine.ports().objects.as_ref();
     loop {
         let item = store
             .get(&records::project_key(project))
@@ -186,6 +199,15 @@ async fn change_subjects(
         // here on the retry, never committed past the check.
         let mut set = fields(&p)?;
         set.push(("subjects_rev".into(), rev.into()));
+        // The subjects are read after the project: one that changed in between bumped
+        // its revision, and the transaction below fails on it and is tried again.
+        let mut after = subjects(store, project).await?;
+        match &delta {
+            SubjectDelta::Same => {}
+            SubjectDelta::Enrol(s) => after.push(s.clone()),
+            SubjectDelta::Remove(id) => after.retain(|s| s.id != *id),
+        }
+        let view = super::view::write_subject_set(objects, &changed(&p, &set)?, &after).await?;
         let sweep = engine
             .prepare(super::reblur::plan(p.tenant.clone(), project, rev))
             .map_err(|e| PhotoError::Invalid(e.to_string()))?;
@@ -196,10 +218,19 @@ async fn change_subjects(
             fields: set,
             condition: Condition::Rev(item.rev),
         });
+        all.extend(tessera_core::privacy_view::put_all(&view));
         all.extend(sweep.writes.iter().cloned());
         match store.transact(all).await {
             Ok(()) => {
                 tracing::info!(project = %project, subjects_rev = rev, reblur_job = %sweep.job_id, "subject change committed with its sweep");
+                // The sets of older views go now; the sweep deletes them again in case
+                // this process dies first (they may hold a removed subject's embeddings).
+                if let Err(e) =
+                    super::view::retire_subject_sets(objects, project, view.subjects.as_deref())
+                        .await
+                {
+                    tracing::warn!(project = %project, error = %e, "older subject sets not deleted; the sweep will");
+                }
                 // Offered now; if this process dies first, the reaper offers it.
                 if let Err(e) = engine.offer_prepared(&sweep).await {
                     tracing::warn!(project = %project, error = %e, "sweep not offered; the reaper will");
@@ -216,6 +247,16 @@ async fn change_subjects(
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// `p` with the fields of a change applied.
+fn changed(p: &Project, fields: &[(String, serde_json::Value)]) -> Result<Project, PhotoError> {
+    let mut body = serde_json::to_value(p).expect("a project serializes");
+    for (name, value) in fields {
+        body[name.as_str()] = value.clone();
+    }
+    serde_json::from_value(body)
+        .map_err(|e| PhotoError::Invalid(format!("project {} as changed: {e}", p.id)))
 }
 
 /// Enrol an opted-out subject from reference photos (`(name, bytes)`): the subject, the
@@ -271,6 +312,7 @@ pub async fn enrol(
                 serde_json::json!({ "label": s.label, "references": s.references.len() }),
             ),
         ],
+        SubjectDelta::Enrol(s.clone()),
         |p| Ok(vec![("opted_out".into(), (p.opted_out + 1).into())]),
     )
     .await?;
@@ -416,6 +458,7 @@ pub async fn remove_subject(
                 serde_json::json!({ "label": removed.label }),
             ),
         ],
+        SubjectDelta::Remove(subject),
         |p| {
             Ok(vec![(
                 "opted_out".into(),
@@ -447,7 +490,10 @@ pub async fn remove_subject(
 /// Re-decide every photo of a project with nothing else changed: how rows made under
 /// older [`tessera_core::photo::RULES`] are migrated.
 pub async fn reblur_all(engine: &Engine, project: ProjectId) -> Result<SubjectChange, PhotoError> {
-    change_subjects(engine, project, Vec::new(), |_| Ok(Vec::new())).await
+    change_subjects(engine, project, Vec::new(), SubjectDelta::Same, |_| {
+        Ok(Vec::new())
+    })
+    .await
 }
 
 /// A project's privacy settings.
@@ -494,7 +540,7 @@ pub async fn set_settings(
             "weakens": weakens,
         }),
     );
-    change_subjects(engine, project, vec![record], |p| {
+    change_subjects(engine, project, vec![record], SubjectDelta::Same, |p| {
         weakening::authorize(
             actor,
             &format!("changing the privacy settings of project {project}"),

@@ -15,7 +15,7 @@
 //! and a photo already at the revision is skipped — so a re-run repeats at most one
 //! part's work and submits nothing twice.
 
-use super::{payload_project, project, reprocess_plan};
+use super::{payload_project, project, reprocess_plan, view};
 use async_trait::async_trait;
 use std::time::{Duration, Instant};
 use tessera_core::event::Phase;
@@ -114,6 +114,20 @@ impl TaskHandler for Sweep {
             return Ok(TaskOutput::result(serde_json::json!({
                 "project": project_id, "superseded_by": p.subjects_rev, "part": part,
             })));
+        }
+        if part == 0 {
+            // The change that started this sweep deleted the subject sets of older views
+            // after it committed; this is the durable second try (they may hold the
+            // embeddings of someone removed).
+            let objects = ctx.ports().objects.as_ref();
+            let current = view::read(store, objects, project_id, 0)
+                .await
+                .map_err(TaskError::from_classified)?;
+            let gone =
+                view::retire_subject_sets(objects, project_id, current.subjects.as_deref()).await?;
+            if gone > 0 {
+                tracing::info!(project = %project_id, gone, "older subject sets deleted");
+            }
         }
         let started = ctx.phase_started(Phase::Publish).await?;
         let clock = Instant::now();

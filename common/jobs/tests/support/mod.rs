@@ -53,9 +53,19 @@ pub async fn rig() -> Rig {
 
 /// A rig whose registry `change` adjusts (a handler with other settings).
 pub async fn rig_with(change: impl FnOnce(&mut tessera_engine::Registry)) -> Rig {
+    rig_over(change, |s| s).await
+}
+
+/// A rig whose state store is the SQLite one as `wrap` returns it (one that counts the
+/// requests it passes on, say).
+pub async fn rig_over(
+    change: impl FnOnce(&mut tessera_engine::Registry),
+    wrap: impl FnOnce(Arc<dyn StateStore>) -> Arc<dyn StateStore>,
+) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
+    let store: Arc<dyn StateStore> =
+        wrap(Arc::new(SqliteStateStore::open(&state.state_db()).unwrap()));
     let ports = Ports {
         store: store.clone(),
         queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
