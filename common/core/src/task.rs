@@ -78,9 +78,9 @@ pub enum ResourceClass {
     Small,
     /// Fits in a large Lambda: under 3 GiB, minutes.
     Medium,
-    /// Needs a container: under 16 GiB.
+    /// Needs a container: under 15,000 MiB (what the CPU job definition gives).
     Large,
-    /// Needs a big container (GPU on AWS): under 64 GiB.
+    /// Needs a big container (GPU on AWS): under 60,000 MiB (the GPU job definition's).
     Xlarge,
 }
 
@@ -96,14 +96,16 @@ impl ResourceClass {
     }
 
     /// The memory this class may use, in bytes; what the memory gate reserves for a task
-    /// of this class when no better estimate is given.
+    /// of this class when no better estimate is given. The container classes are what
+    /// their Batch job definitions give a container (`infra/template.yaml`; a test holds
+    /// the two equal), less than the instance's memory so that ECS can place the job.
     pub fn memory_bytes(self) -> u64 {
         const MIB: u64 = 1024 * 1024;
         match self {
             ResourceClass::Small => 512 * MIB,
             ResourceClass::Medium => 3 * 1024 * MIB,
-            ResourceClass::Large => 16 * 1024 * MIB,
-            ResourceClass::Xlarge => 64 * 1024 * MIB,
+            ResourceClass::Large => 15_000 * MIB,
+            ResourceClass::Xlarge => 60_000 * MIB,
         }
     }
 

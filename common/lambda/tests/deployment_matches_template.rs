@@ -168,42 +168,85 @@ fn the_api_role_may_read_queue_depths() {
     assert!(api.contains("TESSERA_PRELOAD_FACES: \"0\""), "{api}");
 }
 
-/// Every default GPU instance type can hold the GPU job (with room for the ECS agent),
-/// and the GPU machines run the Amazon Linux 2023 image, not Amazon Linux 2.
-#[test]
-fn the_gpu_queue_s_instances_can_hold_its_job() {
-    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
-    // Memory of the g5 sizes, MiB (EC2 instance types).
-    let memory = |t: &str| match t {
-        "g5.xlarge" => 16 * 1024,
-        "g5.2xlarge" => 32 * 1024,
-        "g5.4xlarge" => 64 * 1024,
-        "g5.8xlarge" => 128 * 1024,
-        "g5.12xlarge" => 192 * 1024,
-        "g5.16xlarge" => 256 * 1024,
-        other => panic!("add the memory of {other}"),
-    };
-    let defaults = template
-        .split("  GpuInstanceTypes:")
+/// Memory and vCPUs of the EC2 instance types the template may name (the EC2 instance
+/// type pages), MiB.
+fn instance(t: &str) -> (u64, u64) {
+    match t {
+        "c6i.2xlarge" => (16 * 1024, 8),
+        "c6i.4xlarge" => (32 * 1024, 16),
+        "m6i.2xlarge" => (32 * 1024, 8),
+        "m6i.4xlarge" => (64 * 1024, 16),
+        "g5.xlarge" => (16 * 1024, 4),
+        "g5.2xlarge" => (32 * 1024, 8),
+        "g5.4xlarge" => (64 * 1024, 16),
+        "g5.8xlarge" => (128 * 1024, 32),
+        "g5.12xlarge" => (192 * 1024, 48),
+        "g5.16xlarge" => (256 * 1024, 64),
+        other => panic!("add the memory and vCPUs of {other}"),
+    }
+}
+
+/// A job definition's resource requirement of `kind` (`MEMORY`, `VCPU`).
+fn requirement(template: &str, definition: &str, kind: &str) -> u64 {
+    template
+        .split(&format!("  {definition}:"))
         .nth(1)
-        .and_then(|s| s.lines().find_map(|l| l.trim().strip_prefix("Default: ")))
-        .unwrap();
-    let gpu_job = template.split("  GpuJobDefinition:").nth(1).unwrap();
-    let job_mib: u64 = gpu_job
+        .unwrap()
         .lines()
         .find_map(|l| {
             l.trim()
-                .strip_prefix("- {Type: MEMORY, Value: \"")
+                .strip_prefix(&format!("- {{Type: {kind}, Value: \""))
                 .and_then(|v| v.strip_suffix("\"}"))
         })
-        .unwrap()
+        .unwrap_or_else(|| panic!("{definition} has no {kind}"))
         .parse()
-        .unwrap();
-    for t in defaults.split(',') {
-        assert!(
-            memory(t.trim()) >= job_mib + 2048,
-            "{t} cannot hold the GPU job of {job_mib} MiB"
+        .unwrap()
+}
+
+/// Every container resource class fits the job definition it runs under, and that job
+/// fits every default instance type of its queue: a class whose budget passed its
+/// container's memory would size a stage for memory the container never gets (it was
+/// 16/64 GiB against 15,000/60,000 MiB), and a job no instance can hold waits RUNNABLE
+/// until the queue cancels it. ECS registers less than the installed memory (the Batch
+/// guide's example: 7,985 of 8,192 MiB) and AWS advises a 5 % buffer for the agent and
+/// the system, so a job may ask at most 95 % of an instance's memory. The GPU machines
+/// run Amazon Linux 2023, not Amazon Linux 2.
+#[test]
+fn every_container_class_fits_its_job_definition_and_its_instances() {
+    use tessera_core::task::ResourceClass;
+    let template = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    for (class, definition, types) in [
+        (ResourceClass::Large, "CpuJobDefinition", "CpuInstanceTypes"),
+        (
+            ResourceClass::Xlarge,
+            "GpuJobDefinition",
+            "GpuInstanceTypes",
+        ),
+    ] {
+        let job_mib = requirement(&template, definition, "MEMORY");
+        let job_vcpus = requirement(&template, definition, "VCPU");
+        assert_eq!(
+            class.memory_bytes(),
+            job_mib << 20,
+            "{class:?} budgets {} MiB; its container ({definition}) gets {job_mib} MiB",
+            class.memory_bytes() >> 20
         );
+        let defaults = template
+            .split(&format!("  {types}:"))
+            .nth(1)
+            .and_then(|s| s.lines().find_map(|l| l.trim().strip_prefix("Default: ")))
+            .unwrap();
+        for t in defaults.split(',') {
+            let (mib, vcpus) = instance(t.trim());
+            assert!(
+                job_mib * 100 <= mib * 95,
+                "{t} ({mib} MiB) cannot hold {definition}'s {job_mib} MiB with a 5 % buffer"
+            );
+            assert!(
+                vcpus >= job_vcpus,
+                "{t} has {vcpus} vCPUs, {definition} asks {job_vcpus}"
+            );
+        }
     }
     assert!(template.contains("ImageType: ECS_AL2023_NVIDIA"));
     assert!(!template.contains("ECS_AL2_NVIDIA"));
