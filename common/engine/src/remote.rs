@@ -93,6 +93,8 @@ pub enum Launched {
     AlreadyStarted,
     /// The task is not waiting for a runner (finished, running, unknown).
     NotNeeded(&'static str),
+    /// It can never be launched here (no worker for its class): failed, with this reason.
+    Failed(String),
 }
 
 impl Engine {
@@ -152,6 +154,26 @@ impl Engine {
                 );
                 self.ports.store.put(done, Condition::Exists).await?;
                 Ok(Launched::Started(job))
+            }
+            Err(e) if e.class == tessera_core::ErrorClass::Permanent => {
+                // Nothing to retry: no worker for the task's class in this deployment
+                // (no WorkerImage), a definition Batch refuses. The task fails now,
+                // naming why, instead of its message cycling to the dead-letter queue.
+                tracing::error!(task_id = %id, epoch = task.epoch, error = %e.message, "heavy task cannot be launched; failing it");
+                let failed = crate::lifecycle::failed(
+                    &task,
+                    e.class,
+                    &format!("launching task {id}: {}", e.message),
+                    tessera_core::Millis::now(),
+                    &self.config.retry,
+                    0.0,
+                );
+                // Conditioned on the task as read: a claim that lands meanwhile wins.
+                if self.finish_dead(failed, Condition::Rev(task.rev)).await? {
+                    Ok(Launched::Failed(e.message))
+                } else {
+                    Ok(Launched::NotNeeded("changed while its launch was refused"))
+                }
             }
             Err(e) => {
                 // Not launched: the marker goes, so the redelivery tries again.

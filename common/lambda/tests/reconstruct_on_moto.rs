@@ -211,3 +211,124 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
         objects.iter().map(|o| &o.key).collect::<Vec<_>>()
     );
 }
+
+/// The orchestrator's Batch settings as `infra/template.yaml` deploys them when
+/// `WorkerImage` keeps its default (a stack for photos only): every queue and definition
+/// is `""`.
+fn batch_env_without_a_worker() -> std::collections::BTreeMap<String, String> {
+    let template = std::fs::read_to_string(
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+            .join("../../infra/template.yaml"),
+    )
+    .unwrap();
+    let worker = template.split("\n  WorkerImage:").nth(1).unwrap();
+    let default = worker
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Default: "))
+        .unwrap();
+    assert_eq!(
+        default, "\"\"",
+        "the template's WorkerImage default changed"
+    );
+    let orchestrator = template.split("\n  OrchestratorFunction:").nth(1).unwrap();
+    orchestrator
+        .lines()
+        .filter_map(|l| l.trim().split_once(": !If [HasWorker, "))
+        .filter(|(name, _)| name.starts_with("TESSERA_BATCH_"))
+        .map(|(name, rest)| {
+            // Without a worker, HasWorker is false: the second branch.
+            let value = rest.trim_end_matches(']').rsplit(", ").next().unwrap();
+            (name.to_string(), value.trim_matches('"').to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_worker_a_heavy_stage_fails_at_once_naming_why() {
+    let env = batch_env_without_a_worker();
+    assert_eq!(env.len(), 4, "{env:?}");
+    let mut d = Deployment::start(Duration::from_secs(60), 5).await;
+    let sdk = d.settings.sdk_config().await;
+    let launcher = tessera_lambda::launch::BatchLaunch(tessera_aws::BatchLauncher::new(
+        tessera_aws::batch::client(&sdk),
+        tessera_aws::BatchLauncher::targets_from(|name| env.get(name).cloned()),
+    ));
+    let orchestrator = Function::connect(
+        &d.settings,
+        routes::ORCHESTRATOR,
+        tessera_jobs::registry(),
+        Role::Launch(Arc::new(launcher)),
+    )
+    .await;
+    d.functions.insert(routes::ORCHESTRATOR, orchestrator);
+    let spec = ReconstructionSpec {
+        project: tessera_core::ProjectId::new().to_string(),
+        image_set: "images/no-worker".into(),
+        backend: BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+        camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
+        max_features: 2048,
+        max_image_size: 1000,
+        pairs: PairStrategy::Exhaustive,
+        mapper: MapperKind::Incremental,
+        ba: BaMode::Standard,
+        georef: Georef::None,
+        respect_exif_orientation: false,
+        per_image_intrinsics: false,
+        image_set_digest: None,
+        exports: vec![ExportFormat::PointsBin],
+        priority: 0,
+    };
+    let mut plan =
+        tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "no worker", 600, 24.0)
+            .unwrap();
+    for t in plan.tasks.iter_mut() {
+        t.resource_class = ResourceClass::Large;
+    }
+    let engine = d.functions[routes::STAGE_RUNNER].engine.clone();
+    let job = engine.submit(plan).await.unwrap().job_id;
+    // One pass of the orchestrator is enough: the first launch fails the task, its
+    // message is acknowledged (never redelivered to the dead-letter queue) and the job
+    // ends.
+    d.pump_until(Duration::from_secs(60), || async {
+        let j = engine.job(job).await.unwrap();
+        j.finished() >= j.tasks_total
+    })
+    .await;
+    let tasks = engine.job_tasks(job).await.unwrap();
+    let first = tasks
+        .iter()
+        .find(|t| t.state == TaskState::Failed)
+        .unwrap_or_else(|| {
+            panic!(
+                "no task failed: {:?}",
+                tasks
+                    .iter()
+                    .map(|t| (&t.name, t.state, &t.last_error))
+                    .collect::<Vec<_>>()
+            )
+        });
+    // Failed at its first launch: never claimed, never retried; the rest cancelled.
+    assert_eq!(
+        (first.attempts, first.name.as_str()),
+        (0, "ingest"),
+        "{first:?}"
+    );
+    assert!(
+        tasks.iter().all(|t| t.state.is_terminal()),
+        "{:?}",
+        tasks.iter().map(|t| (&t.name, t.state)).collect::<Vec<_>>()
+    );
+    let why = &first.last_error.as_ref().unwrap().message;
+    assert!(
+        why.contains("no Batch worker") && why.contains("WorkerImage"),
+        "{why}"
+    );
+    let depth = d.adapters.queue.depth(routes::ORCHESTRATOR).await.unwrap();
+    assert_eq!(
+        depth.dead, 0,
+        "nothing went to the dead-letter queue: {depth:?}"
+    );
+}
