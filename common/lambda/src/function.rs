@@ -40,6 +40,31 @@ pub fn face_service() -> Result<Arc<tessera_jobs::photos::FaceService>, SetupErr
     Ok(faces)
 }
 
+/// The engine's settings in a function or a Batch container, from the variables Lambda
+/// or Batch set (`var`). A Batch job claims as `batch:<job id>`, which is how the
+/// orchestrator knows whose lease a failed job left behind, and holds the container
+/// lease ([`EngineConfig::for_container`]): its stage may run for hours.
+pub fn engine_config(queue: &str, var: impl Fn(&str) -> Option<String>) -> EngineConfig {
+    let base = EngineConfig {
+        queue: queue.to_string(),
+        routes: routes::routes(),
+        scratch: std::env::temp_dir().join("tessera"),
+        ..EngineConfig::default()
+    };
+    if let Some(job) = var("AWS_BATCH_JOB_ID") {
+        return EngineConfig {
+            owner: tessera_engine::remote::remote_owner(&job),
+            ..base.for_container()
+        };
+    }
+    EngineConfig {
+        owner: var("AWS_LAMBDA_LOG_STREAM_NAME")
+            .map(|s| format!("lambda:{s}"))
+            .unwrap_or_else(tessera_engine::worker_identity),
+        ..base
+    }
+}
+
 /// What a function does with task messages.
 #[derive(Clone)]
 pub enum Role {
@@ -86,19 +111,7 @@ impl Function {
                 MEMORY_RESERVE,
             ))),
         };
-        // A Batch job claims as `batch:<job id>`, which is how the orchestrator knows
-        // whose lease a failed job left behind.
-        let owner = std::env::var("AWS_BATCH_JOB_ID")
-            .map(|id| tessera_engine::remote::remote_owner(&id))
-            .or_else(|_| std::env::var("AWS_LAMBDA_LOG_STREAM_NAME").map(|s| format!("lambda:{s}")))
-            .unwrap_or_else(|_| tessera_engine::worker_identity());
-        let config = EngineConfig {
-            queue: queue.to_string(),
-            routes: routes::routes(),
-            owner,
-            scratch: std::env::temp_dir().join("tessera"),
-            ..EngineConfig::default()
-        };
+        let config = engine_config(queue, |name| std::env::var(name).ok());
         let engine = Engine::new(ports, config, registry);
         let batch = SqsBatch {
             engine: engine.clone(),
@@ -116,5 +129,28 @@ impl Function {
     /// Handle one SQS batch (see [`SqsBatch`]).
     pub async fn handle_sqs(&self, event: SqsEvent) -> SqsBatchResponse {
         self.batch.handle_sqs(event).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_batch_container_holds_the_long_lease_and_a_function_the_short_one() {
+        let batch = engine_config("orchestrator", |n| {
+            (n == "AWS_BATCH_JOB_ID").then(|| "j-1".to_string())
+        });
+        assert_eq!(batch.owner, tessera_engine::remote::remote_owner("j-1"));
+        assert_eq!(batch.lease, tessera_engine::CONTAINER_LEASE);
+        assert!(batch.heartbeat_every * 10 <= batch.lease, "{batch:?}");
+        let lambda = engine_config("face-process", |n| {
+            (n == "AWS_LAMBDA_LOG_STREAM_NAME").then(|| "s".to_string())
+        });
+        assert_eq!(
+            (lambda.owner.as_str(), lambda.lease),
+            ("lambda:s", Duration::from_secs(30))
+        );
     }
 }
