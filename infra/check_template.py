@@ -14,7 +14,9 @@
   every queue); each SQS-driven function's own role may receive from its own queues;
 - every role that queries an index may read the items it names (BatchGetItem: the
   indexes project keys only);
-- the api function's progress streams end (and say so) before its timeout;
+- the api function's progress streams end (and say so) before its timeout, and its
+  concurrency is reserved by a parameter; with every default, the mappings' caps and
+  that reservation fit an account's default 1,000 executions (100 kept unreserved);
 - the reaper's role may delete and list in the bucket, which its collector does
   (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
   may not read or write objects.
@@ -130,6 +132,30 @@ def main() -> int:
             limit is not None and int(limit) + 30 <= int(timeout),
             f"TESSERA_STREAM_LIMIT_S {limit} with a {timeout} s timeout",
         )
+        reserved = api["Properties"].get("ReservedConcurrentExecutions")
+        check(
+            "the api function's concurrency is reserved (and so capped) by a parameter",
+            isinstance(reserved, dict) and "Fn::If" in reserved,
+            f"ReservedConcurrentExecutions {reserved}",
+        )
+    # With every default, the caps and the reservation leave the API and the pipeline room
+    # in an account at the default 1,000 concurrent executions, of which AWS keeps 100
+    # unreserved: no queue can take what another needs.
+    params = t.get("Parameters", {})
+
+    def default_of(v):
+        if isinstance(v, dict) and "Ref" in v:
+            return int(params.get(v["Ref"], {}).get("Default", 0))
+        return int(v)
+
+    caps = sum(default_of(v["Properties"]["ScalingConfig"]["MaximumConcurrency"])
+               for v in sqs.values() if "ScalingConfig" in v["Properties"])
+    api_reserved = int(params.get("ApiReservedConcurrency", {}).get("Default", 0))
+    check(
+        "the default caps and the api's reservation fit a default account (1,000, 100 kept unreserved)",
+        api_reserved >= 1 and caps + api_reserved <= 900,
+        f"mappings {caps} + api {api_reserved}",
+    )
     reaper = res.get("ReaperFunctionRole")
     check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
     if reaper:
