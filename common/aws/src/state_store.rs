@@ -11,10 +11,13 @@
 //! | `due_pk`, `due_sk` | S | GSI `by_due` (sparse): what the reaper scans |
 //! | `ttl` | N | TTL (epoch seconds), copied from a body's `ttl_s`; only records that may vanish carry it (launch markers) |
 //!
-//! Every write is part of a `TransactWriteItems` call (at most 100 items, the engine
-//! never asks for more) with a fresh `ClientRequestToken`, so the SDK's own retries of
-//! one call are applied once. A put is an `Update` that replaces the body and bumps the
-//! revision in one step, because `PutItem` cannot compute `rev + 1` without a read.
+//! Writes of several items are one `TransactWriteItems` call (at most 100 items, the
+//! engine never asks for more) with a fresh `ClientRequestToken`, so the SDK's own
+//! retries of one call are applied once. A put or set of one item alone is a plain
+//! conditional `UpdateItem` (half the units of a transaction of one) that carries a
+//! write token (`wt`) for the same exactly-once: see `update_alone`. A put is an
+//! update that replaces the body and bumps the revision in one step, because `PutItem`
+//! cannot compute `rev + 1` without a read.
 //! Both indexes project keys only (`KEYS_ONLY`): an index entry is written when an
 //! item's index key changes, not on every write to the item (a heartbeat, a photo's
 //! next field), which is what keeps one hot index partition from throttling the table.
@@ -411,6 +414,68 @@ where
     }
 }
 
+/// The attribute a write made alone carries: a token of that write, so that a retry of
+/// it by the SDK (a response lost after DynamoDB applied it) knows its own work when the
+/// condition then fails.
+const WRITE_TOKEN: &str = "wt";
+
+impl DynamoStateStore {
+    /// One put or set as a plain conditional `UpdateItem`: DynamoDB bills a transaction
+    /// twice the units of the same writes made alone, and a transaction of one item buys
+    /// nothing but the request token's exactly-once. That is kept by the write token: a
+    /// condition that fails on an item carrying this write's token means the write was
+    /// applied by an earlier attempt of the same call. Counter additions stay in
+    /// transactions (their retry would count twice, and they carry no condition to fail).
+    async fn update_alone(&self, write: &Write, u: &Update) -> Result<(), StoreError> {
+        let token: String = std::iter::repeat_with(fastrand::alphanumeric)
+            .take(12)
+            .collect();
+        let mut names = u.expression_attribute_names().cloned().unwrap_or_default();
+        let mut values = u.expression_attribute_values().cloned().unwrap_or_default();
+        names.insert("#wt".into(), WRITE_TOKEN.into());
+        values.insert(":wt".into(), AttributeValue::S(token.clone()));
+        let expr = u.update_expression();
+        let (set, rest) = expr.split_at(expr.find(" REMOVE ").unwrap_or(expr.len()));
+        let key = write.key();
+        let sent = self
+            .client
+            .update_item()
+            .table_name(u.table_name())
+            .set_key(Some(u.key().clone()))
+            .update_expression(format!("{set}, #wt = :wt{rest}"))
+            .set_condition_expression(u.condition_expression().map(str::to_string))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+            .send()
+            .await;
+        let Err(e) = sent else { return Ok(()) };
+        if let Some(
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
+                failed,
+            ),
+        ) = e.as_service_error()
+        {
+            if failed
+                .item()
+                .and_then(|i| i.get(WRITE_TOKEN))
+                .is_some_and(|t| t == &AttributeValue::S(token))
+            {
+                tracing::info!(pk = %key.pk, sk = %key.sk, "a retried write found itself applied");
+                return Ok(());
+            }
+            return Err(StoreError::Conflict {
+                index: 0,
+                pk: key.pk.clone(),
+                sk: key.sk.clone(),
+            });
+        }
+        Err(store_error(&format!("writing {} / {}", key.pk, key.sk), e))
+    }
+}
+
 /// Rounds a transaction is retried when DynamoDB cancels it only because another
 /// transaction held one of its items (`TransactionConflict`), which is contention, not
 /// a failed condition.
@@ -437,6 +502,12 @@ impl StateStore for DynamoStateStore {
             .iter()
             .map(|w| transact_item(&self.table, w))
             .collect::<Result<Vec<_>, _>>()?;
+        if let ([Write::Put { .. } | Write::Set { .. }], [one]) =
+            (writes.as_slice(), items.as_slice())
+            && let Some(update) = one.update()
+        {
+            return self.update_alone(&writes[0], update).await;
+        }
         for round in 0..CONTENTION_ROUNDS {
             // One token per attempt: the SDK's own retries of this call reuse it, so a
             // call that reached DynamoDB twice is applied once.
