@@ -65,6 +65,9 @@ class Stats:
         self.items = {}
         # ids shared by many items (a project's), for key_class
         self.scopes = {}
+        # (phase, table partition, action) -> write units: what kind of write costs what
+        # (action: Put/Update/Delete/ConditionCheck, "in a transaction of n" or "alone")
+        self.actions = defaultdict(float)
         # (service, operation) -> seconds spent answering (the proxy's accounting included)
         self.latency = defaultdict(float)
         self.errors = []
@@ -75,6 +78,20 @@ class Stats:
             w = self.windows[(self.phase, target, partition)][second]
             w[0] += read
             w[1] += write
+
+    def action(self, partition, action, units):
+        with self.lock:
+            self.actions[(self.phase, partition, action)] += units
+
+    def actions_by_design(self, phases):
+        """Write units per (key design, action) over `phases`, the table's own (an index
+        entry's writes are counted with their index)."""
+        out = defaultdict(float)
+        with self.lock:
+            for (phase, partition, action), units in self.actions.items():
+                if phase in phases:
+                    out[(key_class(partition, self.scopes), action)] += units
+        return out
 
     def request(self, service, op, caller):
         with self.lock:
@@ -172,8 +189,22 @@ class Recorder(http.server.ThreadingHTTPServer):
 
     # -- DynamoDB accounting -------------------------------------------------------------------
 
-    def _get(self, table, key):
-        return self.ddb.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+    def _get_all(self, actions):
+        """The items `actions` name, as they are now: one consistent BatchGetItem (a
+        transaction names at most 100 items, each once) instead of a GetItem each, since
+        every write waits for these reads under the write lock."""
+        found, ask = {}, {}
+        for _, table, key in actions:
+            ask.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
+        while ask:
+            out = self.ddb.batch_get_item(RequestItems=ask)
+            for table, items in out.get("Responses", {}).items():
+                design = self.table(table)
+                for item in items:
+                    found[(table, tuple(capacity._scalar(item[k]) for k in design.keys))] = item
+            ask = out.get("UnprocessedKeys") or {}
+        return [found.get((table, tuple(capacity._scalar(key[k]) for k in self.table(table).keys)))
+                for _, table, key in actions]
 
     def dynamodb(self, op, req, send):
         """Forward a DynamoDB request through `send()` and count what it costs."""
@@ -188,18 +219,22 @@ class Recorder(http.server.ThreadingHTTPServer):
             else:
                 actions = [(op, req["TableName"], req.get("Key") or self._key_of(req["TableName"], req.get("Item")))]
             with self.write_lock:
-                before = [self._get(t, k) for _, t, k in actions]
+                before = self._get_all(actions)
                 status, headers, data = send()
-                after = [self._get(t, k) for _, t, k in actions] if status == 200 else before
+                after = self._get_all(actions) if status == 200 else before
             transactional = op == "TransactWriteItems"
+            shape = f"in a transaction of {len(actions)}" if transactional else "alone"
             for (kind, table, key), old, new in zip(actions, before, after):
                 design = self.table(table)
                 if kind == "ConditionCheck":
                     for target, partition, units in design.condition_check(old, key):
                         s.units(target, partition, write=units)
+                        s.action(partition, f"ConditionCheck {shape}", units)
                     continue
-                for target, partition, units in design.write(old, new, key, transactional):
+                for i, (target, partition, units) in enumerate(design.write(old, new, key, transactional)):
                     s.units(target, partition, write=units)
+                    if i == 0:
+                        s.action(partition, f"{kind.replace('Item', '')} {shape}", units)
                 if new is not None:
                     s.item(design.partition(key), capacity.item_size(new))
             return status, headers, data
