@@ -422,10 +422,14 @@ const WRITE_TOKEN: &str = "wt";
 impl DynamoStateStore {
     /// One put or set as a plain conditional `UpdateItem`: DynamoDB bills a transaction
     /// twice the units of the same writes made alone, and a transaction of one item buys
-    /// nothing but the request token's exactly-once. That is kept by the write token: a
-    /// condition that fails on an item carrying this write's token means the write was
-    /// applied by an earlier attempt of the same call. Counter additions stay in
-    /// transactions (their retry would count twice, and they carry no condition to fail).
+    /// nothing but the request token's exactly-once. That is kept by the write token: the
+    /// write's condition also requires that the item does not carry this write's token,
+    /// so a retry of a write already applied (the SDK's, after a lost response) always
+    /// fails its condition, and failing on an item that carries the token means applied
+    /// (never applied twice over someone else's later write). An item inside a running
+    /// transaction answers `TransactionConflict`, which is contention: tried again, as
+    /// transactions are. Counter additions stay in transactions (their retry would count
+    /// twice, and they carry no condition to fail).
     async fn update_alone(&self, write: &Write, u: &Update) -> Result<(), StoreError> {
         let token: String = std::iter::repeat_with(fastrand::alphanumeric)
             .take(12)
@@ -436,43 +440,58 @@ impl DynamoStateStore {
         values.insert(":wt".into(), AttributeValue::S(token.clone()));
         let expr = u.update_expression();
         let (set, rest) = expr.split_at(expr.find(" REMOVE ").unwrap_or(expr.len()));
+        let not_yet = "(attribute_not_exists(#wt) OR #wt <> :wt)";
+        let condition = match u.condition_expression() {
+            Some(c) => format!("({c}) AND {not_yet}"),
+            None => not_yet.to_string(),
+        };
         let key = write.key();
-        let sent = self
-            .client
-            .update_item()
-            .table_name(u.table_name())
-            .set_key(Some(u.key().clone()))
-            .update_expression(format!("{set}, #wt = :wt{rest}"))
-            .set_condition_expression(u.condition_expression().map(str::to_string))
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
-            .send()
-            .await;
-        let Err(e) = sent else { return Ok(()) };
-        if let Some(
-            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
-                failed,
-            ),
-        ) = e.as_service_error()
-        {
-            if failed
-                .item()
-                .and_then(|i| i.get(WRITE_TOKEN))
-                .is_some_and(|t| t == &AttributeValue::S(token))
-            {
-                tracing::info!(pk = %key.pk, sk = %key.sk, "a retried write found itself applied");
-                return Ok(());
+        for round in 0..CONTENTION_ROUNDS {
+            let sent = self
+                .client
+                .update_item()
+                .table_name(u.table_name())
+                .set_key(Some(u.key().clone()))
+                .update_expression(format!("{set}, #wt = :wt{rest}"))
+                .condition_expression(&condition)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .return_values_on_condition_check_failure(
+                    aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let Err(e) = sent else { return Ok(()) };
+            use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+            match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    if failed
+                        .item()
+                        .and_then(|i| i.get(WRITE_TOKEN))
+                        .is_some_and(|t| t == &AttributeValue::S(token.clone()))
+                    {
+                        tracing::info!(pk = %key.pk, sk = %key.sk, "a retried write found itself applied");
+                        return Ok(());
+                    }
+                    return Err(StoreError::Conflict {
+                        index: 0,
+                        pk: key.pk.clone(),
+                        sk: key.sk.clone(),
+                    });
+                }
+                Some(UpdateItemError::TransactionConflictException(_)) => {
+                    tokio::time::sleep(Duration::from_millis(
+                        10 + fastrand::u64(0..(20 << round.min(5))),
+                    ))
+                    .await;
+                }
+                _ => return Err(store_error(&format!("writing {} / {}", key.pk, key.sk), e)),
             }
-            return Err(StoreError::Conflict {
-                index: 0,
-                pk: key.pk.clone(),
-                sk: key.sk.clone(),
-            });
         }
-        Err(store_error(&format!("writing {} / {}", key.pk, key.sk), e))
+        Err(StoreError::Unavailable(format!(
+            "writing {} / {} kept meeting transactions on the item ({CONTENTION_ROUNDS} tries)",
+            key.pk, key.sk
+        )))
     }
 }
 

@@ -121,6 +121,25 @@ async fn a_write_alone_whose_response_is_lost_is_applied_once_and_answers_succes
         "applied once"
     );
 
+    // A write with no condition of its own is not applied a second time by its retry
+    // (which would overwrite whatever was written in between): one revision more.
+    lost.store(0, Ordering::SeqCst);
+    store
+        .transact(vec![Write::Set {
+            key: key.clone(),
+            fields: vec![("m".into(), serde_json::json!(7))],
+            condition: Condition::None,
+        }])
+        .await
+        .expect("applied once, answered success");
+    assert_eq!(lost.load(Ordering::SeqCst), 1, "the fault was injected");
+    let set = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (set.rev, set.body["m"].as_i64()),
+        (before + 2, Some(7)),
+        "applied once"
+    );
+
     // A write whose condition really fails is still a conflict.
     let stale = store
         .transact(vec![Write::Put {
@@ -133,4 +152,5 @@ async fn a_write_alone_whose_response_is_lost_is_applied_once_and_answers_succes
         "{stale:?}"
     );
     assert_eq!(store.get(&key).await.unwrap().unwrap().body["n"], 2);
+    assert_eq!(store.get(&key).await.unwrap().unwrap().rev, before + 2);
 }
