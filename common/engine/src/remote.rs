@@ -160,6 +160,15 @@ impl Engine {
                 // (no WorkerImage), a definition Batch refuses. The task fails now,
                 // naming why, instead of its message cycling to the dead-letter queue.
                 tracing::error!(task_id = %id, epoch = task.epoch, error = %e.message, "heavy task cannot be launched; failing it");
+                // Nothing was launched: the marker goes first, so that a resumed task (same
+                // epoch) or a redelivery after a failed write launches again.
+                self.ports
+                    .store
+                    .transact(vec![tessera_core::ports::Write::Delete {
+                        key: marker(id, task.epoch),
+                        condition: Condition::None,
+                    }])
+                    .await?;
                 let failed = crate::lifecycle::failed(
                     &task,
                     e.class,
