@@ -22,9 +22,11 @@
 //!   shard says what the project says;
 //! - a shard exists only while its project does: written conditioned on the project
 //!   (when first made) or with it (on a change), deleted with it;
-//! - a subject set object is written before a view names it and never changed; those of
-//!   older revisions are deleted after the change that replaced them (they may hold the
-//!   embeddings of someone removed).
+//! - a subject set object is stored only once a committed view names it (by the change,
+//!   or by a reader that finds it missing, from the subject records, which it undoes if
+//!   the view moved on meanwhile), and never changed; those of older views are deleted
+//!   after the change that replaced them and again by its sweep (they may hold the
+//!   embeddings of someone removed). Nothing is stored for a change that failed.
 
 use crate::domain::Project;
 use crate::ids::{PhotoId, ProjectId, SubjectId, TenantId};

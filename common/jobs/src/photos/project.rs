@@ -207,7 +207,7 @@ async fn change_subjects(
             SubjectDelta::Enrol(s) => after.push(s.clone()),
             SubjectDelta::Remove(id) => after.retain(|s| s.id != *id),
         }
-        let view = super::view::write_subject_set(objects, &changed(&p, &set)?, &after).await?;
+        let (view, pending) = super::view::plan(&changed(&p, &set)?, &after);
         let sweep = engine
             .prepare(super::reblur::plan(p.tenant.clone(), project, rev))
             .map_err(|e| PhotoError::Invalid(e.to_string()))?;
@@ -223,6 +223,7 @@ async fn change_subjects(
         match store.transact(all).await {
             Ok(()) => {
                 tracing::info!(project = %project, subjects_rev = rev, reblur_job = %sweep.job_id, "subject change committed with its sweep");
+                super::view::store_subject_set(objects, pending).await;
                 // The sets of older views go now; the sweep deletes them again in case
                 // this process dies first (they may hold a removed subject's embeddings).
                 if let Err(e) =

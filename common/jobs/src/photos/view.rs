@@ -14,10 +14,10 @@ use tessera_core::privacy::SubjectEmbeddings;
 use tessera_core::privacy_view::{self, PrivacyView};
 use tessera_core::{PhotoId, ProjectId, records};
 
-/// How many subject sets one process keeps decoded. A set is immutable, so a cached
-/// one is never stale; the bound only caps memory in a process that serves many
-/// projects.
-const CACHED_SETS: usize = 32;
+/// How many projects' subject sets one process keeps decoded (one set each, the latest
+/// read). A set is immutable, so a cached one is never stale; the bound caps memory in a
+/// process that serves many projects.
+const CACHED_PROJECTS: usize = 32;
 
 /// The privacy view `photo` of `project` decides by (its shard).
 pub async fn for_photo(
@@ -48,8 +48,7 @@ pub async fn read(
             .await?
             .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
         let p: Project = records::decode(&item)?;
-        let view =
-            write_subject_set(objects, &p, &project::subjects(store, project).await?).await?;
+        let (view, set) = plan(&p, &project::subjects(store, project).await?);
         let mut writes = vec![Write::Check {
             key: records::project_key(project),
             condition: Condition::Rev(item.rev),
@@ -58,6 +57,7 @@ pub async fn read(
         match store.transact(writes).await {
             Ok(()) => {
                 tracing::info!(project = %project, subjects_rev = view.subjects_rev, "privacy view made");
+                store_subject_set(objects, set).await;
                 return Ok(view);
             }
             // The project changed meanwhile: its change wrote the shards, or it is gone.
@@ -70,19 +70,32 @@ pub async fn read(
     ))))
 }
 
-/// Store the subject set object of `subjects` (nothing when there are none) and return
-/// the view of `p` that names it.
-pub async fn write_subject_set(
-    objects: &dyn ObjectStore,
-    p: &Project,
-    subjects: &[tessera_core::photo::Subject],
-) -> Result<PrivacyView, PhotoError> {
+/// A subject set to store once the view that names it is committed.
+pub struct PendingSet(Option<(String, Vec<u8>)>);
+
+/// The view of `p` with `subjects`, and the subject set object it names (nothing when
+/// nobody opted out). The set is stored only after the view is committed
+/// ([`store_subject_set`]): stored before, a change that then failed (or a process that
+/// died) would leave someone's embeddings in an object no view names. A reader that finds
+/// it missing meanwhile makes it from the subject records ([`subjects`]).
+pub fn plan(p: &Project, subjects: &[tessera_core::photo::Subject]) -> (PrivacyView, PendingSet) {
     if subjects.is_empty() {
-        return Ok(PrivacyView::of(p, None));
+        return (PrivacyView::of(p, None), PendingSet(None));
     }
     let (key, bytes) = privacy_view::pack(p.id, subjects);
-    objects.put(&key, Bytes::from(bytes)).await?;
-    Ok(PrivacyView::of(p, Some(key)))
+    (
+        PrivacyView::of(p, Some(key.clone())),
+        PendingSet(Some((key, bytes))),
+    )
+}
+
+/// Store a committed view's subject set; a failure is logged (readers make it again).
+pub async fn store_subject_set(objects: &dyn ObjectStore, set: PendingSet) {
+    if let Some((key, bytes)) = set.0
+        && let Err(e) = objects.put(&key, Bytes::from(bytes)).await
+    {
+        tracing::warn!(key, error = %e, "subject set not stored; readers will make it from the subject records");
+    }
 }
 
 /// The opted-out subjects `view` names. A set read once is kept in memory by name. A set
@@ -97,7 +110,9 @@ pub async fn subjects(
     let Some(key) = &view.subjects else {
         return Ok(Arc::new(Vec::new()));
     };
-    if let Some(set) = cache().lock().expect("cache lock").get(key) {
+    if let Some((cached, set)) = cache().lock().expect("cache lock").get(&view.project)
+        && cached == key
+    {
         return Ok(set.clone());
     }
     let bytes = match objects.get(key).await {
@@ -113,6 +128,21 @@ pub async fn subjects(
             }
             tracing::warn!(project = %view.project, key, "subject set missing; made again from the subject records");
             objects.put(key, Bytes::from(bytes.clone())).await?;
+            // A change that removed someone may have committed (and retired its older
+            // sets) between the subject read above and this put: then this set is no
+            // longer one any view names, and it may hold that person's embeddings.
+            let now = store
+                .get(&privacy_view::key(view.project, 0))
+                .await?
+                .map(|i| privacy_view::decode(&i))
+                .transpose()?;
+            if now.is_none_or(|v| v.subjects.as_deref() != Some(key.as_str())) {
+                objects.delete(key).await?;
+                return Err(PhotoError::Store(StoreError::Unavailable(format!(
+                    "the privacy view of project {} changed while its subject set was being made again; the new view will be read on the next try",
+                    view.project
+                ))));
+            }
             Bytes::from(bytes)
         }
         Err(e) => return Err(e.into()),
@@ -122,10 +152,12 @@ pub async fn subjects(
             .map_err(|e| PhotoError::Invalid(e.to_string()))?,
     );
     let mut c = cache().lock().expect("cache lock");
-    if c.len() >= CACHED_SETS {
+    if c.len() >= CACHED_PROJECTS && !c.contains_key(&view.project) {
         c.clear();
     }
-    c.insert(key.clone(), set.clone());
+    // One set per project: a newer view's set replaces the older one's (which may hold
+    // the embeddings of someone removed since).
+    c.insert(view.project, (key.clone(), set.clone()));
     Ok(set)
 }
 
@@ -154,7 +186,9 @@ pub async fn retire_subject_sets(
     }
 }
 
-fn cache() -> &'static Mutex<HashMap<String, Arc<Vec<SubjectEmbeddings>>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Vec<SubjectEmbeddings>>>>> = OnceLock::new();
+type SetCache = Mutex<HashMap<ProjectId, (String, Arc<Vec<SubjectEmbeddings>>)>>;
+
+fn cache() -> &'static SetCache {
+    static CACHE: OnceLock<SetCache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
