@@ -189,6 +189,23 @@ def session_rss_kib(sid):
     return total
 
 
+def session_cpu_s(sid):
+    """CPU seconds (user and system, children that were waited for included) of every
+    process of the environment's session so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[3]) == sid:
+                    total += sum(int(x) for x in fields[11:15])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / tick
+
+
 class Instance:
     """One execution environment: a process of the function's bootstrap and its Runtime API."""
 
@@ -287,6 +304,7 @@ class Function:
         self.instances = []
         self.peak_kib = 0
         self.invocations = []  # (started, seconds, outcome)
+        self.cpu = []  # (started, CPU seconds of the environment's session during it)
         self.timeouts = 0
 
     # Environments of one function at once (Lambda scales further; four is enough for
@@ -331,6 +349,7 @@ class Function:
         inst, timeout_s = self._acquire()
         try:
             inv = Invocation(payload, timeout_s)
+            cpu_before = session_cpu_s(inst.proc.pid)
             inst.pending.put(inv)
             started = time.time()
             while not inv.done.wait(0.05):
@@ -344,6 +363,7 @@ class Function:
                 if not inst.alive():
                     break
             seconds = time.time() - started
+            self.cpu.append((started, max(0.0, session_cpu_s(inst.proc.pid) - cpu_before)))
             if inv.done.is_set() and inv.error is None and inst.killed_for is None:
                 self.invocations.append((started, seconds, "ok"))
                 self._observe(started, seconds, "ok", payload)

@@ -57,6 +57,13 @@ USD = {
     "s3_put": 0.005e-3, "s3_get": 0.0004e-3, "s3_gb_month": 0.023,
     "sqs_request": 0.40e-6, "batch_gpu_hour": 0.526,
 }
+# The Lambda model (`lambda_modelled`): Lambda gives a function one vCPU at 1,769 MB (the
+# Lambda developer guide, "memory and computing power"), and AWS's own latency for one
+# request from a function in the same region, taken as typical figures (DynamoDB answers
+# in single-digit milliseconds; a small S3 object's first byte in tens), each request
+# assumed to wait alone (an upper bound: the functions overlap many of them).
+LAMBDA_MB_PER_VCPU = 1769
+AWS_LATENCY_S = {"dynamodb": 0.008, "s3": 0.030, "sqs": 0.010}
 S3_PUT_CLASS = {"PutObject", "CopyObject", "PostObject", "ListObjectsV2", "ListBucket", "UploadPart",
                 "CreateMultipartUpload", "CompleteMultipartUpload", "PutBucket"}
 S3_FREE = {"DeleteObject", "DeleteObjects"}
@@ -414,9 +421,24 @@ class LoadRehearsal(Rehearsal):
         windows = [self.phases[p] for p in phases if p in self.phases]
         for logical, f in self.functions.items():
             runs = [d for started, d, _ in f.invocations if any(t0 <= started <= (t1 or time.time()) for t0, t1 in windows)]
+            cpu = [c for started, c in f.cpu if any(t0 <= started <= (t1 or time.time()) for t0, t1 in windows)]
             if runs:
                 out[logical] = {"invocations": len(runs), "seconds": round(sum(runs), 2),
-                                "gb_s": round(sum(runs) * f.memory_mb / 1024, 2), "memory_mb": f.memory_mb}
+                                "gb_s": round(sum(runs) * f.memory_mb / 1024, 2), "memory_mb": f.memory_mb,
+                                "cpu_s": round(sum(cpu), 2)}
+        return out
+
+    def lambda_modelled(self, phases, fn):
+        """Lambda GB-s as AWS would bill these invocations, from what they did rather than
+        how long they took here (debug builds or not, two cores shared with moto and the
+        recorder): each function's CPU seconds, stretched where its memory buys less than
+        one vCPU, plus its own requests at AWS's typical latencies, times its memory."""
+        requests = self.recorder.stats.request_counts(set(phases))
+        out = {}
+        for logical, v in fn.items():
+            waits = sum(n * AWS_LATENCY_S.get(svc, 0.0) for (svc, _op, caller), n in requests.items() if caller == logical)
+            seconds = v["cpu_s"] * max(1.0, LAMBDA_MB_PER_VCPU / v["memory_mb"]) + waits
+            out[logical] = {"seconds": round(seconds, 2), "gb_s": round(seconds * v["memory_mb"] / 1024, 3)}
         return out
 
     def cost(self, phases, per):
@@ -432,6 +454,8 @@ class LoadRehearsal(Rehearsal):
         fn = self.function_seconds(phases)
         gb_s = sum(v["gb_s"] for v in fn.values())
         invocations = sum(v["invocations"] for v in fn.values())
+        modelled = self.lambda_modelled(phases, fn)
+        modelled_gb_s = sum(v["gb_s"] for v in modelled.values())
         usd = {
             "lambda": gb_s * USD["lambda_gb_s"] + invocations * USD["lambda_request"],
             "dynamodb": writes * USD["ddb_write_unit"] + reads * USD["ddb_read_unit"],
@@ -443,7 +467,12 @@ class LoadRehearsal(Rehearsal):
             "s3_put_class": round(s3_put / per, 1), "s3_get_class": round(s3_get / per, 1), "sqs_requests": round(sqs / per, 1),
             "lambda_gb_s": round(gb_s / per, 3), "lambda_invocations": round(invocations / per, 2),
             "usd": {k: round(v / per, 8) for k, v in usd.items()}, "usd_total": round(sum(usd.values()) / per, 8),
+            "lambda_gb_s_modelled": round(modelled_gb_s / per, 4),
+            "usd_lambda_modelled": round((modelled_gb_s * USD["lambda_gb_s"] + invocations * USD["lambda_request"]) / per, 8),
+            "usd_total_modelled": round((sum(usd.values()) - usd["lambda"] + modelled_gb_s * USD["lambda_gb_s"]
+                                         + invocations * USD["lambda_request"]) / per, 8),
             "functions": fn,
+            "functions_modelled": modelled,
             "by_key_design": sorted(({"target": t, "key_design": cls, "write_units": round(c["write"] / per, 2),
                                       "read_units": round(c["read"] / per, 2), "partitions": c["partitions"]}
                                      for (t, cls), c in self.classes(phases).items()),
@@ -580,12 +609,19 @@ class LoadRehearsal(Rehearsal):
             "usd_per_1000_photos": round(1000 * per_photo["usd_total"], 4),
             "usd_per_1000_photos_by_service": {k: round(1000 * v, 4) for k, v in per_photo["usd"].items()},
             "usd_per_1000_photos_reblurred": round(1000 * r["units_per_photo_reblur"]["usd_total"], 4),
+            "usd_per_1000_photos_modelled": round(1000 * per_photo["usd_total_modelled"], 4),
+            "usd_per_1000_photos_lambda_modelled": round(1000 * per_photo["usd_lambda_modelled"], 4),
+            "usd_per_1000_photos_reblurred_modelled": round(1000 * r["units_per_photo_reblur"]["usd_total_modelled"], 4),
             "usd_per_reconstruction": round(per_recon["usd_total"], 5),
             "usd_per_reconstruction_stages_on_batch_gpu": round(stage_s / 3600 * USD["batch_gpu_hour"], 5),
             "prices": USD,
-            "notes": ("Lambda GB-s are the measured durations of this machine's debug builds × the template's memory "
-                      "sizes (an upper bound: Lambda's cores and release builds are faster); S3 storage, CloudWatch "
-                      "logs and data transfer are left out; DynamoDB from the units counted above."),
+            "build": self.args.profile,
+            "notes": (f"Lambda GB-s are the measured durations of this machine's {self.args.profile} builds × the "
+                      "template's memory sizes (an upper bound: two cores shared with moto and the recording proxy, "
+                      "whose answers are slower than AWS's); `_modelled` replaces them by each function's CPU seconds "
+                      f"(× {LAMBDA_MB_PER_VCPU} MB / its memory where that is under one vCPU) plus its own requests at "
+                      f"{AWS_LATENCY_S} s each, × its memory. S3 storage, CloudWatch logs and data transfer are left "
+                      "out; DynamoDB from the units counted above."),
         }
         self.check(r["lost"]["total"] == 0, f"lost: {r['lost']}")
         self.check(r["max_item_bytes"] <= 100 * 1024, f"the largest item is {r['max_item_bytes']} bytes: {r['largest_items'][:2]}")
