@@ -285,6 +285,37 @@ Table.delete_item = _delete_item_indexed
 DynamoDBBackend.update_item = _update_item_indexed
 Table.query = _query_one_partition
 
+# moto finds the backend of every request by listing its own package folder
+# (`list_of_moto_modules`, a directory scan) and then trying every service's URL
+# patterns, and werkzeug writes a log line per request: at the load rehearsal's rates
+# that was a fifth of moto's time. The folder does not change while it runs, and a host
+# always maps to the same backend, so both are remembered; requests are not logged
+# (errors still are).
+import functools  # noqa: E402
+
+from moto import backends as _backends  # noqa: E402
+from werkzeug.serving import WSGIRequestHandler  # noqa: E402
+
+_modules = functools.lru_cache(maxsize=1)(lambda f=_backends.list_of_moto_modules: tuple(f()))
+_backends.list_of_moto_modules = _modules
+_backend_for_host = DomainDispatcherApplication.get_backend_for_host
+_hosts = {}
+
+
+def _remembered_backend(self, host):
+    if host not in _hosts:
+        _hosts[host] = _backend_for_host(self, host)
+    return _hosts[host]
+
+
+DomainDispatcherApplication.get_backend_for_host = _remembered_backend
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_request(self, *args, **kwargs):
+        pass
+
+
 app = DomainDispatcherApplication(create_backend_app)
 dynamodb = threading.Lock()
 
@@ -298,4 +329,4 @@ def serialised(environ, start_response):
 
 
 if __name__ == "__main__":
-    run_simple(sys.argv[1], int(sys.argv[2]), serialised, threaded=True)
+    run_simple(sys.argv[1], int(sys.argv[2]), serialised, threaded=True, request_handler=_Quiet)

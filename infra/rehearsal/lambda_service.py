@@ -217,18 +217,26 @@ class Instance:
         self.stopped = threading.Event()
         self.api = RuntimeApi(self)
         threading.Thread(target=self.api.serve_forever, daemon=True).start()
-        self.tmp = os.path.join(function.sandbox, f"tmp-{n}")
+        root = function.image_root
+        # A container image's function runs chrooted in the image's tree, its /tmp there.
+        tmp_in = f"/tmp/instance-{n}" if root else os.path.join(function.sandbox, f"tmp-{n}")
+        self.tmp = os.path.join(root, tmp_in.lstrip("/")) if root else tmp_in
         shutil.rmtree(self.tmp, ignore_errors=True)
         os.makedirs(self.tmp)
         env = dict(function.env)
         env.update({
             "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.api.server_address[1]}",
             "AWS_LAMBDA_LOG_STREAM_NAME": f"2026/12/01/[$LATEST]{uuid.uuid4().hex}",
-            "TMPDIR": self.tmp,
+            "TMPDIR": tmp_in,
         })
         self.log = open(os.path.join(function.sandbox, f"instance-{n}.log"), "ab")
+        if root:
+            # The image's entrypoint in its WORKDIR (/tmp), as Lambda starts it.
+            command, cwd = ["chroot", root, "/bin/sh", "-c", f"cd /tmp && exec {function.bootstrap}"], "/"
+        else:
+            command, cwd = [function.bootstrap], function.task_root
         self.proc = subprocess.Popen(
-            [function.bootstrap], env=env, cwd=function.task_root,
+            command, env=env, cwd=cwd,
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.started = time.time()
         self.peak_kib = 0
@@ -271,7 +279,11 @@ class Instance:
 class Function:
     """A deployed function: its configuration as read back, its package as a sandbox."""
 
-    def __init__(self, conf, bootstrap, task_root, path, env_extra, opt_dir):
+    def __init__(self, conf, bootstrap, task_root, path, env_extra, opt_dir, image_root=None):
+        """`image_root`: a container image's tree (`image_rootfs.py`), in which the
+        function runs chrooted, its `bootstrap`, `task_root`, `path` and `opt_dir`
+        paths inside it; `None` for a zip function, run on this machine."""
+        self.image_root = image_root
         self.name = conf["FunctionName"]
         self.arn = conf["FunctionArn"]
         self.conf = conf
@@ -279,7 +291,7 @@ class Function:
         self.memory_mb = conf["MemorySize"]
         self.bootstrap = bootstrap
         self.task_root = task_root
-        self.sandbox = task_root + ".sandbox"
+        self.sandbox = env_extra.pop("_SANDBOX", task_root + ".sandbox")
         os.makedirs(self.sandbox, exist_ok=True)
         env = {}
         for k, v in conf.get("Environment", {}).get("Variables", {}).items():

@@ -39,6 +39,7 @@ import boto3
 from botocore.config import Config
 
 sys.path.insert(0, os.path.dirname(__file__))
+import image_rootfs  # noqa: E402
 from lambda_service import Function, FunctionUrl, Schedule, SqsPoller  # noqa: E402
 from stack import Stack  # noqa: E402
 
@@ -92,21 +93,13 @@ def crate_of_package(package):
 
 
 def image_contents(dockerfile):
-    """What a container image holds beyond its bootstrap, from its Dockerfile: the crate it
-    builds and the executables of the Debian packages it installs (taken from this
-    machine's packages of the same names: Debian's COLMAP stands in for the image's)."""
+    """What a container image holds beyond its bootstrap, from its Dockerfile: the crate its
+    build stage builds and the Debian packages its runtime stage installs (the tree the
+    function runs in is made from them: `image_rootfs.py`)."""
     text = open(os.path.join(REPO, dockerfile)).read().replace("\\\n", " ")
     package = re.search(r"cargo build [^\n]*-p ([\w-]+)", text).group(1)
-    installs = []
-    for m in re.finditer(r"apt-get install ([^&\n]+)", text):
-        installs += [w for w in m.group(1).split() if not w.startswith("-")]
-    executables = []
-    for pkg in installs:
-        files = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True)
-        if files.returncode != 0:
-            raise SystemExit(f"{dockerfile} installs {pkg}, which this machine lacks (apt-get install {pkg})")
-        executables += [f for f in files.stdout.split() if f.startswith("/usr/bin/") and os.access(f, os.X_OK)]
-    return crate_of_package(package), installs, executables
+    _suite, installs = image_rootfs.recipe(os.path.join(REPO, dockerfile))
+    return crate_of_package(package), installs
 
 
 class Rehearsal:
@@ -115,6 +108,7 @@ class Rehearsal:
         self.work = tempfile.mkdtemp(prefix="tessera-rehearsal-")
         self.failures = []
         self.report = {"functions": {}, "scenarios": {}}
+        self.mounts = []
 
     # -- set up ----------------------------------------------------------------------------
 
@@ -190,21 +184,35 @@ class Rehearsal:
                 path = f"{root}:{self.opt}/bin" if layers else root
                 provides = {"face_runtime"} if self.layer_arn in layers and "ORT_DYLIB_PATH" in conf["Environment"]["Variables"] else set()
                 opt = self.opt if layers else os.path.join(self.work, "no-layers")
-            else:
-                crate, installs, executables = image_contents(pkg["image"])
+            image_root = None
+            if "zip" not in pkg:
+                crate, installs = image_contents(pkg["image"])
                 if conf.get("PackageType") != "Image":
                     self.fail(f"{logical}: built as an image but deployed as {conf.get('PackageType')}")
-                image_bin = os.path.join(self.work, logical, "image-bin")
-                os.makedirs(image_bin)
-                for e in executables:
-                    os.symlink(e, os.path.join(image_bin, os.path.basename(e)))
-                path = f"{root}:{image_bin}"
                 provides = {"colmap"} if "colmap" in installs else set()
-                opt = os.path.join(self.work, "no-layers")
+                opt = "/opt"
+                image_root = self.image_tree(pkg["image"])
             binary = os.path.join(target, cargo_bin(crate))
             if not os.path.exists(binary):
                 raise SystemExit(f"{binary} is not built: cargo build -p <{crate}>")
-            os.symlink(binary, os.path.join(root, "bootstrap"))
+            if image_root:
+                # The image's own tree: the bootstrap where its Dockerfile copies it, and
+                # only what its packages installed on PATH.
+                task = os.path.join(image_root, "var/task")
+                os.makedirs(task, exist_ok=True)
+                inside = os.path.join(task, "bootstrap")
+                if os.path.exists(inside):
+                    os.remove(inside)
+                try:
+                    os.link(binary, inside)
+                except OSError:
+                    shutil.copy2(binary, inside)
+                path = "/var/task:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                sandbox = root + ".sandbox"
+                bootstrap, task_root = "/var/task/bootstrap", "/var/task"
+            else:
+                os.symlink(binary, os.path.join(root, "bootstrap"))
+                bootstrap, task_root, sandbox = os.path.join(root, "bootstrap"), root, root + ".sandbox"
             creds = self.op.sts.assume_role(RoleArn=conf["Role"], RoleSessionName=conf["FunctionName"][:64])["Credentials"]
             env = {
                 "AWS_ACCESS_KEY_ID": creds["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
@@ -213,7 +221,8 @@ class Rehearsal:
                 # The one thing Lambda would not set: where AWS is.
                 "AWS_ENDPOINT_URL": self.endpoint,
             }
-            f = Function(conf, os.path.join(root, "bootstrap"), root, path, env, opt)
+            env["_SANDBOX"] = sandbox
+            f = Function(conf, bootstrap, task_root, path, env, opt, image_root)
             f.provides = provides
             f.role_clients = Clients(self.endpoint, creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
             self.functions[logical] = f
@@ -580,6 +589,17 @@ class Rehearsal:
                 "mean_ms": round(1000 * sum(durations) / len(durations)) if durations else None,
             }
 
+    def image_tree(self, dockerfile):
+        """The image's tree (made or found by `image_rootfs.py`), with /proc and /dev
+        bound in for this run. Building one needs root (debootstrap, chroot, mount)."""
+        if os.geteuid() != 0:
+            raise SystemExit(f"{dockerfile}: the rehearsal runs container-image functions chrooted in the image's tree, which needs root")
+        tree = image_rootfs.build(os.path.join(REPO, dockerfile), log=log)
+        mount = image_rootfs.mounted(tree).__enter__()
+        self.mounts.append(mount)
+        self.report.setdefault("images", {})[dockerfile] = {"tree": tree, "recipe": " ".join(map(str, image_rootfs.recipe(os.path.join(REPO, dockerfile))))}
+        return tree
+
     def stop(self):
         for p in self.pollers if hasattr(self, "pollers") else []:
             p.stopping = True
@@ -589,6 +609,8 @@ class Rehearsal:
             f.stop()
         if hasattr(self, "moto"):
             self.moto.kill()
+        for m in getattr(self, "mounts", []):
+            m.__exit__(None, None, None)
         if self.failures:
             log(f"logs kept in {self.work}")
         else:
