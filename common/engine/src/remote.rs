@@ -162,13 +162,7 @@ impl Engine {
                 tracing::error!(task_id = %id, epoch = task.epoch, error = %e.message, "heavy task cannot be launched; failing it");
                 // Nothing was launched: the marker goes first, so that a resumed task (same
                 // epoch) or a redelivery after a failed write launches again.
-                self.ports
-                    .store
-                    .transact(vec![tessera_core::ports::Write::Delete {
-                        key: marker(id, task.epoch),
-                        condition: Condition::None,
-                    }])
-                    .await?;
+                self.forget_launch(id, task.epoch).await?;
                 let failed = crate::lifecycle::failed(
                     &task,
                     e.class,
@@ -186,13 +180,7 @@ impl Engine {
             }
             Err(e) => {
                 // Not launched: the marker goes, so the redelivery tries again.
-                self.ports
-                    .store
-                    .transact(vec![tessera_core::ports::Write::Delete {
-                        key: marker(id, task.epoch),
-                        condition: Condition::None,
-                    }])
-                    .await?;
+                self.forget_launch(id, task.epoch).await?;
                 Err(EngineError::Refused(format!(
                     "launching task {id}: {}",
                     e.message
@@ -246,17 +234,24 @@ impl Engine {
                 .await?
                 .then_some(Handled::Ran(TaskState::Failed)));
         }
-        self.ports
-            .store
-            .transact(vec![tessera_core::ports::Write::Delete {
-                key: marker(task.id, task.epoch),
-                condition: Condition::None,
-            }])
-            .await?;
+        self.forget_launch(task.id, task.epoch).await?;
         let delay = unclaimed_backoff(ends);
         self.offer(&task, delay).await?;
         tracing::warn!(task_id = %task.id, remote_job = %end.job_id, reason = %end.reason, ends, delay_s = delay.as_secs(), "remote job ended before claiming its task; offered again after a back-off");
         Ok(None)
+    }
+
+    /// Delete the launch marker of `task` at `epoch`: nothing runs it, so a later offer
+    /// of the same epoch must launch again.
+    async fn forget_launch(&self, task: TaskId, epoch: u64) -> Result<(), EngineError> {
+        self.ports
+            .store
+            .transact(vec![tessera_core::ports::Write::Delete {
+                key: marker(task, epoch),
+                condition: Condition::None,
+            }])
+            .await?;
+        Ok(())
     }
 
     /// One more remote end that never claimed `task`; how many there have been.

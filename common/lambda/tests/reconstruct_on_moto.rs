@@ -84,6 +84,30 @@ impl Launcher for ProcessLauncher {
     }
 }
 
+/// A small exhaustive reconstruction of the photos under `image_set`.
+fn small_spec(image_set: &str) -> ReconstructionSpec {
+    ReconstructionSpec {
+        project: tessera_core::ProjectId::new().to_string(),
+        image_set: image_set.into(),
+        backend: BackendSpec {
+            name: "colmap".into(),
+            version: None,
+        },
+        camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
+        max_features: 2048,
+        max_image_size: 1000,
+        pairs: PairStrategy::Exhaustive,
+        mapper: MapperKind::Incremental,
+        ba: BaMode::Standard,
+        georef: Georef::None,
+        respect_exif_orientation: false,
+        per_image_intrinsics: false,
+        image_set_digest: None,
+        exports: vec![ExportFormat::PointsBin],
+        priority: 0,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_model() {
     let mut d = Deployment::start(Duration::from_secs(60), 5).await;
@@ -135,26 +159,7 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
             .await
             .unwrap();
     }
-    let spec = ReconstructionSpec {
-        project: tessera_core::ProjectId::new().to_string(),
-        image_set: "images/on-moto".into(),
-        backend: BackendSpec {
-            name: "colmap".into(),
-            version: None,
-        },
-        camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
-        max_features: 2048,
-        max_image_size: 1000,
-        pairs: PairStrategy::Exhaustive,
-        mapper: MapperKind::Incremental,
-        ba: BaMode::Standard,
-        georef: Georef::None,
-        respect_exif_orientation: false,
-        per_image_intrinsics: false,
-        image_set_digest: None,
-        exports: vec![ExportFormat::PointsBin],
-        priority: 0,
-    };
+    let spec = small_spec("images/on-moto");
     let mut plan =
         tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "on moto", 6, 0.5).unwrap();
     // Feature extraction and mapping are the heavy stages of a large job: give them a
@@ -261,26 +266,7 @@ async fn without_a_worker_a_heavy_stage_fails_at_once_naming_why() {
     )
     .await;
     d.functions.insert(routes::ORCHESTRATOR, orchestrator);
-    let spec = ReconstructionSpec {
-        project: tessera_core::ProjectId::new().to_string(),
-        image_set: "images/no-worker".into(),
-        backend: BackendSpec {
-            name: "colmap".into(),
-            version: None,
-        },
-        camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
-        max_features: 2048,
-        max_image_size: 1000,
-        pairs: PairStrategy::Exhaustive,
-        mapper: MapperKind::Incremental,
-        ba: BaMode::Standard,
-        georef: Georef::None,
-        respect_exif_orientation: false,
-        per_image_intrinsics: false,
-        image_set_digest: None,
-        exports: vec![ExportFormat::PointsBin],
-        priority: 0,
-    };
+    let spec = small_spec("images/no-worker");
     let mut plan =
         tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "no worker", 600, 24.0)
             .unwrap();
