@@ -498,6 +498,27 @@ async fn an_enrolment_refuses_reference_photos_that_will_not_work_and_says_how_m
     )
     .await;
     assert!(v["detail"].as_str().unwrap().contains("px wide"), "{v}");
+    // The portrait out of focus (a Gaussian of 3 px on its 90 px face): refused by name.
+    let soft = {
+        let img = image::load_from_memory(&face_photo("astronaut.png")).unwrap();
+        let img = image::DynamicImage::ImageRgba8(image::imageops::blur(&img, 3.0));
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    };
+    let soft = upload(&admin, &s.base, &soft, 1 << 20).await;
+    let v = problem(
+        enrol(vec![soft]).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("blurred or out of focus"),
+        "{v}"
+    );
     let subs = json_of(admin.get(format!("{x}/subjects")).send().await.unwrap()).await;
     assert_eq!(subs["total"], 0, "nothing enrolled from refused photos");
     // One good portrait: enrolled, with a warning that one view is thin.

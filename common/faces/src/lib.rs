@@ -16,6 +16,7 @@ pub mod detect;
 pub mod embed;
 pub mod error;
 pub mod models;
+pub mod quality;
 pub mod runtime;
 pub mod search;
 

@@ -104,6 +104,17 @@ pub const MIN_REFERENCE_FACE_PX: f32 = 64.0;
 /// A second face at least this fraction of the largest one's width makes a reference
 /// photo ambiguous: which of them asked not to be published is not for Tessera to guess.
 pub const SECOND_FACE_RATIO: f32 = 0.5;
+/// Least detail a reference face may show: the variance of the Laplacian of its aligned
+/// crop ([`tessera_faces::quality::sharpness`]). Measured on the shared portraits
+/// (`common/jobs/tests/reference_sharpness.rs`): sharp faces of 64 px and more measure
+/// 654–3,859; the same portraits blurred with a Gaussian of σ = 2 px on a 90 px face
+/// measure 11.6, σ = 3 px 4.0, σ = 6 px on a 175 px face 7.5, and those references had
+/// lost 0.14–0.25 of their similarity to the same person in the group photo (which is
+/// made of the same portraits: no independent photos of these people exist here, so how
+/// much a soft reference costs against other photos is not measured). A face this soft
+/// is mostly what the detector still finds of a blurred one; its embedding matches the
+/// person's other photos less surely, and a reference that misses them publishes them.
+pub const MIN_REFERENCE_SHARPNESS: f32 = 20.0;
 /// Reference photos below which an enrolment is answered with a warning.
 pub const ADVISED_REFERENCES: usize = 2;
 
@@ -128,6 +139,15 @@ pub fn reference_embedding(
         return Err(PhotoError::Invalid(format!(
             "reference photo `{name}`: the face is {:.0} px wide; use one where it is at least {MIN_REFERENCE_FACE_PX} px wide (taken closer, or less reduced)",
             width(largest)
+        )));
+    }
+    let sharpness = tessera_faces::quality::sharpness(&tessera_faces::align::crop(
+        &decoded.rgb,
+        &largest.landmarks,
+    ));
+    if sharpness < MIN_REFERENCE_SHARPNESS {
+        return Err(PhotoError::Invalid(format!(
+            "reference photo `{name}`: the face is blurred or out of focus (detail {sharpness:.1}, at least {MIN_REFERENCE_SHARPNESS} needed); use a sharp photo of the face, never one that was blurred"
         )));
     }
     let similar = faces
