@@ -132,6 +132,15 @@ class Rehearsal:
                                 "--wheel", "-", "--models", "-", "--out", layer_zip], capture_output=True, text=True)
         self.check(wrong.returncode != 0 and f"not {other}" in wrong.stderr,
                    f"the {arch} layer passed the {other} check: {wrong.stdout}{wrong.stderr}")
+        # The layer brings its own C++ runtime (built with --load here: ONNX Runtime was
+        # loaded from the layer alone). One that needs a newer glibc than provided.al2023's
+        # must be refused: this machine's own is one (Debian bookworm's needs GLIBC_2.36).
+        host_cxx = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+        if arch == "x86_64" and os.path.exists(host_cxx):
+            newer = subprocess.run([os.path.join(REPO, "scripts/build-face-layer"), arch, os.path.join(self.work, "refused.zip")],
+                                   env=dict(os.environ, TESSERA_LAYER_LIBSTDCXX=host_cxx), capture_output=True, text=True)
+            self.check(newer.returncode != 0 and "provided.al2023 has glibc 2.34" in newer.stderr,
+                       f"a layer bundling a libstdc++ that needs a newer glibc was built: {newer.stdout}{newer.stderr[-400:]}")
 
         port = free_port()
         self.endpoint = f"http://127.0.0.1:{port}"
