@@ -51,31 +51,40 @@ pub struct Args {
     /// Only the cases whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Leaks and bystander blur per case for every threshold from 0.25 to 0.50, the
+    /// similarity of the same and of different people per case, and the threshold to
+    /// recommend (`--threshold` is then only the judge's).
+    #[arg(long)]
+    pub curve: bool,
 }
 
 #[derive(Debug, Clone)]
-struct Case {
-    name: String,
-    width: u32,
-    height: u32,
-    face_px: u32,
-    tilt: f32,
-    people: usize,
-    stored: Stored,
-    heic: bool,
+pub(super) struct Case {
+    pub(super) name: String,
+    pub(super) width: u32,
+    pub(super) height: u32,
+    pub(super) face_px: u32,
+    /// Above `face_px`: faces of mixed sizes up to this (a crowd).
+    pub(super) face_px_max: u32,
+    pub(super) tilt: f32,
+    pub(super) people: usize,
+    pub(super) stored: Stored,
+    pub(super) heic: bool,
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
-struct Tally {
-    faces: usize,
-    found: usize,
-    bystanders: usize,
-    bystanders_blurred: usize,
-    spurious_boxes: usize,
-    opted_out: usize,
-    leaks: usize,
-    ms: f64,
-    passes: usize,
+pub(super) struct Tally {
+    pub(super) faces: usize,
+    pub(super) found: usize,
+    pub(super) bystanders: usize,
+    pub(super) bystanders_blurred: usize,
+    pub(super) spurious_boxes: usize,
+    pub(super) opted_out: usize,
+    pub(super) leaks: usize,
+    /// Of `leaks`, those the product found and decided to show.
+    pub(super) leaks_shown: usize,
+    pub(super) ms: f64,
+    pub(super) passes: usize,
 }
 
 #[derive(Serialize)]
@@ -96,12 +105,13 @@ struct CaseReport {
     detector_passes_per_photo: f64,
 }
 
-fn cases(full: bool) -> Vec<Case> {
+pub(super) fn cases(full: bool) -> Vec<Case> {
     let c = |name: &str, w, h, face_px, tilt, people, stored, heic| Case {
         name: name.into(),
         width: w,
         height: h,
         face_px,
+        face_px_max: 0,
         tilt,
         people,
         stored,
@@ -220,6 +230,39 @@ fn cases(full: bool) -> Vec<Case> {
             false,
         ),
         c(
+            "small faces 32 px, 12 MP",
+            4000,
+            3000,
+            32,
+            0.0,
+            12,
+            Stored::Upright,
+            false,
+        ),
+        c(
+            "faces 64 px, 12 MP",
+            4000,
+            3000,
+            64,
+            0.0,
+            12,
+            Stored::Upright,
+            false,
+        ),
+        Case {
+            face_px_max: 60,
+            ..c(
+                "crowd of 30, 22-60 px, 24 MP",
+                6000,
+                4000,
+                22,
+                0.0,
+                30,
+                Stored::Upright,
+                false,
+            )
+        },
+        c(
             "heic, upright",
             1600,
             1200,
@@ -267,14 +310,14 @@ fn cases(full: bool) -> Vec<Case> {
     v
 }
 
-fn load(path: &Path) -> anyhow::Result<RgbImage> {
+pub(super) fn load(path: &Path) -> anyhow::Result<RgbImage> {
     Ok(image::open(path)
         .with_context(|| format!("cannot open {}", path.display()))?
         .to_rgb8())
 }
 
 /// A portrait and its one face, as the product's detector finds it.
-fn portrait(models: &FaceModels, dir: &Path, file: &str) -> anyhow::Result<Portrait> {
+pub(super) fn portrait(models: &FaceModels, dir: &Path, file: &str) -> anyhow::Result<Portrait> {
     let pixels = load(&dir.join(file))?;
     let face = models
         .detect_once(&pixels)?
@@ -285,7 +328,7 @@ fn portrait(models: &FaceModels, dir: &Path, file: &str) -> anyhow::Result<Portr
     Ok(Portrait { pixels, face })
 }
 
-fn heic_of(jpeg: &[u8]) -> anyhow::Result<Vec<u8>> {
+pub(super) fn heic_of(jpeg: &[u8]) -> anyhow::Result<Vec<u8>> {
     let dir = tempfile::tempdir()?;
     let (src, dst) = (dir.path().join("in.jpg"), dir.path().join("out.heic"));
     std::fs::write(&src, jpeg)?;
@@ -303,7 +346,7 @@ fn heic_of(jpeg: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(std::fs::read(&dst)?)
 }
 
-fn overlaps(a: &FracRect, b: &FracRect) -> bool {
+pub(super) fn overlaps(a: &FracRect, b: &FracRect) -> bool {
     a.iou(b) > 0.2 || {
         let (cx, cy) = (b.x + b.w / 2.0, b.y + b.h / 2.0);
         cx > a.x && cx < a.x + a.w && cy > a.y && cy < a.y + a.h
@@ -330,6 +373,8 @@ fn faces_of(
                 embedding: models.embed(img, &d.landmarks)?,
                 views: Vec::new(),
                 hard_to_recognise: false,
+                evidence: Some(tessera_faces::search::evidence(&d)),
+                rule: None,
                 decision: tessera_core::privacy::FaceDecision::FailClosed,
             });
         }
@@ -338,14 +383,14 @@ fn faces_of(
         process::faces_and_passes(models, img)?
     };
     for f in &mut faces {
-        f.decision = f.decide(subjects, policy);
+        f.redecide(subjects, policy);
     }
     Ok((faces, passes))
 }
 
 /// Judge one published public file against the truth.
 #[allow(clippy::too_many_arguments)]
-fn judge(
+pub(super) fn judge(
     judge: &FaceModels,
     public: &RgbImage,
     truth: &[(usize, FracRect)],
@@ -376,16 +421,15 @@ fn judge(
             });
             if recognised {
                 t.leaks += 1;
+                // Shown by a decision (found, matched below the threshold): the leaks a
+                // threshold can change. The rest were missed or blurred too weakly.
+                if product.is_some_and(|f| !f.decision.blurred_in(None)) {
+                    t.leaks_shown += 1;
+                }
                 if std::env::var_os("TESSERA_BENCH_DEBUG").is_some() {
                     eprintln!(
                         "leak: truth {r:?} product {:?}",
-                        product.map(|f| (
-                            &f.bbox,
-                            &f.decision,
-                            f.views.len(),
-                            f.hard_to_recognise,
-                            f.landmarks
-                        ))
+                        product.map(|f| (&f.bbox, &f.decision, f.views.len(), f.rule, f.landmarks))
                     );
                 }
             }
@@ -403,8 +447,47 @@ fn judge(
     Ok(())
 }
 
-pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
-    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
+/// Another picture of the person in `portrait`, as a second photo of them would differ:
+/// seen from the other side (mirrored), turned 6°, in other light (darker, flatter),
+/// slightly soft and re-encoded as a phone's JPEG. The judge keeps the portrait itself, so
+/// a leak is still judged against the very pixels that were published.
+pub(super) fn another_picture(portrait: &RgbImage) -> anyhow::Result<RgbImage> {
+    let mirrored = image::imageops::flip_horizontal(portrait);
+    let (w, h) = mirrored.dimensions();
+    let (c, s) = (6f32.to_radians().cos(), 6f32.to_radians().sin());
+    let (cx, cy) = (w as f32 / 2.0, h as f32 / 2.0);
+    let turned = RgbImage::from_fn(w, h, |x, y| {
+        let (dx, dy) = (x as f32 - cx, y as f32 - cy);
+        tessera_faces::search::sample(&mirrored, cx + c * dx - s * dy, cy + s * dx + c * dy)
+    });
+    let lit = image::imageops::contrast(&image::imageops::brighten(&turned, -25), -20.0);
+    let soft = image::imageops::blur(&lit, 1.2);
+    let jpeg = tessera_imaging::encode::jpeg(&soft, None, None).map_err(anyhow::Error::msg)?;
+    Ok(image::load_from_memory(&jpeg)?.to_rgb8())
+}
+
+/// What every privacy benchmark starts from: the product's models and the judge's, the
+/// portraits (Astronaut and Hopper opted out, the cameraman a bystander), each person's
+/// references as both recognisers see them, and the scenes' background.
+pub(super) struct Bench {
+    pub(super) product: std::sync::Arc<FaceModels>,
+    pub(super) judge: std::sync::Arc<FaceModels>,
+    pub(super) judge_kind: DetectorKind,
+    pub(super) portraits: Vec<Portrait>,
+    pub(super) opted: [bool; 3],
+    pub(super) refs: Vec<Vec<Vec<f32>>>,
+    pub(super) subjects: Vec<SubjectEmbeddings>,
+    /// For each portrait, its index in `subjects` when it opted out.
+    pub(super) subject_of: [Option<usize>; 3],
+    pub(super) background: RgbImage,
+}
+
+impl Bench {
+    /// With `other_reference`, each opted-out person is enrolled from another picture of
+    /// them than the one placed in the scenes (see [`another_picture`]): the same pixels
+    /// on both sides would score about 0.95 at any size and say nothing about a real
+    /// enrolment.
+    pub(super) fn prepare(a: &Args, other_reference: bool) -> anyhow::Result<Bench> {
         let judge_kind = match a.detector {
             DetectorKind::Yunet => DetectorKind::Centerface,
             DetectorKind::Centerface => DetectorKind::Yunet,
@@ -416,13 +499,24 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
             portrait(&product, &a.faces, "grace_hopper.jpg")?,
             portrait(&product, &a.faces, "camera.png")?,
         ];
-        // Astronaut and Hopper opted out; the cameraman is a bystander.
         let opted = [true, true, false];
         let mut refs = Vec::new();
         let mut subjects = Vec::new();
+        let mut subject_of = [None; 3];
         for (i, p) in portraits.iter().enumerate() {
             let d = product.detect_once(&p.pixels)?.remove(0);
             let e = product.embed(&p.pixels, &d.landmarks)?;
+            let enrolled = if other_reference {
+                let other = another_picture(&p.pixels)?;
+                let d = product
+                    .detect_once(&other)?
+                    .into_iter()
+                    .next()
+                    .context("no face in the other picture of a portrait")?;
+                product.embed(&other, &d.landmarks)?
+            } else {
+                e.clone()
+            };
             let je = judge_models
                 .detect_once(&p.pixels)?
                 .first()
@@ -431,13 +525,56 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| e.clone());
             refs.push(vec![e.clone(), je]);
             if opted[i] {
+                subject_of[i] = Some(subjects.len());
                 subjects.push(SubjectEmbeddings {
                     subject: SubjectId::new(),
-                    embeddings: vec![e],
+                    embeddings: vec![enrolled],
                 });
             }
         }
-        let background = load(&a.faces.join("negatives/coffee.png"))?;
+        Ok(Bench {
+            product,
+            judge: judge_models,
+            judge_kind,
+            portraits,
+            opted,
+            refs,
+            subjects,
+            subject_of,
+            background: load(&a.faces.join("negatives/coffee.png"))?,
+        })
+    }
+
+    /// Photo `i` of `case`: the scene (with its truth) and the stored file.
+    pub(super) fn scene(&self, case: &Case, i: u32) -> anyhow::Result<(scenes::Scene, Vec<u8>)> {
+        let spec = SceneSpec {
+            width: case.width,
+            height: case.height,
+            face_px: case.face_px,
+            face_px_max: case.face_px_max,
+            tilt_deg: case.tilt,
+            people: (0..case.people).map(|k| (k + i as usize) % 3).collect(),
+            stored: case.stored,
+            seed: u64::from(i) * 7919 + case.face_px as u64,
+        };
+        let scene = scenes::make(&self.portraits, &self.background, &spec);
+        let bytes = if case.heic {
+            heic_of(&scene.jpeg)?
+        } else {
+            scene.jpeg.clone()
+        };
+        Ok((scene, bytes))
+    }
+}
+
+pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
+    if a.curve {
+        return super::bench_curve::run(json, a).await;
+    }
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
+        let bench = Bench::prepare(&a, false)?;
+        let (product, judge_models, judge_kind) = (&bench.product, &bench.judge, bench.judge_kind);
+        let (opted, refs, subjects) = (&bench.opted[..], &bench.refs, &bench.subjects);
         let policy = MatchPolicy::from_threshold(Some(a.threshold));
         let mut rows = Vec::new();
         for case in cases(a.full)
@@ -447,38 +584,24 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
             let (mut now, mut before) = (Tally::default(), Tally::default());
             let mut base_ms = 0.0;
             for i in 0..a.photos {
-                let spec = SceneSpec {
-                    width: case.width,
-                    height: case.height,
-                    face_px: case.face_px,
-                    tilt_deg: case.tilt,
-                    people: (0..case.people).map(|k| (k + i as usize) % 3).collect(),
-                    stored: case.stored,
-                    seed: u64::from(i) * 7919 + case.face_px as u64,
-                };
-                let scene = scenes::make(&portraits, &background, &spec);
-                let bytes = if case.heic {
-                    heic_of(&scene.jpeg)?
-                } else {
-                    scene.jpeg.clone()
-                };
+                let (scene, bytes) = bench.scene(&case, i)?;
                 // The product: decode (orientation applied), search, decide, blur, encode.
                 let t0 = Instant::now();
                 let decoded = upload::decode("scene", &bytes)?;
-                let (faces, passes) = faces_of(&product, &decoded.rgb, &subjects, policy, false)?;
+                let (faces, passes) = faces_of(product, &decoded.rgb, subjects, policy, false)?;
                 let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
                 let public = render::render(&decoded.rgb, &plans[0].blur, &Default::default())
                     .map_err(anyhow::Error::msg)?;
                 now.ms += t0.elapsed().as_secs_f64() * 1e3;
                 now.passes += passes;
                 let shown = upload::decode("public", &public.file)?.rgb;
-                judge(&judge_models, &shown, &scene.faces, &opted, &refs, &faces, a.threshold, &mut now)?;
+                judge(judge_models, &shown, &scene.faces, opted, refs, &faces, a.threshold, &mut now)?;
 
                 // Before: stored pixels, one upright pass; a viewer applies the tag.
                 let stored = image::load_from_memory(&bytes)
                     .map(|i| i.to_rgb8())
                     .unwrap_or_else(|_| decoded.rgb.clone());
-                let (old_faces, _) = faces_of(&product, &stored, &subjects, policy, true)?;
+                let (old_faces, _) = faces_of(product, &stored, subjects, policy, true)?;
                 let old_plans = render::plan(&old_faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
                 let mut old_public = stored.clone();
                 tessera_faces::blur::apply(&mut old_public, &old_plans[0].blur);
@@ -494,7 +617,7 @@ pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
                         f
                     })
                     .collect();
-                judge(&judge_models, &old_shown, &scene.faces, &opted, &refs, &old_faces_shown, a.threshold, &mut before)?;
+                judge(judge_models, &old_shown, &scene.faces, opted, refs, &old_faces_shown, a.threshold, &mut before)?;
 
                 // Baseline in the same run: decode and encode with a thumbnail.
                 let t0 = Instant::now();

@@ -37,8 +37,10 @@ pub struct Privacy {
     /// Folder with one sub-folder per person who opted out, holding their reference photos.
     #[arg(long)]
     pub opted_out: Option<PathBuf>,
-    /// Cosine similarity at or above which a face is an opted-out person. Without it,
-    /// every face is blurred in every file (fail closed) and no match is recorded.
+    /// Cosine similarity at or above which a clear face is an opted-out person (0.363 is
+    /// recommended, from `tessera bench privacy --curve`; a small face is held to the
+    /// share of it the same person keeps at its size). Without it, every face is blurred
+    /// in every file (fail closed) and no match is recorded.
     #[arg(long)]
     pub threshold: Option<f32>,
     /// Face detector.
@@ -84,6 +86,8 @@ struct ManifestFace {
     decision: &'static str,
     subject: Option<String>,
     similarity: Option<f32>,
+    /// The threshold it was decided at, and why.
+    rule: Option<tessera_core::privacy::RuleReport>,
     blurred_in_public: bool,
 }
 
@@ -140,6 +144,7 @@ fn face_entry(
         decision,
         subject,
         similarity,
+        rule: f.rule.map(|r| r.report(f.evidence)),
         blurred_in_public: f.decision.blurred_in(None),
     }
 }
@@ -409,7 +414,7 @@ fn process_once(
     let t1 = Instant::now();
     let mut faces = tessera_jobs::photos::process::faces_in(models, &img)?;
     for f in &mut faces {
-        f.decision = f.decide(subjects, policy);
+        f.redecide(subjects, policy);
     }
     let t2 = Instant::now();
     let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);

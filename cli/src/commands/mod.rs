@@ -2,6 +2,7 @@
 
 pub mod aws;
 pub mod bench;
+mod bench_curve;
 pub mod bench_handlers;
 mod bench_privacy;
 pub mod blur;

@@ -1414,6 +1414,31 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
     );
     let photo = photo_when(&c, &photo_url, |v| v["status"] == "published").await;
     assert_eq!(photo["faces"].as_array().unwrap().len(), 8);
+    // Every face says the threshold it was held to and why: the project's, lowered by
+    // what the same person was measured to lose at the face's size and roll.
+    for f in photo["faces"].as_array().unwrap() {
+        let rule = &f["rule"];
+        let t = rule["threshold"].as_f64().unwrap();
+        let lowered = rule["lowered_by"].as_f64().unwrap();
+        assert!((t + lowered - 0.363).abs() < 1e-4 && lowered >= 0.0, "{f}");
+        assert!(
+            rule["why"].as_str().unwrap().contains(&format!("{t:.3}")),
+            "{f}"
+        );
+        assert!(rule["face_px"].as_f64().unwrap() >= 20.0, "{f}");
+    }
+    // The group's small faces (about 30 px) are held to what the same person keeps at
+    // their size; its large ones to the project's threshold.
+    let bases: Vec<&str> = photo["faces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"]["basis"].as_str().unwrap())
+        .collect();
+    assert!(
+        bases.contains(&"small") && bases.contains(&"clear"),
+        "{bases:?}"
+    );
     let variants = photo["variants"].as_array().unwrap();
     assert_eq!(variants.len(), 2, "public + the astronaut's own");
     let public = format!("{}{}", s.base, variants[0]["url"].as_str().unwrap());
@@ -1503,6 +1528,17 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
         .await
         .unwrap();
     assert_eq!(privacy["match_threshold"], Value::Null);
+    // With no threshold no rule decided anything; the resource says what to set.
+    assert!(
+        v4["faces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["rule"].is_null()),
+        "{v4}"
+    );
+    let recommended = privacy["recommended_threshold"].as_f64().unwrap();
+    assert!((0.25..=0.5).contains(&recommended), "{privacy}");
     assert_eq!(
         (
             privacy["photos"].clone(),

@@ -162,6 +162,8 @@ mod tests {
             embedding: v(0),
             views: (1..=views).map(v).collect(),
             hard_to_recognise: i.is_multiple_of(2),
+            evidence: None,
+            rule: None,
             decision: FaceDecision::FailClosed,
         }
     }

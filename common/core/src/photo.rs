@@ -50,30 +50,72 @@ pub struct Face {
     /// another tile): other landmarks, so other alignments. Matching takes the best view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub views: Vec<Vec<f32>>,
-    /// Tilted or small as found: matched with a lower threshold
-    /// ([`crate::privacy::HARD_FACE_MARGIN`]), leaning toward blurring.
+    /// Tilted or small as found. Only read from rows written before faces carried their
+    /// [`Face::evidence`]: such a face is decided at the largest measured loss.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hard_to_recognise: bool,
+    /// Its size and head roll as found, which set the threshold it is decided at
+    /// ([`crate::privacy::MatchRule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<crate::privacy::Evidence>,
+    /// The rule the last decision was made under (`None`: no threshold, fail closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<crate::privacy::MatchRule>,
     /// What matching decided, against the subjects at the time of the last render.
     pub decision: FaceDecision,
 }
 
 impl Face {
-    /// Decide this face against `subjects` over every view of it.
+    /// Decide this face against `subjects` over every view of it, at the threshold its
+    /// evidence calls for, and record both the decision and the rule.
+    pub fn redecide(
+        &mut self,
+        subjects: &[crate::privacy::SubjectEmbeddings],
+        policy: crate::privacy::MatchPolicy,
+    ) {
+        let rule =
+            crate::privacy::MatchRule::for_face(policy, self.evidence, self.hard_to_recognise);
+        self.decision = self.decide_under(subjects, rule);
+        self.rule = rule;
+    }
+
+    /// What [`Face::redecide`] would decide, leaving the face as it is.
     pub fn decide(
         &self,
         subjects: &[crate::privacy::SubjectEmbeddings],
         policy: crate::privacy::MatchPolicy,
     ) -> FaceDecision {
+        self.decide_under(
+            subjects,
+            crate::privacy::MatchRule::for_face(policy, self.evidence, self.hard_to_recognise),
+        )
+    }
+
+    fn decide_under(
+        &self,
+        subjects: &[crate::privacy::SubjectEmbeddings],
+        rule: Option<crate::privacy::MatchRule>,
+    ) -> FaceDecision {
         let views: Vec<&[f32]> = std::iter::once(self.embedding.as_slice())
             .chain(self.views.iter().map(Vec::as_slice))
             .collect();
-        let policy = if self.hard_to_recognise {
-            policy.lowered(crate::privacy::HARD_FACE_MARGIN)
-        } else {
-            policy
-        };
+        let policy = rule.map_or(crate::privacy::MatchPolicy::FailClosed, |r| {
+            crate::privacy::MatchPolicy::Threshold(r.threshold)
+        });
         crate::privacy::decide_views(&views, subjects, policy)
+    }
+
+    /// The best similarity of any view of this face to any of `subject`'s references.
+    pub fn similarity_to(&self, subject: &crate::privacy::SubjectEmbeddings) -> Option<f32> {
+        std::iter::once(self.embedding.as_slice())
+            .chain(self.views.iter().map(Vec::as_slice))
+            .flat_map(|v| {
+                subject
+                    .embeddings
+                    .iter()
+                    .map(move |e| crate::privacy::cosine(v, e))
+            })
+            .max_by(f32::total_cmp)
     }
 }
 
@@ -343,6 +385,62 @@ mod tests {
         ] {
             assert!(keys::parse_upload(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_face_is_decided_at_the_threshold_its_evidence_calls_for_and_says_so() {
+        use crate::privacy::{Basis, Evidence, MatchPolicy, MatchRule, SubjectEmbeddings};
+        let subject = SubjectEmbeddings {
+            subject: SubjectId::new(),
+            embeddings: vec![vec![1.0, 0.0]],
+        };
+        // A face whose best view is 0.36 from the subject's reference.
+        let sim = 0.36f32;
+        let face = |evidence: Option<Evidence>, hard: bool| -> Face {
+            serde_json::from_value(serde_json::json!({
+                "bbox": {"x": 0.1, "y": 0.1, "w": 0.1, "h": 0.1},
+                "landmarks": [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], "score": 0.9,
+                "embedding": [sim, (1.0 - sim * sim).sqrt()],
+                "hard_to_recognise": hard, "evidence": evidence,
+                "decision": {"decision": "fail_closed"},
+            }))
+            .unwrap()
+        };
+        let policy = MatchPolicy::Threshold(0.363);
+        let mut clear = face(
+            Some(Evidence {
+                px: 300.0,
+                roll: 0.0,
+            }),
+            false,
+        );
+        clear.redecide(std::slice::from_ref(&subject), policy);
+        assert!(
+            !clear.decision.blurred_in(None),
+            "0.36 < 0.363 for a clear face"
+        );
+        assert_eq!(clear.rule.unwrap().basis, Basis::Clear);
+        // The smallest face the table knows is held to what the same person reaches there.
+        let (px, kept) = crate::privacy::KEPT_BY_SIZE[0];
+        let mut small = face(Some(Evidence { px, roll: 0.0 }), false);
+        small.redecide(std::slice::from_ref(&subject), policy);
+        let rule = small.rule.unwrap();
+        assert_eq!(
+            rule,
+            MatchRule::for_face(policy, small.evidence, false).unwrap()
+        );
+        assert_eq!(small.decision.blurred_in(None), sim >= 0.363 * kept);
+        assert_eq!(
+            small.decide(std::slice::from_ref(&subject), policy),
+            small.decision
+        );
+        // A row from before evidence: its flag still lowers the threshold.
+        let mut old = face(None, true);
+        old.redecide(std::slice::from_ref(&subject), policy);
+        assert_eq!(old.rule.unwrap().basis, Basis::Unmeasured);
+        // No threshold: blurred, no rule.
+        old.redecide(std::slice::from_ref(&subject), MatchPolicy::FailClosed);
+        assert_eq!((old.rule, old.decision.blurred_in(None)), (None, true));
     }
 
     #[test]

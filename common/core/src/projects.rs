@@ -37,7 +37,8 @@ pub fn validate_settings(threshold: Option<f32>, expand: f32) -> Result<(), Proj
         && !(t.is_finite() && (-1.0..=1.0).contains(&t))
     {
         return Err(ProjectError::Invalid(format!(
-            "match threshold {t} is not a cosine similarity; use a value in -1..1 (SFace's usual is 0.363; lower blurs more)"
+            "match threshold {t} is not a cosine similarity; use a value in -1..1 (recommended: {}; lower blurs more)",
+            crate::privacy::RECOMMENDED_THRESHOLD
         )));
     }
     if !(0.30..=0.40).contains(&expand) {

@@ -280,11 +280,12 @@ fn roll_deg(d: &Detection) -> f32 {
     (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees()
 }
 
-/// Whether a face is tilted past [`ROLL_REDO`] or smaller than [`SMALL_REDO`] px: its
-/// alignment, and so its recognition, is less reliable.
-pub fn hard_to_recognise(d: &Detection) -> bool {
-    let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
-    roll_deg(d).abs() >= ROLL_REDO || fh < SMALL_REDO
+/// What `d` offers to recognise it by: its size and head roll.
+pub fn evidence(d: &Detection) -> tessera_core::privacy::Evidence {
+    tessera_core::privacy::Evidence {
+        px: (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]),
+        roll: roll_deg(d),
+    }
 }
 
 /// Bilinear sample of `img` at `(x, y)`, grey outside.

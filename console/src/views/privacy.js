@@ -47,7 +47,7 @@ export async function photos(pid) {
     return shas;
   }
 
-  const threshold = h('input', { type: 'number', min: 0, max: 1, step: 0.001, value: settings.match_threshold ?? '' });
+  const threshold = h('input', { type: 'number', min: 0, max: 1, step: 0.001, value: settings.match_threshold ?? '', placeholder: String(settings.recommended_threshold ?? '') });
   const settingsForm = h('form', {
     class: 'inline',
     onsubmit: async (e) => {
@@ -64,7 +64,7 @@ export async function photos(pid) {
         window.dispatchEvent(new HashChangeEvent('hashchange'));
       } catch (err) { fill(out, errorBox(err)); }
     },
-  }, field('Match threshold (cosine similarity; empty: blur every face)', threshold), h('button', { type: 'submit' }, 'Save threshold'));
+  }, field(`Match threshold (cosine similarity of a face to an opted-out person's reference; recommended ${settings.recommended_threshold}, measured; lower blurs more; empty: blur every face)`, threshold), h('button', { type: 'submit' }, 'Save threshold'));
 
   const photoInput = h('input', { type: 'file', multiple: true, accept: 'image/*,.heic,.heif', id: 'photo-files' });
   const addPhotos = h('form', {
@@ -220,10 +220,13 @@ export async function photo(id) {
   }, 'Reprocess');
 
   const table = h('table', { class: 'list' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'Face'), h('th', {}, 'Detector score'), h('th', {}, 'Decision'), h('th', {}, 'Similarity'))),
+    h('thead', {}, h('tr', {}, h('th', {}, 'Face'), h('th', {}, 'Detector score'), h('th', {}, 'Decision'), h('th', {}, 'Similarity'), h('th', {}, 'Decided at'))),
     h('tbody', {}, faces.map((f, i) => {
       const [text, sim] = decisionText(f.decision);
-      return h('tr', {}, h('td', {}, String(i + 1)), h('td', {}, f.score.toFixed(2)), h('td', {}, text), h('td', {}, sim == null ? '–' : sim.toFixed(3)));
+      // The threshold this face was held to, and why (smaller or tilted faces are held to what
+      // the same person was measured to reach at their size and roll).
+      const rule = f.rule ? h('span', { title: f.rule.why }, `${f.rule.threshold.toFixed(3)}${f.rule.lowered_by > 0 ? ` (${f.rule.basis.replaceAll('_', ' ')})` : ''}`) : '–';
+      return h('tr', {}, h('td', {}, String(i + 1)), h('td', {}, f.score.toFixed(2)), h('td', {}, text), h('td', {}, sim == null ? '–' : sim.toFixed(3)), h('td', {}, rule));
     })));
   return {
     title: p.name,

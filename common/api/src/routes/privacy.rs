@@ -66,6 +66,7 @@ fn privacy_view(p: &tessera_core::domain::Project, status: &project::PrivacyStat
         "keep_metadata": p.keep_metadata, "opted_out": p.opted_out,
         "subjects_rev": status.subjects_rev, "photos": status.photos,
         "photos_not_current": status.not_current, "photos_published": status.published,
+        "recommended_threshold": tessera_core::privacy::RECOMMENDED_THRESHOLD,
     })
 }
 
@@ -491,7 +492,7 @@ pub(crate) fn photo_view(
         "original_deleted": p.original_deleted_at.is_some(),
         "published_at": p.published_at.map(|m| m.to_rfc3339()),
         "variant_version": p.variant_version,
-        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision })).collect::<Vec<_>>()),
+        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)) })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
         "variants": p.renditions.iter().map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());

@@ -93,7 +93,9 @@ pub fn faces_and_passes(
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
-                hard_to_recognise: tessera_faces::search::hard_to_recognise(&d),
+                hard_to_recognise: false,
+                evidence: Some(tessera_faces::search::evidence(&d)),
+                rule: None,
                 embedding: models.embed(img, &d.landmarks)?,
                 views: views
                     .iter()
@@ -253,7 +255,7 @@ impl TaskHandler for Process {
             }
         };
         for f in &mut faces {
-            f.decision = f.decide(&subjects, policy);
+            f.redecide(&subjects, policy);
         }
         let plans = render::plan(&faces, &regions, proj.blur_expand);
         ctx.checkpoint().await?;

@@ -120,6 +120,8 @@ mod tests {
             embedding: vec![],
             views: vec![],
             hard_to_recognise: false,
+            evidence: None,
+            rule: None,
             decision,
         }
     }

@@ -40,6 +40,9 @@ pub struct SceneSpec {
     pub height: u32,
     /// Face height in pixels.
     pub face_px: u32,
+    /// When above `face_px`, each face's height is drawn between `face_px` and this (a
+    /// crowd, near and far).
+    pub face_px_max: u32,
     /// Head tilt in degrees (clockwise), the same for every face.
     pub tilt_deg: f32,
     /// Which portrait goes in each slot, row by row.
@@ -82,7 +85,12 @@ pub fn make(portraits: &[Portrait], background: &RgbImage, spec: &SceneSpec) -> 
         let p = &portraits[who];
         let (c, r) = (slot as u32 % cols, slot as u32 / cols);
         let fh = p.face[3] - p.face[1];
-        let s = spec.face_px as f32 / fh;
+        let face_px = if spec.face_px_max > spec.face_px {
+            rng.u32(spec.face_px..=spec.face_px_max)
+        } else {
+            spec.face_px
+        };
+        let s = face_px as f32 / fh;
         // Cut the head with some margin, scaled to the face size.
         let (cx, cy) = ((p.face[0] + p.face[2]) / 2.0, (p.face[1] + p.face[3]) / 2.0);
         let half = fh * 0.9;
@@ -240,6 +248,7 @@ mod tests {
                 width: 400,
                 height: 300,
                 face_px: 40,
+                face_px_max: 0,
                 tilt_deg: 0.0,
                 people: vec![0, 0],
                 stored,
