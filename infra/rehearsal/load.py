@@ -237,16 +237,24 @@ class LoadRehearsal(Rehearsal):
         return len(ok), len(rows), rows
 
     def wait_servable(self, pid, n, what, timeout):
+        """Wait until `n` photos are servable. It fails when none has become servable for
+        `timeout` seconds (a stall, however long the burst): a deadline on the whole
+        wait would fail a slow machine, or one whose clock jumps, while photos still
+        publish one by one."""
         last = [None]
 
         def done():
             last[0] = self.servable(pid)[:2]
             return last[0][0] >= n and last[0][1] >= n
-        until = time.time() + timeout
-        while time.time() < until and not done():
+        progress, since = None, time.monotonic()
+        while not done():
+            if last[0] != progress:
+                progress, since = last[0], time.monotonic()
+            elif time.monotonic() - since > timeout:
+                break
             time.sleep(3)
         if not done():
-            self.fail(f"{what}: {last[0][0]} of {n} photos servable after {timeout}s")
+            self.fail(f"{what}: {last[0][0]} of {n} photos servable, none more for {timeout}s")
             return False
         return True
 
@@ -366,15 +374,21 @@ class LoadRehearsal(Rehearsal):
             if self.check(s == 202, f"recipe: {s} {lro}"):
                 submitted[lro["job_id"]] = time.time()
         ended = {}
-        until = time.time() + max(900, 120 * m)
-        while len(ended) < len(submitted) and time.time() < until:
+        # Gives up when no task of any job has finished for the stall time (the jobs'
+        # own progress, so neither a slow machine nor a clock that jumps fails them).
+        stall, progress, since = max(900, 120 * m), None, time.monotonic()
+        while len(ended) < len(submitted) and time.monotonic() - since < stall:
+            done_tasks = 0
             for job in submitted:
-                if job in ended:
-                    continue
                 # The job's counters are fields of its record (flattened).
                 c = self.body(self.item(f"JOB#{job}", "JOB"))
+                done_tasks += c["succeeded"] + c["failed"] + c["dead"] + c["cancelled"]
+                if job in ended:
+                    continue
                 if c["failed"] + c["dead"] + c["cancelled"] > 0 or (c["sealed"] and c["succeeded"] >= c["tasks_total"]):
                     ended[job] = (time.time() - submitted[job], c["failed"] + c["dead"] + c["cancelled"] == 0)
+            if done_tasks != progress:
+                progress, since = done_tasks, time.monotonic()
             time.sleep(2)
         self.end("reconstructions")
         durations = [d for d, _ in ended.values()]
