@@ -121,7 +121,7 @@ pub enum Basis {
 
 /// The threshold a face was decided at, and why: the project's threshold is what a clear
 /// face must reach, and a face that shows less of its person is held to the same share of
-/// it as the same person was measured to keep at its size and roll. So one threshold means
+/// it as the same person was measured to keep at its size. So one threshold means
 /// one thing for every face: how sure a match must be, not how clear the photo is.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MatchRule {
@@ -162,7 +162,9 @@ impl MatchRule {
             return None;
         };
         let (kept, basis) = expected_kept(evidence, hard);
-        let threshold = t * kept;
+        // Scaling a threshold at or below zero would raise it: such a project already
+        // matches nearly every face, and a small one is held to the same.
+        let threshold = if t > 0.0 { t * kept } else { t };
         Some(MatchRule {
             threshold,
             lowered_by: t - threshold,
@@ -443,6 +445,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(nan.basis, Basis::Unmeasured);
+        // A threshold at or below zero is never raised for a small face.
+        let negative = MatchRule::for_face(
+            MatchPolicy::Threshold(-0.2),
+            Some(Evidence {
+                px: 20.0,
+                roll: 0.0,
+            }),
+            false,
+        )
+        .unwrap();
+        assert_eq!(negative.threshold, -0.2);
         // Every rule explains itself.
         for r in [clear, at(20.0, 0.0), at(200.0, 60.0), at(20.0, 60.0), old] {
             assert!(
