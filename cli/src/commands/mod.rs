@@ -5,6 +5,7 @@ pub mod bench;
 mod bench_curve;
 pub mod bench_handlers;
 mod bench_privacy;
+mod bench_scenes;
 pub mod blur;
 mod chaos;
 pub mod demo;

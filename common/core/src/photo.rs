@@ -96,9 +96,7 @@ impl Face {
         subjects: &[crate::privacy::SubjectEmbeddings],
         rule: Option<crate::privacy::MatchRule>,
     ) -> FaceDecision {
-        let views: Vec<&[f32]> = std::iter::once(self.embedding.as_slice())
-            .chain(self.views.iter().map(Vec::as_slice))
-            .collect();
+        let views = self.views_all();
         let policy = rule.map_or(crate::privacy::MatchPolicy::FailClosed, |r| {
             crate::privacy::MatchPolicy::Threshold(r.threshold)
         });
@@ -107,15 +105,14 @@ impl Face {
 
     /// The best similarity of any view of this face to any of `subject`'s references.
     pub fn similarity_to(&self, subject: &crate::privacy::SubjectEmbeddings) -> Option<f32> {
+        crate::privacy::best_similarity(&self.views_all(), subject)
+    }
+
+    /// Its embedding and every other view of it.
+    fn views_all(&self) -> Vec<&[f32]> {
         std::iter::once(self.embedding.as_slice())
             .chain(self.views.iter().map(Vec::as_slice))
-            .flat_map(|v| {
-                subject
-                    .embeddings
-                    .iter()
-                    .map(move |e| crate::privacy::cosine(v, e))
-            })
-            .max_by(f32::total_cmp)
+            .collect()
     }
 }
 

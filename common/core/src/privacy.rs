@@ -294,13 +294,7 @@ pub fn decide_views(
     }
     let mut scored: Vec<(SubjectId, f32)> = subjects
         .iter()
-        .filter_map(|s| {
-            s.embeddings
-                .iter()
-                .flat_map(|e| views.iter().map(move |v| cosine(v, e)))
-                .max_by(f32::total_cmp)
-                .map(|best| (s.subject, best))
-        })
+        .filter_map(|s| best_similarity(views, s).map(|best| (s.subject, best)))
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));
     let best = scored.first().map(|s| s.1);
@@ -313,6 +307,15 @@ pub fn decide_views(
         },
         _ => FaceDecision::Ambiguous { candidates },
     }
+}
+
+/// The best similarity of any of `views` to any of `subject`'s references.
+pub fn best_similarity(views: &[&[f32]], subject: &SubjectEmbeddings) -> Option<f32> {
+    subject
+        .embeddings
+        .iter()
+        .flat_map(|e| views.iter().map(move |v| cosine(v, e)))
+        .max_by(f32::total_cmp)
 }
 
 /// `v` scaled to unit length (zeros stay zeros).
