@@ -352,8 +352,8 @@ class LoadRehearsal(Rehearsal):
         invocations = [d for started, d, tasks in ingest.runs if any(t in carried for t in tasks)]
         after_burst = [d for started, d, tasks in ingest.runs if t0 <= started <= t1 and any(t in carried for t in tasks)]
         self.report["sweep"] = {
-            "photos": n, "seconds": round(t1 - t0, 1), "parts": len(parts), "runs_after_the_burst": len(after_burst),
-            "longest_part_s": round(max(part_s, default=0.0), 2),
+            "photos": n, "seconds": round(t1 - t0, 1), "runs": len(parts), "runs_after_the_burst": len(after_burst),
+            "longest_run_s": round(max(part_s, default=0.0), 2),
             "longest_invocation_carrying_a_part_s": round(max(invocations, default=0.0), 2),
             "function_timeout_s": ingest.timeout_s, "timeouts": ingest.timeouts, "finished": ok,
         }
