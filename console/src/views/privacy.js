@@ -5,7 +5,7 @@
 // and similarity, the public and per-subject variants side by side, manual blur
 // regions drawn with the mouse, and reprocessing.
 
-import { api, blobUrl } from '../api.js';
+import { api, all, blobUrl } from '../api.js';
 import { h, fill, errorBox, field, toast, badge, svg as svgEl } from '../dom.js';
 import { uploadFile } from '../upload.js';
 
@@ -28,7 +28,7 @@ export async function photos(pid) {
   const [project, settings, list, subjects] = await Promise.all([
     api(`/v1/projects/${pid}`),
     api(`/v1/x-tessera/projects/${pid}/privacy`),
-    api(`/v1/x-tessera/projects/${pid}/photos`),
+    all(`/v1/x-tessera/projects/${pid}/photos`).then((items) => ({ items })),
     api(`/v1/x-tessera/projects/${pid}/subjects`).then((s) => s.items).catch(() => []),
   ]);
   window.__tessera.privacy = { photos: list.items.map((p) => ({ id: p.photo_id, status: p.status })), notCurrent: settings.photos_not_current };

@@ -6,7 +6,7 @@ use crate::ApiState;
 use crate::auth::Caller;
 use crate::problem::Problem;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -20,7 +20,9 @@ pub(crate) fn state_of(p: &Photo) -> PhotoState {
     status::state(p, p.published_at.is_some())
 }
 
-/// `GET /v1/x-tessera/projects/{pid}/photos`: every photo, newest first, with its state
+/// `GET /v1/x-tessera/projects/{pid}/photos`: the photos, newest first, a page at a time
+/// (AIP-158 `page_size`, default 100, and `page_token`; no total, which would read the
+/// whole project), each with its state
 /// (`ingesting`, `ingested`, `processing`, `published`, `failed` with `reason`), its
 /// faces and decisions, and links to its files; uploads ingest refused are listed as
 /// failed, with why.
@@ -28,12 +30,32 @@ pub async fn list(
     State(s): State<ApiState>,
     caller: Caller,
     Path(pid): Path<String>,
+    Query(paging): Query<super::Paging>,
 ) -> Result<Json<Value>, Problem> {
     let project = super::projects::owned(&s, &caller, &pid).await?;
+    let after = paging
+        .page_token
+        .as_deref()
+        .map(|t| {
+            t.parse::<tessera_core::PhotoId>().map_err(|_| {
+                Problem::bad_request(format!(
+                    "page_token `{}` is not one this list gave; start again without it",
+                    t.chars().take(40).collect::<String>()
+                ))
+            })
+        })
+        .transpose()?;
     let store = s.engine.ports().store.as_ref();
-    let all = status::project_photos(store, project.id, project.subjects_rev).await?;
+    let (page, next) = status::project_photos_page(
+        store,
+        project.id,
+        project.subjects_rev,
+        after,
+        paging.size(),
+    )
+    .await?;
     let none = std::collections::HashMap::new();
-    let items: Vec<Value> = all
+    let items: Vec<Value> = page
         .into_iter()
         .map(|l| match l {
             Listed::Row(mut row, state) => {
@@ -50,10 +72,7 @@ pub async fn list(
             }),
         })
         .collect();
-    let total = items.len();
-    Ok(Json(
-        json!({ "items": items, "next_page_token": null, "total": total }),
-    ))
+    Ok(super::page_json(items, next.map(|p| p.to_string())))
 }
 
 /// `GET /v1/x-tessera/photos/{id}/original`: the upload as it arrived, faces unblurred:

@@ -40,7 +40,9 @@ impl RefusedUpload {
     }
 }
 
-fn refused_partition(project: ProjectId) -> String {
+/// The by-parent partition of a project's refused uploads, sorted by photo id as its
+/// photos' partition is (so the two page together).
+pub fn refused_partition(project: ProjectId) -> String {
     format!("PROJECT#{project}#REFUSED")
 }
 

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 use tessera_core::photo::Photo;
-use tessera_core::ports::state_store::{StateStore, StoreError};
+use tessera_core::ports::state_store::{Index, Query, StateStore, StoreError};
 use tessera_core::{PhotoId, ProjectId};
 
 /// Where a photo is.
@@ -67,28 +67,88 @@ impl Listed {
     }
 }
 
-/// Every photo of a project with its state, newest first: the rows, and the refused
-/// uploads that never got one.
-pub async fn project_photos(
+/// One page of a project's photos with their states, newest first: the rows, and the
+/// refused uploads that never got one. At most `limit` photos after the photo id `after`
+/// (the previous page's cursor), and the cursor after this page (`None` at the end). Both partitions are sorted by photo id, so reading `limit` of each after the
+/// cursor holds every photo of the page: a photo among the newest `limit` of the merge is
+/// among the newest `limit` of its own partition.
+pub async fn project_photos_page(
     store: &dyn StateStore,
     project: ProjectId,
     subjects_rev: u64,
-) -> Result<Vec<Listed>, StoreError> {
-    let rows = super::project::photos(store, project).await?;
+    after: Option<PhotoId>,
+    limit: usize,
+) -> Result<(Vec<Listed>, Option<PhotoId>), StoreError> {
+    let after = after.map(|p| p.to_string());
+    let (rows, more_rows) = newest::<Photo>(
+        store,
+        tessera_core::records::project_photos_partition(project),
+        after.as_deref(),
+        limit,
+    )
+    .await?;
+    let (refused, more_refused) = newest::<RefusedUpload>(
+        store,
+        tessera_core::catalog::refusals::refused_partition(project),
+        after.as_deref(),
+        limit,
+    )
+    .await?;
+    let mut out = merged(rows, refused, subjects_rev);
+    let more = out.len() > limit || more_rows || more_refused;
+    out.truncate(limit);
+    let next = if more {
+        out.last().map(Listed::photo_id)
+    } else {
+        None
+    };
+    Ok((out, next))
+}
+
+/// Up to `limit` records of a by-parent partition, largest sort key first, after
+/// `after`; and whether more may follow.
+async fn newest<T: serde::de::DeserializeOwned>(
+    store: &dyn StateStore,
+    partition: String,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<T>, bool), StoreError> {
+    let mut q = Query::partition(Index::ByParent, partition, limit);
+    q.descending = true;
+    q.after = after.map(str::to_string);
+    let mut out = Vec::new();
+    loop {
+        let page = store.query(&q).await?;
+        for item in &page.items {
+            out.push(tessera_core::records::decode(item)?);
+        }
+        match page.next {
+            Some(n) if out.len() < limit => {
+                q.after = Some(n);
+                q.limit = limit - out.len();
+            }
+            Some(_) => return Ok((out, true)),
+            None => return Ok((out, false)),
+        }
+    }
+}
+
+/// Rows with their states and the refusals that never got a row, newest first. A later
+/// upload of the same photo that was ingested has a row: the row wins.
+fn merged(rows: Vec<Photo>, refused: Vec<RefusedUpload>, subjects_rev: u64) -> Vec<Listed> {
     let mut out: Vec<Listed> = Vec::new();
     for row in rows {
         let s = state(&row, row.servable(subjects_rev));
         out.push(Listed::Row(Box::new(row), s));
     }
-    // A later upload of the same photo that was ingested has a row: the row wins.
     let with_rows: std::collections::HashSet<PhotoId> = out.iter().map(Listed::photo_id).collect();
-    for r in refusals(store, project).await? {
+    for r in refused {
         if !with_rows.contains(&r.photo_id) {
             out.push(Listed::Refused(r));
         }
     }
     out.sort_by_key(|l| std::cmp::Reverse(l.photo_id()));
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
