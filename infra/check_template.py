@@ -96,14 +96,16 @@ def main() -> int:
                 kind == "KEYS_ONLY",
                 f"ProjectionType {kind}",
             )
-    alarms = [
-        v
-        for v in res.values()
-        if v["Type"] == "AWS::CloudWatch::Alarm"
-        and v["Properties"].get("Namespace") == "Tessera"
-        and v["Properties"].get("MetricName") == "TasksFailed"
-    ]
-    check("an alarm watches tasks that end failed or dead", len(alarms) == 1, f"{len(alarms)} found")
+    for metric, what in [("TasksFailed", "tasks that end failed or dead"),
+                         ("RecordsUnreadable", "records the reaper skipped unread")]:
+        alarms = [
+            v
+            for v in res.values()
+            if v["Type"] == "AWS::CloudWatch::Alarm"
+            and v["Properties"].get("Namespace") == "Tessera"
+            and v["Properties"].get("MetricName") == metric
+        ]
+        check(f"an alarm watches {what}", len(alarms) == 1, f"{len(alarms)} found")
     functions = {k: v for k, v in res.items() if v["Type"] == "AWS::Lambda::Function"}
     for k, v in sorted(functions.items()):
         env = v["Properties"].get("Environment", {}).get("Variables", {})

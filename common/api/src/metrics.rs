@@ -76,6 +76,12 @@ pub fn render(queues: &[(String, u64, u64, u64)], tasks: &[(String, String, u64)
             label(state)
         );
     }
+    out += "# HELP tessera_records_unreadable_total Records this process could not read and skipped (the log has their keys).\n# TYPE tessera_records_unreadable_total counter\n";
+    let _ = writeln!(
+        out,
+        "tessera_records_unreadable_total {}",
+        tessera_engine::outcomes::unreadable_total()
+    );
     out += "# HELP tessera_queue_messages Messages in the task queues, by state.\n# TYPE tessera_queue_messages gauge\n";
     for (q, visible, hidden, dead) in queues {
         for (state, n) in [("visible", visible), ("in_flight", hidden), ("dead", dead)] {

@@ -42,6 +42,45 @@ pub fn ended(task: &Task) {
     }
 }
 
+/// The metric an unreadable record adds one to.
+pub const UNREADABLE_METRIC: &str = "RecordsUnreadable";
+
+fn unreadable_count() -> &'static std::sync::atomic::AtomicU64 {
+    static C: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    &C
+}
+
+/// Count a record that could not be decoded and was skipped (its key is logged by the
+/// caller; the metric line carries it too).
+pub fn unreadable(key: &str) {
+    unreadable_count().fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(stack) = std::env::var(STACK_ENV)
+        && !stack.is_empty()
+    {
+        println!(
+            "{}",
+            serde_json::json!({
+                "_aws": {
+                    "Timestamp": tessera_core::Millis::now().0,
+                    "CloudWatchMetrics": [{
+                        "Namespace": NAMESPACE,
+                        "Dimensions": [["Stack"]],
+                        "Metrics": [{ "Name": UNREADABLE_METRIC, "Unit": "Count" }],
+                    }],
+                },
+                "Stack": stack,
+                UNREADABLE_METRIC: 1,
+                "key": key,
+            })
+        );
+    }
+}
+
+/// Records this process could not read and skipped.
+pub fn unreadable_total() -> u64 {
+    unreadable_count().load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Tasks ended in this process: (task kind, state, count), sorted.
 pub fn snapshot() -> Vec<(String, String, u64)> {
     counts()

@@ -38,6 +38,10 @@ pub struct ReapReport {
     pub advanced: usize,
     /// Expired uploads (with their chunks), upload records and blobs removed.
     pub collected: usize,
+    /// Due entries whose task record could not be read, skipped.
+    pub unreadable: usize,
+    /// Tasks whose release, offer or advance failed this pass, skipped (retried next).
+    pub failed: usize,
 }
 
 impl Engine {
@@ -73,7 +77,9 @@ impl Engine {
             let mut q = due_before(now);
             q.pk = partition;
             for item in self.ports.store.query(&q).await?.items {
-                let task = records::task_from(&item)?;
+                let Some(task) = readable(&item, &mut report) else {
+                    continue;
+                };
                 if task.state != TaskState::Running {
                     continue;
                 }
@@ -92,10 +98,11 @@ impl Engine {
                     report.reindexed += 1;
                     continue;
                 }
-                match self.release(&task, now).await? {
-                    Released::Requeued => report.requeued += 1,
-                    Released::Dead => report.dead += 1,
-                    Released::Raced => {}
+                match self.release(&task, now).await {
+                    Ok(Released::Requeued) => report.requeued += 1,
+                    Ok(Released::Dead) => report.dead += 1,
+                    Ok(Released::Raced) => {}
+                    Err(e) => skipped(&task, "release its lease", &e, &mut report),
                 }
             }
         }
@@ -105,10 +112,14 @@ impl Engine {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
             for item in self.ports.store.query(&q).await?.items {
-                let task = records::task_from(&item)?;
+                let Some(task) = readable(&item, &mut report) else {
+                    continue;
+                };
                 if task.state == TaskState::Queued {
-                    self.offer(&task, Duration::ZERO).await?;
-                    report.reoffered += 1;
+                    match self.offer(&task, Duration::ZERO).await {
+                        Ok(()) => report.reoffered += 1,
+                        Err(e) => skipped(&task, "offer it again", &e, &mut report),
+                    }
                 }
             }
         }
@@ -117,12 +128,41 @@ impl Engine {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
             for item in self.ports.store.query(&q).await?.items {
-                let task = records::task_from(&item)?;
-                report.advanced += self.advance(task.id).await?;
+                let Some(task) = readable(&item, &mut report) else {
+                    continue;
+                };
+                match self.advance(task.id).await {
+                    Ok(n) => report.advanced += n,
+                    Err(e) => skipped(&task, "advance its dependents", &e, &mut report),
+                }
             }
         }
         Ok(report)
     }
+}
+
+/// The task a due entry points at, or `None` (counted, logged with its key, and raised
+/// as a metric) when its record cannot be read.
+fn readable(
+    item: &tessera_core::ports::state_store::Item,
+    report: &mut ReapReport,
+) -> Option<tessera_core::task::Task> {
+    match records::task_from(item) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            report.unreadable += 1;
+            tracing::error!(pk = %item.key.pk, sk = %item.key.sk, error = %e, "due entry's record unreadable; skipped by the reaper");
+            crate::outcomes::unreadable(&item.key.pk);
+            None
+        }
+    }
+}
+
+/// One task the reaper could not act on this pass: counted and logged; the next pass
+/// tries again.
+fn skipped(task: &tessera_core::task::Task, what: &str, e: &EngineError, report: &mut ReapReport) {
+    report.failed += 1;
+    tracing::warn!(task_id = %task.id, job_id = %task.job_id, epoch = task.epoch, error = %e, "the reaper could not {what}; retried next pass");
 }
 
 impl Engine {

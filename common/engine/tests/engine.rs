@@ -698,6 +698,51 @@ async fn the_reaper_requeues_expired_leases_and_kills_at_the_ceiling() {
     assert_eq!(task_named(&engine, job.job_id, "twice").await.attempts, 2);
 }
 
+/// One record the reaper cannot read, at the head of every due partition it walks (the
+/// oldest entry, which every pass meets first), must not stop the pass: the expired lease
+/// behind it is still reclaimed, and each corrupt entry is counted and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_skips_a_record_it_cannot_read_and_goes_on() {
+    let h = Harness::new();
+    let engine = h
+        .engine(registry_with("concat", Concat), Duration::from_millis(100))
+        .await;
+    let job = engine
+        .submit(plan(
+            "reap-past-garbage",
+            vec![TaskPlan::new("lost", "concat", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let t = task_named(&engine, job.job_id, "lost").await;
+    assert!(matches!(engine.claim(t).await.unwrap(), Claim::Claimed(_)));
+    let partitions: Vec<String> = tessera_core::records::due_partition(TaskState::Running)
+        .into_iter()
+        .chain(tessera_core::records::due_partition(TaskState::Queued))
+        .chain(tessera_core::records::due_partitions("advance"))
+        .collect();
+    let store = engine.ports().store.clone();
+    for (i, pk) in partitions.iter().enumerate() {
+        let mut item = Item::new(
+            ItemKey::new(format!("TASK#corrupt{i}"), "TASK"),
+            json!({ "not": "a task" }),
+        );
+        // Sorts before every real entry ("0#" < "00…").
+        item.by_due = Some(ItemKey::new(pk.clone(), "0#corrupt"));
+        store.put(item, Condition::Absent).await.unwrap();
+    }
+    let unreadable_before = tessera_engine::outcomes::unreadable_total();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let r = engine.reap_once(Millis::now(), 100).await.unwrap();
+    assert_eq!(r.requeued, 1, "the lapsed lease behind the garbage: {r:?}");
+    assert_eq!(r.unreadable, partitions.len(), "{r:?}");
+    assert!(
+        tessera_engine::outcomes::unreadable_total() >= unreadable_before + partitions.len() as u64
+    );
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.status(), JobStatus::Succeeded);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn poison_messages_and_unknown_kinds_are_archived_on_the_first_try() {
     let h = Harness::new();
