@@ -57,6 +57,19 @@ fn serving_everyone_as_the_local_admin_needs_insecure() {
             "--insecure",
         );
     }
+    // Any web page acting as the local admin.
+    fails_with(
+        dir.path(),
+        &["serve", "--addr", "127.0.0.1:0", "--cors-origin", "*"],
+        1,
+        "--insecure",
+    );
+    // Every interface, even with keys or --insecure: its names must be given.
+    for extra in [&["--auth", "api_key"][..], &["--insecure"][..]] {
+        let mut args = vec!["serve", "--addr", "0.0.0.0:0"];
+        args.extend_from_slice(extra);
+        fails_with(dir.path(), &args, 1, "--host-name");
+    }
 }
 
 #[test]

@@ -51,3 +51,50 @@ fn serve_listens_prints_its_first_admin_key_and_enforces_keys() {
     assert_eq!(status, 200);
     assert!(body.contains("\"openapi\":\"3.1.0\""));
 }
+
+/// A `tessera serve` whose worker loop dies does not go on answering HTTP while no job
+/// runs: it exits non-zero, saying why, for its supervisor to restart it. The loop is
+/// made to die by the one fault it has (`TESSERA_FAULT=worker-loop-dies`, a panic right
+/// after it starts).
+#[test]
+fn serve_exits_non_zero_when_its_worker_loop_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tessera_bin())
+        .args([
+            "--state",
+            dir.path().to_str().unwrap(),
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .env("TESSERA_FAULT", "worker-loop-dies")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            all.push_str(&line.unwrap());
+            all.push('\n');
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("serve kept running with a dead worker loop");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let log = reader.join().unwrap();
+    assert!(!status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("the worker loop stopped while the server was running"),
+        "{log}"
+    );
+}

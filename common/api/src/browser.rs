@@ -55,6 +55,68 @@ impl BrowserPolicy {
         }
     }
 
+    /// The policy of `tessera serve`, after the rules that keep a server from being
+    /// everyone's admin: `--auth none` off loopback needs `insecure`; so does `*` among
+    /// the allowed origins with `--auth none` (any page the user visits would act as the
+    /// local admin); and a server bound to every interface (`0.0.0.0`, `[::]`) answers
+    /// only under the `host_names` it is given (with or without its port) and the
+    /// loopback names, since it cannot otherwise tell its own name from a DNS name
+    /// rebound to it. The error says which flag to add.
+    pub fn for_server(
+        addr: SocketAddr,
+        auth: crate::AuthMode,
+        cors_origins: Vec<String>,
+        host_names: &[String],
+        insecure: bool,
+    ) -> Result<Self, String> {
+        let none = auth == crate::AuthMode::None;
+        if none && !addr.ip().is_loopback() && !insecure {
+            return Err(format!(
+                "--auth none on {addr} would make anyone who can reach this machine the local tenant, with admin rights; use --auth api_key, or --addr 127.0.0.1:PORT, or add --insecure if you mean it"
+            ));
+        }
+        let cors_origins = normalize(cors_origins);
+        // `null` is what any page sends from a sandboxed frame: as open as `*`.
+        if let Some(open) = cors_origins.iter().find(|o| *o == "*" || *o == "null")
+            && none
+            && !insecure
+        {
+            return Err(format!(
+                "--cors-origin '{open}' with --auth none would let every web page the user visits act as the local tenant, with admin rights; name the pages' origins, use --auth api_key, or add --insecure if you mean it"
+            ));
+        }
+        let mut policy = Self::for_listener(addr, cors_origins);
+        let names: Vec<String> = host_names
+            .iter()
+            .map(|n| n.trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if addr.ip().is_unspecified() && names.is_empty() {
+            return Err(format!(
+                "bound to every interface ({addr}), the server cannot tell its own name from a DNS name rebound to it; name it with --host-name NAME (repeatable), or listen on one address"
+            ));
+        }
+        // Names given are answered besides the address's own (a reverse proxy's name in
+        // front of a loopback server, say); bound to every interface, only they and the
+        // loopback names are.
+        let port = addr.port();
+        let mut hosts = policy.hosts.take().unwrap_or_else(|| {
+            vec![
+                format!("localhost:{port}"),
+                format!("127.0.0.1:{port}"),
+                format!("[::1]:{port}"),
+            ]
+        });
+        for n in names {
+            if !n.contains(':') || n.starts_with('[') && n.ends_with(']') {
+                hosts.push(format!("{n}:{port}"));
+            }
+            hosts.push(n);
+        }
+        policy.hosts = Some(hosts);
+        Ok(policy)
+    }
+
     /// The `api` function's policy: any host name (the function URL's), origins from
     /// `TESSERA_CORS_ORIGINS` (comma-separated; empty: the function URL's own only).
     pub fn from_env() -> Self {
@@ -183,5 +245,63 @@ mod tests {
             open.judge(&headers("anything", Some("http://x.example"))),
             Verdict::Cors("http://x.example".into())
         );
+    }
+    #[test]
+    fn a_server_for_everyone_needs_insecure_and_every_interface_needs_names() {
+        use crate::AuthMode::{ApiKey, None as Open};
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let star = || vec!["*".to_string()];
+        let named = ["photos.example".to_string()];
+        let refused = |r: Result<BrowserPolicy, String>, flag: &str| {
+            let e = r.expect_err("refused");
+            assert!(e.contains(flag), "{e}");
+        };
+        refused(
+            BrowserPolicy::for_server(any, Open, vec![], &named, false),
+            "--insecure",
+        );
+        refused(
+            BrowserPolicy::for_server(local, Open, star(), &[], false),
+            "--insecure",
+        );
+        refused(
+            BrowserPolicy::for_server(local, Open, vec!["null".into()], &[], false),
+            "--insecure",
+        );
+        refused(
+            BrowserPolicy::for_server(any, ApiKey, vec![], &[], false),
+            "--host-name",
+        );
+        refused(
+            BrowserPolicy::for_server(any, Open, vec![], &[], true),
+            "--host-name",
+        );
+        assert!(BrowserPolicy::for_server(local, Open, star(), &[], true).is_ok());
+        assert!(BrowserPolicy::for_server(local, ApiKey, star(), &[], false).is_ok());
+        let p = BrowserPolicy::for_server(any, ApiKey, vec![], &named, false).unwrap();
+        for host in ["photos.example:8080", "photos.example", "localhost:8080"] {
+            assert_eq!(p.judge(&headers(host, None)), Verdict::SameOrigin, "{host}");
+        }
+        // A DNS name rebound to the machine is no longer answered.
+        for host in ["evil.example:8080", "10.0.0.7:8080"] {
+            assert!(
+                matches!(p.judge(&headers(host, None)), Verdict::Refused(_)),
+                "{host}"
+            );
+        }
+        // On loopback behind a proxy: its own names and the proxy's.
+        let proxied = BrowserPolicy::for_server(local, ApiKey, vec![], &named, false).unwrap();
+        for host in ["photos.example", "127.0.0.1:8080"] {
+            assert_eq!(
+                proxied.judge(&headers(host, None)),
+                Verdict::SameOrigin,
+                "{host}"
+            );
+        }
+        assert!(matches!(
+            proxied.judge(&headers("evil.example", None)),
+            Verdict::Refused(_)
+        ));
     }
 }

@@ -39,6 +39,10 @@ pub struct ApiState {
     pub sources: sources::Sources,
     /// Which web pages and host names may call this server.
     pub browser: browser::BrowserPolicy,
+    /// The worker loop this process runs beside the API (`tessera serve` without
+    /// `--no-workers`), which `/healthz` and `/readyz` report; `None` where workers run
+    /// elsewhere (the `api` function, `--no-workers`).
+    pub workers: Option<tessera_engine::LoopHealth>,
 }
 
 /// The engine this machine's server plans reconstructions for, as `(name, version)` and

@@ -13,6 +13,44 @@ use tessera_engine::Engine;
 mod support;
 use support::*;
 
+/// Health tells the truth about the worker loop the process runs: 200 while it runs,
+/// 503 naming why once it has stopped (here stopped alone, as its death would leave it),
+/// and readiness with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_worker_loop() {
+    let s = serve(AuthMode::None, true).await;
+    let c = client();
+    let status = |path: &'static str| {
+        let c = c.clone();
+        let url = format!("{}{path}", s.base);
+        async move { c.get(url).send().await.unwrap().status() }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while status("/healthz").await != StatusCode::OK {
+        assert!(std::time::Instant::now() < deadline, "the loop never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status("/readyz").await, StatusCode::OK);
+    s.worker_stop.cancel();
+    while status("/healthz").await == StatusCode::OK {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still healthy with no loop"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = c.get(format!("{}/healthz", s.base)).send().await.unwrap();
+    let v = problem(r, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("worker loop has stopped"),
+        "{v}"
+    );
+    assert_eq!(status("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn meta_routes_cors_and_errors() {
     let s = serve(AuthMode::None, false).await;
@@ -80,7 +118,7 @@ async fn meta_routes_cors_and_errors() {
         .send()
         .await
         .unwrap();
-    assert_eq!(pre.status(), 204);
+    assert_eq!(pre.status(), 200);
     assert!(pre.headers().get("access-control-allow-origin").is_none());
     for (method, path) in [
         (reqwest::Method::POST, "/v1/projects"),
@@ -143,7 +181,7 @@ async fn meta_routes_cors_and_errors() {
         .send()
         .await
         .unwrap();
-    assert_eq!(pre.status(), 204);
+    assert_eq!(pre.status(), 200);
     assert_eq!(pre.headers()["access-control-allow-origin"], ALLOWED_PAGE);
     assert!(
         pre.headers()["access-control-expose-headers"]
@@ -1321,9 +1359,11 @@ async fn every_operation_in_openapi_json_answers_on_the_running_server() {
                 status.as_u16() < 500 || unavailable,
                 "{method} {path}: {status} {body}"
             );
-            // A read or delete of something that does not exist is a 404 problem.
+            // A read or delete of something that does not exist is a 404 problem — but
+            // for a capability never offered, whose 501 comes before any lookup.
             if (method == reqwest::Method::GET || method == reqwest::Method::DELETE)
                 && !op["parameters"].as_array().unwrap().is_empty()
+                && !unavailable
             {
                 assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {body}");
                 assert!(body.contains("\"status\":404"), "{method} {path}: {body}");
@@ -1954,15 +1994,45 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_template_and_show_queue_depths() {
-    let s = serve(AuthMode::None, false).await;
+    let s = serve(AuthMode::ApiKey, false).await;
+    let store = s.engine.ports().store.clone();
+    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
+        .await
+        .unwrap();
+    let (_, member) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), false)
+        .await
+        .unwrap();
+    let (_, tenant_admin) =
+        tessera_api::auth::create_key(store.as_ref(), "tenant-b".parse().unwrap(), true)
+            .await
+            .unwrap();
     let c = client();
     for _ in 0..3 {
         c.get(format!("{}/v1/jobs/{}", s.base, ulid_like()))
+            .bearer_auth(&admin)
             .send()
             .await
             .unwrap();
     }
+    // The figures span every tenant: no key, a key that is not an admin's, or another
+    // tenant's admin key reads none; the operator's (tenant `local`) admin key does.
     let r = c.get(format!("{}/metrics", s.base)).send().await.unwrap();
+    problem(r, StatusCode::UNAUTHORIZED).await;
+    for key in [&member, &tenant_admin] {
+        let r = c
+            .get(format!("{}/metrics", s.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        problem(r, StatusCode::FORBIDDEN).await;
+    }
+    let r = c
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert!(
         r.headers()["content-type"]
@@ -2034,6 +2104,23 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
             "POST",
             format!("/v1/datasets/{did}:renderCubemap"),
             "projection.equirectangular_to_cubemap",
+        ),
+        // Never offered: the same 501 on a dataset that exists nowhere (sfmapi's suite
+        // probes exactly this), the capability by the strategy asked.
+        (
+            "POST",
+            "/v1/datasets/01HGH0ST00000000000000000A/similarity:build?strategy=vlad".into(),
+            "similarity.vlad",
+        ),
+        (
+            "GET",
+            format!("/v1/datasets/{did}/similarity?image_id=x&strategy=vlad"),
+            "similarity.vlad",
+        ),
+        (
+            "POST",
+            "/v1/reconstructions/01HGH0ST00000000000000000A/georegister".into(),
+            "georegister.sim3",
         ),
     ] {
         let r = c

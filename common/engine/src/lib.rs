@@ -39,7 +39,7 @@ pub use error::EngineError;
 pub use handler::{Need, Registry, TaskError, TaskHandler, TaskOutput};
 pub use plan::{JobPlan, PREPARED_RESERVE, Prepared, Submitted, TaskPlan};
 pub use retry::RetryPolicy;
-pub use worker::Worker;
+pub use worker::{LoopHealth, LoopState, Worker};
 
 /// The adapters the engine runs on.
 #[derive(Clone)]

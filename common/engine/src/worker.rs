@@ -5,16 +5,69 @@
 use crate::Engine;
 use crate::dispatch::Handled;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 use tessera_core::Millis;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+/// Whether a worker loop runs, for the health checks of a process that also serves the
+/// API (`tessera serve`): starting until the loop is entered, running while it loops,
+/// stopped once it has left — by shutdown or by dying, which a guard notes even when the
+/// loop panics.
+#[derive(Debug, Clone, Default)]
+pub struct LoopHealth(Arc<AtomicU8>);
+
+/// Where a worker loop is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopState {
+    /// Not entered yet.
+    Starting,
+    /// Receiving and running tasks.
+    Running,
+    /// Left, for good.
+    Stopped,
+}
+
+impl LoopHealth {
+    /// Where the loop is now.
+    pub fn state(&self) -> LoopState {
+        match self.0.load(Ordering::Acquire) {
+            0 => LoopState::Starting,
+            1 => LoopState::Running,
+            _ => LoopState::Stopped,
+        }
+    }
+
+    fn set(&self, s: LoopState) {
+        let v = match s {
+            LoopState::Starting => 0,
+            LoopState::Running => 1,
+            LoopState::Stopped => 2,
+        };
+        self.0.store(v, Ordering::Release);
+    }
+}
+
+/// Marks the loop stopped when dropped: on return and on unwinding alike.
+struct StoppedOnDrop(LoopHealth);
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.set(LoopState::Stopped);
+    }
+}
+
+/// The fault a test names in `TESSERA_FAULT` to make the worker loop die (panic) right
+/// after it starts: a loop cannot otherwise be made to die from outside at will.
+pub const LOOP_DIES_FAULT: &str = "worker-loop-dies";
 
 /// A worker: one engine, several deliveries at a time.
 pub struct Worker {
     engine: Engine,
     concurrency: usize,
     reap_every: Option<Duration>,
+    health: LoopHealth,
 }
 
 impl Worker {
@@ -25,7 +78,13 @@ impl Worker {
             engine,
             concurrency: concurrency.max(1),
             reap_every,
+            health: LoopHealth::default(),
         }
+    }
+
+    /// Where this worker's loop is (shared: it follows the loop).
+    pub fn health(&self) -> LoopHealth {
+        self.health.clone()
     }
 
     /// Run until `shutdown` is cancelled, then wait for the tasks in flight.
@@ -35,6 +94,11 @@ impl Worker {
         reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let queue = self.engine.config.queue.clone();
         tracing::info!(owner = %self.engine.config.owner, concurrency = self.concurrency, "worker started");
+        let _stopped = StoppedOnDrop(self.health.clone());
+        self.health.set(LoopState::Running);
+        if std::env::var("TESSERA_FAULT").is_ok_and(|f| f == LOOP_DIES_FAULT) {
+            panic!("injected fault {LOOP_DIES_FAULT}: the worker loop dies");
+        }
         loop {
             let first = tokio::select! {
                 _ = shutdown.cancelled() => break,

@@ -27,6 +27,7 @@ pub fn state(function: &Function, faces: Arc<FaceService>, backend: (String, boo
             .collect(),
         backend: ("colmap".into(), version),
         faces: Some(faces),
+        workers: None,
         sources: tessera_api::sources::Sources(vec![Arc::new(crate::s3_source::S3Source::new(
             function.adapters.objects.client().clone(),
             function.adapters.objects.bucket(),

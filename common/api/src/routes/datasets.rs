@@ -490,8 +490,15 @@ pub async fn post_action(
     State(s): State<ApiState>,
     caller: Caller,
     Path((did, action)): Path<(String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Problem> {
+    if action == "similarity:build" {
+        // Never offered: the same 501 whatever the path names (`super::optional`).
+        return Err(Problem::capability_unavailable(
+            super::optional::similarity_capability(query.as_deref()),
+        ));
+    }
     // Ownership before the body: another tenant's dataset is a 404 whatever was sent.
     owned(&s, &caller, &did).await?;
     let Json(body) =
@@ -508,7 +515,6 @@ pub async fn post_action(
                 .map_err(|e| Problem::bad_request(format!("stage request: {e}")))?;
             super::pipelines::stage(&s, &caller, &did, &action, req).await
         }
-        "similarity:build" => Err(super::optional::similarity_build(&s, &caller, &did).await),
         other => Err(Problem::not_found(format!(
             "no route POST /v1/datasets/{did}/{other}"
         ))),

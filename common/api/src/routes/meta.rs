@@ -7,12 +7,30 @@ use axum::extract::State;
 use serde_json::{Value, json};
 use tessera_core::ports::state_store::{Index, Query};
 
-/// The process is up.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+/// The process is up and, where it runs workers, its worker loop runs: 503 until the loop
+/// is entered and once it has left (`tessera serve` then exits, for its supervisor to
+/// restart it), so a process that answers HTTP while no job runs is not called healthy.
+pub async fn healthz(State(s): State<ApiState>) -> Result<Json<Value>, Problem> {
+    workers_running(&s)?;
+    Ok(Json(json!({ "status": "ok" })))
 }
 
-/// The state store answers.
+/// 503 naming why when this process runs workers and their loop does not run.
+fn workers_running(s: &ApiState) -> Result<(), Problem> {
+    use tessera_engine::LoopState;
+    match s.workers.as_ref().map(|w| w.state()) {
+        None | Some(LoopState::Running) => Ok(()),
+        Some(LoopState::Starting) => {
+            Err(Problem::unavailable("the worker loop has not started yet"))
+        }
+        Some(LoopState::Stopped) => Err(Problem::unavailable(
+            "the worker loop has stopped: no job runs in this process",
+        )),
+    }
+}
+
+/// Ready to take work: the state store and the task queue answer, and the workers this
+/// process runs are running.
 pub async fn readyz(State(s): State<ApiState>) -> Result<Json<Value>, Problem> {
     s.engine
         .ports()
@@ -20,6 +38,14 @@ pub async fn readyz(State(s): State<ApiState>) -> Result<Json<Value>, Problem> {
         .query(&Query::partition(Index::Table, "READYZ", 1))
         .await
         .map_err(|e| Problem::unavailable(format!("state store: {e}")))?;
+    let queue = s.engine.config().queue.clone();
+    s.engine
+        .ports()
+        .queue
+        .depth(&queue)
+        .await
+        .map_err(|e| Problem::unavailable(format!("task queue `{queue}`: {e}")))?;
+    workers_running(&s)?;
     Ok(Json(json!({ "status": "ready" })))
 }
 
@@ -106,9 +132,21 @@ pub async fn camera_models() -> Json<Value> {
     Json(json!({ "items": items, "next_page_token": null, "total": total }))
 }
 
-/// `GET /metrics` (Prometheus text format).
-pub async fn metrics(State(s): State<ApiState>) -> axum::response::Response {
+/// `GET /metrics` (Prometheus text format). It needs an admin key of the operator's
+/// tenant, `local` (embedded mode's only tenant; on AWS the default of `tessera aws
+/// create-key`): the figures span every tenant of the process (its queues' depths, the
+/// traffic of every route), so no other tenant's key, admin or not, may read how busy
+/// the others are.
+pub async fn metrics(
+    State(s): State<ApiState>,
+    caller: crate::auth::Caller,
+) -> Result<axum::response::Response, Problem> {
     use axum::response::IntoResponse;
+    if !caller.admin || caller.tenant != tessera_core::TenantId::local() {
+        return Err(Problem::forbidden(
+            "/metrics spans every tenant and needs an admin key of the operator's tenant `local`",
+        ));
+    }
     let engine = &s.engine;
     let mut names: Vec<String> = engine
         .config()
@@ -127,12 +165,12 @@ pub async fn metrics(State(s): State<ApiState>) -> axum::response::Response {
             queues.push((q, d.visible, d.hidden, d.dead));
         }
     }
-    (
+    Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
         crate::metrics::render(&queues, &tessera_engine::outcomes::snapshot()),
     )
-        .into_response()
+        .into_response())
 }

@@ -195,9 +195,10 @@ async fn edge(State(state): State<ApiState>, req: Request, next: Next) -> Respon
     let preflight = req.method() == Method::OPTIONS;
     let path = req.uri().path().to_string();
     let res = match &verdict {
-        // A preflight from a page that may not call us is still answered (204), without
-        // the headers that would let the browser go on.
-        _ if preflight => StatusCode::NO_CONTENT.into_response(),
+        // Every preflight is answered 200 (sfmapi §3.10 asks 200; browsers take any
+        // 2xx); one from a page that may not call us gets none of the headers that would
+        // let the browser go on.
+        _ if preflight => StatusCode::OK.into_response(),
         Verdict::Refused(why) => {
             tracing::warn!(reason = %why, "request from a page or host name this server does not serve");
             crate::Problem::forbidden(why.clone()).into_response()

@@ -1,57 +1,53 @@
-//! sfmapi's OPTIONAL endpoints this server does not offer (§6.9.1–6.9.6): each looks up
-//! the resource it names first (so a missing one is still a 404), then answers 501 with
-//! the capability a client should look for in `/v1/capabilities`.
+//! sfmapi's OPTIONAL endpoints this server does not offer (§6.9.1–6.9.6), answered 501
+//! with the capability a client should look for in `/v1/capabilities`.
+//!
+//! Two orders, each the spec's. An action or a build this server never offers (an
+//! index, a pose prior, a georegistration, a merge, a localization, a projection) is
+//! answered 501 before anything is looked up: the answer is the same whoever asks and
+//! whatever the path names, so it reveals nothing of any tenant (sfmapi's suite probes
+//! `similarity:build?strategy=vlad` on a dataset that does not exist). A read of a
+//! snapshot's sidecar (tiles, observations) looks the reconstruction up first, since the
+//! spec makes a missing one a 404.
 
 use crate::ApiState;
 use crate::auth::Caller;
 use crate::problem::Problem;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 
-/// `GET /v1/datasets/{did}/similarity` and `POST …/similarity:build`.
-pub async fn similarity(
-    State(s): State<ApiState>,
-    caller: Caller,
-    Path(did): Path<String>,
-) -> Result<(), Problem> {
-    super::datasets::owned(&s, &caller, &did).await?;
-    Err(Problem::capability_unavailable("similarity.dhash"))
-}
-
-/// The dataset-level answer for `similarity:build` (routed through the dataset actions).
-pub async fn similarity_build(s: &ApiState, caller: &Caller, did: &str) -> Problem {
-    match super::datasets::owned(s, caller, did).await {
-        Ok(_) => Problem::capability_unavailable("similarity.dhash"),
-        Err(p) => p,
+/// The capability a similarity request needs: `vlad` when its `strategy` says so,
+/// `dhash` (the spec's default) otherwise.
+pub fn similarity_capability(query: Option<&str>) -> &'static str {
+    let vlad = query
+        .unwrap_or_default()
+        .split('&')
+        .any(|kv| kv.eq_ignore_ascii_case("strategy=vlad"));
+    if vlad {
+        "similarity.vlad"
+    } else {
+        "similarity.dhash"
     }
 }
 
+/// `GET /v1/datasets/{did}/similarity` (`POST …/similarity:build` is routed through the
+/// dataset actions and answered with the same capability).
+pub async fn similarity(_caller: Caller, RawQuery(query): RawQuery) -> Result<(), Problem> {
+    Err(Problem::capability_unavailable(similarity_capability(
+        query.as_deref(),
+    )))
+}
+
 /// `GET|PUT|DELETE /v1/images/{image_id}/pose_prior`.
-pub async fn pose_prior(
-    State(s): State<ApiState>,
-    caller: Caller,
-    Path(image_id): Path<String>,
-) -> Result<(), Problem> {
-    super::datasets::owned_image(&s, &caller, &image_id).await?;
+pub async fn pose_prior(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("pose_priors.read_write"))
 }
 
 /// `GET|PUT /v1/datasets/{did}/pose_priors`.
-pub async fn pose_priors(
-    State(s): State<ApiState>,
-    caller: Caller,
-    Path(did): Path<String>,
-) -> Result<(), Problem> {
-    super::datasets::owned(&s, &caller, &did).await?;
+pub async fn pose_priors(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("pose_priors.read_write"))
 }
 
 /// `POST /v1/reconstructions/{rid}/georegister`.
-pub async fn georegister(
-    State(s): State<ApiState>,
-    caller: Caller,
-    Path(rid): Path<String>,
-) -> Result<(), Problem> {
-    super::reconstructions::owned(&s, &caller, &rid).await?;
+pub async fn georegister(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("georegister.sim3"))
 }
 
@@ -90,13 +86,13 @@ pub async fn recon_action(
     Path(rid_action): Path<String>,
 ) -> Result<(), Problem> {
     let (rid, action) = rid_action.split_once(':').unwrap_or((&rid_action, ""));
-    super::reconstructions::owned(&s, &caller, rid).await?;
-    match recon_action_capability(action) {
-        Some(c) => Err(Problem::capability_unavailable(c)),
-        None => Err(Problem::not_found(format!(
-            "reconstructions have no action `:{action}`"
-        ))),
+    if let Some(c) = recon_action_capability(action) {
+        return Err(Problem::capability_unavailable(c));
     }
+    super::reconstructions::owned(&s, &caller, rid).await?;
+    Err(Problem::not_found(format!(
+        "reconstructions have no action `:{action}`"
+    )))
 }
 
 /// `POST /v1/datasets/{did}:<action>`.
@@ -106,13 +102,13 @@ pub async fn dataset_action(
     Path(did_action): Path<String>,
 ) -> Result<(), Problem> {
     let (did, action) = did_action.split_once(':').unwrap_or((&did_action, ""));
-    super::datasets::owned(&s, &caller, did).await?;
-    match dataset_action_capability(action) {
-        Some(c) => Err(Problem::capability_unavailable(c)),
-        None => Err(Problem::not_found(format!(
-            "datasets have no action `:{action}`"
-        ))),
+    if let Some(c) = dataset_action_capability(action) {
+        return Err(Problem::capability_unavailable(c));
     }
+    super::datasets::owned(&s, &caller, did).await?;
+    Err(Problem::not_found(format!(
+        "datasets have no action `:{action}`"
+    )))
 }
 
 /// Octree tiles of a snapshot (`tiles/index.json`, `tiles/{level}/{x}/{y}/{z}.bin`).
@@ -148,36 +144,13 @@ async fn snapshot_capability(
     Err(Problem::capability_unavailable(capability))
 }
 
-/// `POST /v1/reconstructions:merge`: the reconstructions the body names are looked up
-/// first (another tenant's or a missing one is a 404), then 501 `recon.merge`, whatever
-/// else is wrong with the body.
-pub async fn merge(
-    State(s): State<ApiState>,
-    caller: Caller,
-    body: axum::body::Bytes,
-) -> Result<(), Problem> {
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let sources = body["source_recon_ids"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    // At most 101 lookups whatever the body holds: the answer is 501 either way.
-    for rid in std::iter::once(&body["target_recon_id"])
-        .chain(sources.iter().take(100))
-        .filter_map(serde_json::Value::as_str)
-    {
-        super::reconstructions::owned(&s, &caller, rid).await?;
-    }
+/// `POST /v1/reconstructions:merge`.
+pub async fn merge(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("recon.merge"))
 }
 
 /// `POST /v1/reconstructions/{rid}/localize`.
-pub async fn localize(
-    State(s): State<ApiState>,
-    caller: Caller,
-    Path(rid): Path<String>,
-) -> Result<(), Problem> {
-    super::reconstructions::owned(&s, &caller, &rid).await?;
+pub async fn localize(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("localize.from_memory"))
 }
 

@@ -20,6 +20,8 @@ pub struct Server {
     pub base: String,
     pub engine: Engine,
     pub stop: CancellationToken,
+    /// Stops only the worker loop (where the server runs one), as its death would.
+    pub worker_stop: CancellationToken,
     pub _dir: tempfile::TempDir,
 }
 
@@ -71,6 +73,8 @@ pub async fn serve_sources(
         tessera_jobs::registry(),
     );
     engine.ensure_queue().await.unwrap();
+    // As `tessera serve` does: the worker loop in this process, reported by /healthz.
+    let worker = workers.then(|| Worker::new(engine.clone(), 2, Some(Duration::from_millis(200))));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     // As `tessera serve` does: the engine this machine has, the names of the bound
     // address, and one allowed page.
@@ -82,6 +86,7 @@ pub async fn serve_sources(
         backend,
         faces,
         sources,
+        workers: worker.as_ref().map(Worker::health),
         browser: tessera_api::browser::BrowserPolicy::for_listener(
             listener.local_addr().unwrap(),
             vec![ALLOWED_PAGE.into()],
@@ -96,15 +101,16 @@ pub async fn serve_sources(
             .await
             .unwrap();
     });
-    if workers {
-        let w = Worker::new(engine.clone(), 2, Some(Duration::from_millis(200)));
-        let s = stop.clone();
+    let worker_stop = stop.child_token();
+    if let Some(w) = worker {
+        let s = worker_stop.clone();
         tokio::spawn(async move { w.run(s).await });
     }
     Server {
         base,
         engine,
         stop,
+        worker_stop,
         _dir: dir,
     }
 }

@@ -140,36 +140,46 @@ pub async fn revoke(
     if key.revoked_at.is_some() {
         return Ok(key);
     }
+    let mut writes = Vec::with_capacity(2);
     if key.admin {
-        let other_admins = items
+        // The last-admin rule holds inside the revoking transaction: it also checks that
+        // one other active admin key is unchanged since it was read. Two admins revoking
+        // each other at once then cannot both succeed — whichever commits second finds
+        // the key it relied on changed. (Whatever the interleaving, the key the last
+        // committed revocation checked is still active.)
+        let other = items
             .iter()
-            .filter_map(|i| crate::records::decode::<ApiKey>(i).ok())
-            .filter(|k| k.admin && k.revoked_at.is_none() && k.key_id != key.key_id)
-            .count();
-        if other_admins == 0 {
+            .filter_map(|i| crate::records::decode::<ApiKey>(i).ok().map(|k| (i, k)))
+            .find(|(_, k)| k.admin && k.revoked_at.is_none() && k.key_id != key.key_id);
+        let Some((other, _)) = other else {
             return Err(CatalogError::Conflict(format!(
                 "key {key_id} is tenant {tenant}'s last active admin key; create another admin key before revoking it"
             )));
-        }
+        };
+        writes.push(Write::Check {
+            key: other.key.clone(),
+            condition: Condition::Rev(other.rev),
+        });
     }
     key.revoked_at = Some(Millis::now());
-    store
-        .transact(vec![Write::Set {
-            key: item.key.clone(),
-            fields: vec![(
-                "revoked_at".into(),
-                serde_json::to_value(key.revoked_at).expect("serializable"),
-            )],
-            condition: Condition::Rev(item.rev),
-        }])
-        .await
-        .map_err(|e| {
-            if e.is_conflict() {
-                CatalogError::Conflict("the key changed meanwhile; retry".into())
-            } else {
-                e.into()
-            }
-        })?;
+    writes.push(Write::Set {
+        key: item.key.clone(),
+        fields: vec![(
+            "revoked_at".into(),
+            serde_json::to_value(key.revoked_at).expect("serializable"),
+        )],
+        condition: Condition::Rev(item.rev),
+    });
+    let checked_another = writes.len() == 2;
+    store.transact(writes).await.map_err(|e| match e {
+        crate::ports::state_store::StoreError::Conflict { index: 0, .. } if checked_another => {
+            CatalogError::Conflict(format!(
+                "another admin key of tenant {tenant} changed meanwhile (revoked at the same moment?); key {key_id} may now be its last active admin key; look at the keys and retry"
+            ))
+        }
+        e if e.is_conflict() => CatalogError::Conflict("the key changed meanwhile; retry".into()),
+        e => e.into(),
+    })?;
     Ok(key)
 }
 
