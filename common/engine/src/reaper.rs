@@ -76,10 +76,7 @@ impl Engine {
         for partition in records::due_partition(TaskState::Running) {
             let mut q = due_before(now);
             q.pk = partition;
-            for item in self.ports.store.query(&q).await?.items {
-                let Some(task) = readable(&item, &mut report) else {
-                    continue;
-                };
+            for (item_rev, task) in self.due_tasks(q, limit, &mut report).await? {
                 if task.state != TaskState::Running {
                     continue;
                 }
@@ -93,7 +90,7 @@ impl Engine {
                     let _ = self
                         .ports
                         .store
-                        .put(records::task_item(&task), Condition::Rev(item.rev))
+                        .put(records::task_item(&task), Condition::Rev(item_rev))
                         .await;
                     report.reindexed += 1;
                     continue;
@@ -111,10 +108,7 @@ impl Engine {
         for partition in records::due_partition(TaskState::Queued) {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
-            for item in self.ports.store.query(&q).await?.items {
-                let Some(task) = readable(&item, &mut report) else {
-                    continue;
-                };
+            for (_, task) in self.due_tasks(q, limit, &mut report).await? {
                 if task.state == TaskState::Queued {
                     match self.offer(&task, Duration::ZERO).await {
                         Ok(()) => report.reoffered += 1,
@@ -127,10 +121,7 @@ impl Engine {
         for partition in records::due_partitions("advance") {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
-            for item in self.ports.store.query(&q).await?.items {
-                let Some(task) = readable(&item, &mut report) else {
-                    continue;
-                };
+            for (_, task) in self.due_tasks(q, limit, &mut report).await? {
                 match self.advance(task.id).await {
                     Ok(n) => report.advanced += n,
                     Err(e) => skipped(&task, "advance its dependents", &e, &mut report),
@@ -138,6 +129,36 @@ impl Engine {
             }
         }
         Ok(report)
+    }
+}
+
+/// Pages a due partition reads at most in one pass: past up to this many pages' worth of
+/// unreadable entries, which stay where they are and would otherwise fill every page.
+const MAX_DUE_PAGES: usize = 10;
+
+impl Engine {
+    /// Up to `limit` readable tasks (with their items' revisions) that a due query finds,
+    /// paging past unreadable entries (at most [`MAX_DUE_PAGES`] pages).
+    async fn due_tasks(
+        &self,
+        mut q: Query,
+        limit: usize,
+        report: &mut ReapReport,
+    ) -> Result<Vec<(u64, tessera_core::task::Task)>, EngineError> {
+        let mut out = Vec::new();
+        for _ in 0..MAX_DUE_PAGES {
+            let page = self.ports.store.query(&q).await?;
+            for item in &page.items {
+                if let Some(task) = readable(item, report) {
+                    out.push((item.rev, task));
+                }
+            }
+            match page.next {
+                Some(next) if out.len() < limit => q.after = Some(next),
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 }
 

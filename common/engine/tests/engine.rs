@@ -715,6 +715,7 @@ async fn the_reaper_skips_a_record_it_cannot_read_and_goes_on() {
         .await
         .unwrap();
     let t = task_named(&engine, job.job_id, "lost").await;
+    let t_id = t.id;
     assert!(matches!(engine.claim(t).await.unwrap(), Claim::Claimed(_)));
     let partitions: Vec<String> = tessera_core::records::due_partition(TaskState::Running)
         .into_iter()
@@ -731,13 +732,32 @@ async fn the_reaper_skips_a_record_it_cannot_read_and_goes_on() {
         item.by_due = Some(ItemKey::new(pk.clone(), "0#corrupt"));
         store.put(item, Condition::Absent).await.unwrap();
     }
+    // More corrupt entries than one pass's page holds, in the partition the lapsed lease
+    // is in: the pass pages past them.
+    let lease_partition = store
+        .get(&ItemKey::new(format!("TASK#{}", t_id), "TASK"))
+        .await
+        .unwrap()
+        .unwrap()
+        .by_due
+        .unwrap()
+        .pk;
+    for i in 0..5 {
+        let mut item = Item::new(
+            ItemKey::new(format!("TASK#corrupt-more{i}"), "TASK"),
+            json!({ "not": "a task" }),
+        );
+        item.by_due = Some(ItemKey::new(lease_partition.clone(), format!("0#more{i}")));
+        store.put(item, Condition::Absent).await.unwrap();
+    }
     let unreadable_before = tessera_engine::outcomes::unreadable_total();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let r = engine.reap_once(Millis::now(), 100).await.unwrap();
+    let r = engine.reap_once(Millis::now(), 3).await.unwrap();
     assert_eq!(r.requeued, 1, "the lapsed lease behind the garbage: {r:?}");
-    assert_eq!(r.unreadable, partitions.len(), "{r:?}");
+    assert_eq!(r.unreadable, partitions.len() + 5, "{r:?}");
     assert!(
-        tessera_engine::outcomes::unreadable_total() >= unreadable_before + partitions.len() as u64
+        tessera_engine::outcomes::unreadable_total()
+            >= unreadable_before + partitions.len() as u64 + 5
     );
     let j = run_until_done(&engine, job.job_id, WAIT).await;
     assert_eq!(j.status(), JobStatus::Succeeded);
