@@ -272,18 +272,23 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
                 &[None]
             };
             for body in bodies {
-                let mut req = bc
-                    .request(m.clone(), format!("{base}{url}"))
-                    .bearer_auth(&b);
-                if let Some(body) = body {
-                    req = req
-                        .header("content-type", "application/json")
-                        .header("content-range", "bytes 0-9/10")
-                        .body(*body);
-                }
-                let r = req.send().await.unwrap();
-                let status = r.status();
-                let text = r.text().await.unwrap_or_default();
+                // B's request to `url`, with the body under test.
+                let send = |url: String| {
+                    let mut req = bc
+                        .request(m.clone(), format!("{base}{url}"))
+                        .bearer_auth(&b);
+                    if let Some(body) = body {
+                        req = req
+                            .header("content-type", "application/json")
+                            .header("content-range", "bytes 0-9/10")
+                            .body(*body);
+                    }
+                    async move {
+                        let r = req.send().await.unwrap();
+                        (r.status(), r.text().await.unwrap_or_default())
+                    }
+                };
+                let (status, text) = send(url.clone()).await;
                 checked += 1;
                 // A 404 may repeat the id B sent; it must reveal nothing else of A's.
                 let leaks = ["a-only", "group.jpg", "astronaut", "scene", &job, &did]
@@ -297,18 +302,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
                     for id in [&pid, &did, &image, &job, &photo, &sid, &open_upload, &key] {
                         ghost_url = ghost_url.replace(id.as_str(), GHOST);
                     }
-                    let mut req = bc
-                        .request(m.clone(), format!("{base}{ghost_url}"))
-                        .bearer_auth(&b);
-                    if let Some(body) = body {
-                        req = req
-                            .header("content-type", "application/json")
-                            .header("content-range", "bytes 0-9/10")
-                            .body(*body);
-                    }
-                    let g = req.send().await.unwrap();
-                    let g_status = g.status();
-                    let g_text = g.text().await.unwrap_or_default();
+                    let (g_status, g_text) = send(ghost_url.clone()).await;
                     ghost_url != url
                         && g_status == status
                         && without_instance(&g_text) == without_instance(&text)
