@@ -355,6 +355,10 @@ class LoadRehearsal(Rehearsal):
             "photos": n, "seconds": round(t1 - t0, 1), "runs": len(parts), "runs_after_the_burst": len(after_burst),
             "longest_run_s": round(max(part_s, default=0.0), 2),
             "longest_invocation_carrying_a_part_s": round(max(invocations, default=0.0), 2),
+            # Where the longest part's time went: reading pages, submitting re-blurs, the rest.
+            "longest_run": {k: (round(v, 2) if isinstance(v, float) else v)
+                            for k, v in max(parts, key=lambda r: float(r.get("seconds", 0.0)), default={}).items()
+                            if k in ("seconds", "seconds_reading", "seconds_submitting", "photos", "reprocess_jobs", "part")},
             "function_timeout_s": ingest.timeout_s, "timeouts": ingest.timeouts, "finished": ok,
         }
         # A part superseded by a later change records that instead of its seconds.
@@ -364,7 +368,7 @@ class LoadRehearsal(Rehearsal):
                    f"a sweep part ran {max(part_s, default=0.0):.1f}s, over a third of the ingest function's {ingest.timeout_s}s")
         self.check(ingest.timeouts == 0, f"{ingest.timeouts} ingest invocation(s) killed at the {ingest.timeout_s}s timeout")
         log(f"sweep: {n} photos re-decided in {t1 - t0:.1f}s, {len(parts)} parts, longest {max(part_s, default=0):.1f}s "
-            f"(its invocation's longest {max(invocations, default=0):.1f}s)")
+            f"({self.report['sweep']['longest_run']}; its invocation's longest {max(invocations, default=0):.1f}s)")
 
     def phase_reconstructions(self):
         m = self.args.reconstructions

@@ -148,8 +148,13 @@ impl TaskHandler for Sweep {
         // of the last page it read.
         let mut hand_on: Option<String> = None;
         let mut last: Option<String> = None;
+        // Where a part's time goes (in its result), for the load rehearsal's report: reading
+        // pages, submitting re-blurs, and the rest (progress, checkpoints, the hand-on).
+        let (mut reading, mut submitting) = (Duration::ZERO, Duration::ZERO);
         'pages: loop {
+            let read = Instant::now();
             let page = store.query(&q).await?;
+            reading += read.elapsed();
             for item in &page.items {
                 if let Some(after) = &last
                     && clock.elapsed() >= self.time_per_part
@@ -174,6 +179,7 @@ impl TaskHandler for Sweep {
                 if !photo.needs_reprocess(target) {
                     continue;
                 }
+                let submit = Instant::now();
                 ctx.submit(reprocess_plan(
                     p.tenant.clone(),
                     project_id,
@@ -182,6 +188,7 @@ impl TaskHandler for Sweep {
                     photo.edits_rev,
                 ))
                 .await?;
+                submitting += submit.elapsed();
                 submitted += 1;
             }
             ctx.progress(Phase::Publish, seen, None, None).await?;
@@ -213,6 +220,8 @@ impl TaskHandler for Sweep {
             "project": project_id, "subjects_rev": target, "part": part, "photos": seen,
             "reprocess_jobs": submitted, "follow_up": follow_up,
             "seconds": clock.elapsed().as_secs_f64(),
+            "seconds_reading": reading.as_secs_f64(),
+            "seconds_submitting": submitting.as_secs_f64(),
         })))
     }
 }
