@@ -130,6 +130,24 @@ def group_photo(faces, rng):
     return buf.getvalue()
 
 
+class Stall:
+    """No progress for `timeout` seconds, counted two ways that must both agree: on the
+    monotonic clock, and in polls of `every` seconds since the last progress. This machine
+    is a VM that can be paused between polls, and its clocks then jump by the pause: a
+    pause is one poll, however long, so a clock jump alone never reads as a stall."""
+
+    def __init__(self, timeout, every):
+        self.timeout, self.every = timeout, every
+        self.progress, self.since, self.polls = None, time.monotonic(), 0
+
+    def seen(self, progress):
+        """Record one poll's progress; True when stalled."""
+        if progress != self.progress:
+            self.progress, self.since, self.polls = progress, time.monotonic(), 0
+            return False
+        self.polls += 1
+        return time.monotonic() - self.since > self.timeout and self.polls * self.every > self.timeout
+
 class LoadRehearsal(Rehearsal):
     def __init__(self, args):
         super().__init__(args)
@@ -246,11 +264,9 @@ class LoadRehearsal(Rehearsal):
         def done():
             last[0] = self.servable(pid)[:2]
             return last[0][0] >= n and last[0][1] >= n
-        progress, since = None, time.monotonic()
+        stall = Stall(timeout, 3)
         while not done():
-            if last[0] != progress:
-                progress, since = last[0], time.monotonic()
-            elif time.monotonic() - since > timeout:
+            if stall.seen(last[0]):
                 break
             time.sleep(3)
         if not done():
@@ -356,7 +372,7 @@ class LoadRehearsal(Rehearsal):
             "longest_run_s": round(max(part_s, default=0.0), 2),
             "longest_invocation_carrying_a_part_s": round(max(invocations, default=0.0), 2),
             # Where the longest part's time went: reading pages, submitting re-blurs, the rest.
-            "longest_run": {k: (round(v, 2) if isinstance(v, float) else v)
+            "longest_run": {k: round(float(v), 2)
                             for k, v in max(parts, key=lambda r: float(r.get("seconds", 0.0)), default={}).items()
                             if k in ("seconds", "seconds_reading", "seconds_submitting", "photos", "reprocess_jobs", "part")},
             "function_timeout_s": ingest.timeout_s, "timeouts": ingest.timeouts, "finished": ok,
@@ -394,8 +410,9 @@ class LoadRehearsal(Rehearsal):
         ended = {}
         # Gives up when no task of any job has finished for the stall time (the jobs'
         # own progress, so neither a slow machine nor a clock that jumps fails them).
-        stall, progress, since = max(900, 120 * m), None, time.monotonic()
-        while len(ended) < len(submitted) and time.monotonic() - since < stall:
+        stall = Stall(max(900, 120 * m), 2)
+        stalled = False
+        while len(ended) < len(submitted) and not stalled:
             done_tasks = 0
             for job in submitted:
                 # The job's counters are fields of its record (flattened).
@@ -405,8 +422,7 @@ class LoadRehearsal(Rehearsal):
                     continue
                 if c["failed"] + c["dead"] + c["cancelled"] > 0 or (c["sealed"] and c["succeeded"] >= c["tasks_total"]):
                     ended[job] = (time.time() - submitted[job], c["failed"] + c["dead"] + c["cancelled"] == 0)
-            if done_tasks != progress:
-                progress, since = done_tasks, time.monotonic()
+            stalled = stall.seen(done_tasks)
             time.sleep(2)
         self.end("reconstructions")
         durations = [d for d, _ in ended.values()]
