@@ -5,21 +5,25 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use tessera_tests::{Killed, http, tessera_bin};
 
+/// `tessera serve` on a free loopback port over the state in `dir`, stderr piped.
+fn serve(dir: &std::path::Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(tessera_bin());
+    c.args([
+        "--state",
+        dir.to_str().unwrap(),
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+    ])
+    .args(extra)
+    .stderr(Stdio::piped());
+    c
+}
+
 #[test]
 fn serve_listens_prints_its_first_admin_key_and_enforces_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tessera_bin())
-        .args([
-            "--state",
-            dir.path().to_str().unwrap(),
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--auth",
-            "api_key",
-            "--no-workers",
-        ])
-        .stderr(Stdio::piped())
+    let mut child = serve(dir.path(), &["--auth", "api_key", "--no-workers"])
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
@@ -59,16 +63,8 @@ fn serve_listens_prints_its_first_admin_key_and_enforces_keys() {
 #[test]
 fn serve_exits_non_zero_when_its_worker_loop_dies() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tessera_bin())
-        .args([
-            "--state",
-            dir.path().to_str().unwrap(),
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-        ])
+    let mut child = serve(dir.path(), &[])
         .env("TESSERA_FAULT", "worker-loop-dies")
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();

@@ -24,10 +24,8 @@ Usage: python load.py [--photos N] [--reconstructions M] [--full] [--report OUT.
 
 import argparse
 import concurrent.futures
-import io
 import json
 import os
-import random
 import sys
 import threading
 import time
@@ -37,8 +35,10 @@ from boto3.dynamodb.types import TypeDeserializer
 sys.path.insert(0, os.path.dirname(__file__))
 import capacity  # noqa: E402
 from lambda_service import SqsPoller  # noqa: E402
+from pricing import AWS_LATENCY_S, LAMBDA_MB_PER_VCPU, S3_FREE, S3_PUT_CLASS, USD  # noqa: E402
 from recorder import Recorder, key_class  # noqa: E402
 from rehearse import REPO, SHARED, Rehearsal, log  # noqa: E402
+from workload import STRANGER, SUBJECT, phone_photos  # noqa: E402
 
 # AWS's per-partition throughput (DynamoDB Developer Guide, "Burst and adaptive capacity").
 PARTITION_WRITE_LIMIT = 1000
@@ -47,33 +47,11 @@ PARTITION_READ_LIMIT = 3000
 PHOTOS_PER_DAY = 1_000_000
 PEAK_HOUR_FACTOR = 10
 CONCURRENT_RECONSTRUCTIONS = 1000
-# Prices, us-east-1, on demand (the AWS pricing pages, 2026): Lambda x86_64 per GB-s and
-# per request; DynamoDB on-demand per write and read request unit; S3 Standard per
-# request (PUT/COPY/POST/LIST, GET and the rest; DELETE is free) and per GB-month; SQS
-# standard per request (64 KB chunks); Batch bills the EC2 instance (g4dn.xlarge).
-USD = {
-    "lambda_gb_s": 0.0000166667, "lambda_request": 0.20e-6,
-    "ddb_write_unit": 0.625e-6, "ddb_read_unit": 0.125e-6,
-    "s3_put": 0.005e-3, "s3_get": 0.0004e-3, "s3_gb_month": 0.023,
-    "sqs_request": 0.40e-6, "batch_gpu_hour": 0.526,
-}
-# The Lambda model (`lambda_modelled`): Lambda gives a function one vCPU at 1,769 MB (the
-# Lambda developer guide, "memory and computing power"), and AWS's own latency for one
-# request from a function in the same region, taken as typical figures (DynamoDB answers
-# in single-digit milliseconds; a small S3 object's first byte in tens), each request
-# assumed to wait alone (an upper bound: the functions overlap many of them).
-LAMBDA_MB_PER_VCPU = 1769
-AWS_LATENCY_S = {"dynamodb": 0.008, "s3": 0.030, "sqs": 0.010}
-S3_PUT_CLASS = {"PutObject", "CopyObject", "PostObject", "ListObjectsV2", "ListBucket", "UploadPart",
-                "CreateMultipartUpload", "CompleteMultipartUpload", "PutBucket"}
-S3_FREE = {"DeleteObject", "DeleteObjects"}
-SUBJECT, STRANGER = "grace_hopper.jpg", "astronaut.png"
 # Key designs this rehearsal has measured over 30 % of a partition's limit at the
 # extrapolated peak and that are not fixed yet (issue 23, left open): reported under
 # `known_over_limit`, never silently. A design over the limit that is not listed fails
 # the run, and so does a listed one that is back under it (so the list cannot go stale).
 KNOWN_HOT = {}
-GROUP_FACES = 150
 
 
 def by_operation(requests):
@@ -82,52 +60,6 @@ def by_operation(requests):
     for (svc, op, _), n in requests.items():
         out[f"{svc} {op}"] = out.get(f"{svc} {op}", 0) + n
     return out
-
-
-def phone_photos(n, seed=23):
-    """`n` distinct 640×480 JPEGs, each with one or two faces: (name, bytes, has subject).
-    Every third holds the opted-out subject; one, a third of the way in, is the 150-face
-    group photo."""
-    from PIL import Image, ImageDraw
-    rng = random.Random(seed)
-    faces = {name: Image.open(os.path.join(SHARED, "testdata/faces", name)).convert("RGB") for name in (SUBJECT, STRANGER)}
-    out = []
-    for i in range(n):
-        if i == n // 3:
-            out.append((f"group-{i:05}.jpg", group_photo(faces, rng), False))
-            continue
-        canvas = Image.new("RGB", (640, 480), tuple(rng.randrange(40, 220) for _ in range(3)))
-        draw = ImageDraw.Draw(canvas)
-        for _ in range(6):  # makes every photo a distinct file
-            x, y = rng.randrange(640), rng.randrange(480)
-            draw.rectangle((x, y, x + rng.randrange(10, 80), y + rng.randrange(10, 80)),
-                           fill=tuple(rng.randrange(256) for _ in range(3)))
-        people = [SUBJECT] if i % 3 == 0 else [STRANGER]
-        if i % 5 == 1:
-            people.append(STRANGER if people[0] == SUBJECT else SUBJECT)
-        slots = [(20, 60), (340, 60)]
-        for person, (x, y) in zip(people, slots):
-            face = faces[person]
-            h = rng.randrange(230, 300)
-            canvas.paste(face.resize((int(face.width * h / face.height), h)), (x + rng.randrange(0, 20), y))
-        buf = io.BytesIO()
-        canvas.save(buf, "JPEG", quality=85)
-        out.append((f"burst-{i:05}.jpg", buf.getvalue(), SUBJECT in people))
-    return out
-
-
-def group_photo(faces, rng):
-    """A crowd: 150 faces on a 15 × 10 grid, 160 px each (strangers: the subject is not
-    in it, so no face of it may be decided `subject`)."""
-    from PIL import Image
-    face = faces[STRANGER]
-    tile = face.resize((160, 160))
-    canvas = Image.new("RGB", (15 * 160, 10 * 160), (90, 90, 90))
-    for k in range(GROUP_FACES):
-        canvas.paste(tile, ((k % 15) * 160, (k // 15) * 160))
-    buf = io.BytesIO()
-    canvas.save(buf, "JPEG", quality=85)
-    return buf.getvalue()
 
 
 class Stall:

@@ -35,11 +35,40 @@ pub fn ended(task: &Task) {
             .or_default() += 1;
     }
     if matches!(task.state, TaskState::Failed | TaskState::Dead)
-        && let Ok(stack) = std::env::var(STACK_ENV)
-        && !stack.is_empty()
+        && let Some(stack) = metrics_stack()
     {
         println!("{}", emf_line(task, &stack, tessera_core::Millis::now().0));
     }
+}
+
+/// The stack whose metrics this process writes, if `TESSERA_METRICS_STACK` names one.
+fn metrics_stack() -> Option<String> {
+    std::env::var(STACK_ENV).ok().filter(|s| !s.is_empty())
+}
+
+/// One embedded-metric-format line adding 1 to `metric` of namespace [`NAMESPACE`] under
+/// `dimensions`, with `fields` (which must hold the dimensions' values) beside it.
+fn emf(
+    at_ms: i64,
+    dimensions: serde_json::Value,
+    metric: &str,
+    fields: serde_json::Value,
+) -> String {
+    let mut line = serde_json::json!({
+        "_aws": {
+            "Timestamp": at_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": dimensions,
+                "Metrics": [{ "Name": metric, "Unit": "Count" }],
+            }],
+        },
+    });
+    line[metric] = 1.into();
+    if let serde_json::Value::Object(f) = fields {
+        line.as_object_mut().expect("an object").extend(f);
+    }
+    line.to_string()
 }
 
 /// The metric an unreadable record adds one to.
@@ -54,25 +83,15 @@ fn unreadable_count() -> &'static std::sync::atomic::AtomicU64 {
 /// caller; the metric line carries it too).
 pub fn unreadable(key: &str) {
     unreadable_count().fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Ok(stack) = std::env::var(STACK_ENV)
-        && !stack.is_empty()
-    {
-        println!(
-            "{}",
-            serde_json::json!({
-                "_aws": {
-                    "Timestamp": tessera_core::Millis::now().0,
-                    "CloudWatchMetrics": [{
-                        "Namespace": NAMESPACE,
-                        "Dimensions": [["Stack"]],
-                        "Metrics": [{ "Name": UNREADABLE_METRIC, "Unit": "Count" }],
-                    }],
-                },
-                "Stack": stack,
-                UNREADABLE_METRIC: 1,
-                "key": key,
-            })
+    if let Some(stack) = metrics_stack() {
+        let fields = serde_json::json!({ "Stack": stack, "key": key });
+        let line = emf(
+            tessera_core::Millis::now().0,
+            serde_json::json!([["Stack"]]),
+            UNREADABLE_METRIC,
+            fields,
         );
+        println!("{line}");
     }
 }
 
@@ -93,25 +112,20 @@ pub fn snapshot() -> Vec<(String, String, u64)> {
 
 /// The embedded-metric-format line for a task that ended failed or dead.
 pub fn emf_line(task: &Task, stack: &str, at_ms: i64) -> String {
-    serde_json::json!({
-        "_aws": {
-            "Timestamp": at_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [["Stack"], ["Stack", "TaskKind"]],
-                "Metrics": [{ "Name": FAILED_METRIC, "Unit": "Count" }],
-            }],
-        },
-        "Stack": stack,
-        "TaskKind": task.kind,
-        FAILED_METRIC: 1,
-        "state": task.state.as_str(),
-        "task_id": task.id,
-        "job_id": task.job_id,
-        "attempts": task.attempts,
-        "error": task.last_error.as_ref().map(|e| e.message.as_str()),
-    })
-    .to_string()
+    emf(
+        at_ms,
+        serde_json::json!([["Stack"], ["Stack", "TaskKind"]]),
+        FAILED_METRIC,
+        serde_json::json!({
+            "Stack": stack,
+            "TaskKind": task.kind,
+            "state": task.state.as_str(),
+            "task_id": task.id,
+            "job_id": task.job_id,
+            "attempts": task.attempts,
+            "error": task.last_error.as_ref().map(|e| e.message.as_str()),
+        }),
+    )
 }
 
 #[cfg(test)]

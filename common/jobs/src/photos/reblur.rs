@@ -27,15 +27,16 @@ use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, T
 pub const PAGE: usize = 100;
 /// Most photos one part reads before it hands on.
 pub const PHOTOS_PER_PART: u64 = 1_000;
-/// Longest one part runs before it hands on, checked before each photo: a twenty-fourth
-/// of the ingest function's 120 s timeout. A part ends within the budget plus what
-/// follows the last check — one submission, the page's progress and checkpoint, the
-/// hand-on — each a few sequential writes. The load rehearsal saw one page of 100 slow
-/// submissions outlast the timeout when the time was checked between pages, a part run
-/// 50 s with a 30 s budget, and 34.7 s with a 10 s one while its writes waited behind a
-/// burst on one shared store (a third of the timeout is the bound held). More parts cost
-/// a few writes each.
-pub const TIME_PER_PART: Duration = Duration::from_secs(5);
+/// Longest one part runs before it hands on, checked before each photo: a twelfth of the
+/// ingest function's 120 s timeout. A part ends within the budget plus what follows the
+/// last check — one submission, the page's progress and checkpoint, the hand-on — each a
+/// few sequential writes. The load rehearsal saw one page of 100 slow submissions outlast
+/// the timeout when the time was checked between pages, and a part run 50 s with a 30 s
+/// budget. With 10 s and with 5 s its longest parts ran 34.7 s and 34.1 s: that was one
+/// submission taking 8 s and the hand-on after it, while a burst queued on its one shared
+/// store (the part's recorded `seconds_submitting`), not the budget, and 5 s only doubled
+/// the parts (16 → 31) and their writes. More parts cost a few writes each.
+pub const TIME_PER_PART: Duration = Duration::from_secs(10);
 
 /// The sweep for `project` at `subjects_rev` (one job per revision): its first part.
 pub fn plan(tenant: TenantId, project: ProjectId, subjects_rev: u64) -> JobPlan {

@@ -1,0 +1,58 @@
+"""The photos the load rehearsal uploads: small phone-sized JPEGs with one or two faces
+(every third of the opted-out subject) and one 150-face group photo. The counts per photo
+do not depend on the pixels, so the photos are small."""
+
+import io
+import os
+import random
+
+from rehearse import SHARED
+
+SUBJECT, STRANGER = "grace_hopper.jpg", "astronaut.png"
+GROUP_FACES = 150
+
+
+def phone_photos(n, seed=23):
+    """`n` distinct 640×480 JPEGs, each with one or two faces: (name, bytes, has subject).
+    Every third holds the opted-out subject; one, a third of the way in, is the 150-face
+    group photo."""
+    from PIL import Image, ImageDraw
+    rng = random.Random(seed)
+    faces = {name: Image.open(os.path.join(SHARED, "testdata/faces", name)).convert("RGB") for name in (SUBJECT, STRANGER)}
+    out = []
+    for i in range(n):
+        if i == n // 3:
+            out.append((f"group-{i:05}.jpg", group_photo(faces, rng), False))
+            continue
+        canvas = Image.new("RGB", (640, 480), tuple(rng.randrange(40, 220) for _ in range(3)))
+        draw = ImageDraw.Draw(canvas)
+        for _ in range(6):  # makes every photo a distinct file
+            x, y = rng.randrange(640), rng.randrange(480)
+            draw.rectangle((x, y, x + rng.randrange(10, 80), y + rng.randrange(10, 80)),
+                           fill=tuple(rng.randrange(256) for _ in range(3)))
+        people = [SUBJECT] if i % 3 == 0 else [STRANGER]
+        if i % 5 == 1:
+            people.append(STRANGER if people[0] == SUBJECT else SUBJECT)
+        slots = [(20, 60), (340, 60)]
+        for person, (x, y) in zip(people, slots):
+            face = faces[person]
+            h = rng.randrange(230, 300)
+            canvas.paste(face.resize((int(face.width * h / face.height), h)), (x + rng.randrange(0, 20), y))
+        buf = io.BytesIO()
+        canvas.save(buf, "JPEG", quality=85)
+        out.append((f"burst-{i:05}.jpg", buf.getvalue(), SUBJECT in people))
+    return out
+
+
+def group_photo(faces, rng):
+    """A crowd: 150 faces on a 15 × 10 grid, 160 px each (strangers: the subject is not
+    in it, so no face of it may be decided `subject`)."""
+    from PIL import Image
+    face = faces[STRANGER]
+    tile = face.resize((160, 160))
+    canvas = Image.new("RGB", (15 * 160, 10 * 160), (90, 90, 90))
+    for k in range(GROUP_FACES):
+        canvas.paste(tile, ((k % 15) * 160, (k // 15) * 160))
+    buf = io.BytesIO()
+    canvas.save(buf, "JPEG", quality=85)
+    return buf.getvalue()
