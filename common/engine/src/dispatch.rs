@@ -229,41 +229,26 @@ impl Engine {
             .get(&dead.kind)
             .map(|h| h.compensate(&dead))
             .unwrap_or_default();
+        let message = dead
+            .last_error
+            .as_ref()
+            .map_or_else(String::new, |e| e.message.clone());
+        let reason = EventKind::Error {
+            class: dead
+                .last_error
+                .as_ref()
+                .map_or(ErrorClass::Transient, |e| e.class),
+            message: format!("task `{}` is {}: {message}", dead.name, dead.state),
+        };
         if self
-            .commit_terminal(dead.clone(), condition, compensations)
+            .commit_terminal(dead.clone(), condition, compensations, Some(reason))
             .await?
             .is_err()
         {
             return Ok(false);
         }
-        let message = dead
-            .last_error
-            .as_ref()
-            .map_or_else(String::new, |e| e.message.clone());
         tracing::warn!(task_id = %dead.id, job_id = %dead.job_id, epoch = dead.epoch, state = %dead.state, error = %message, "task ended without running");
-        self.emit_unfenced(
-            &dead,
-            EventKind::Error {
-                class: dead
-                    .last_error
-                    .as_ref()
-                    .map_or(ErrorClass::Transient, |e| e.class),
-                message: format!("task `{}` is {}: {message}", dead.name, dead.state),
-            },
-        )
-        .await;
         Ok(true)
-    }
-
-    pub(crate) async fn emit_unfenced(&self, task: &Task, kind: EventKind) {
-        if let Err(e) = self
-            .ports
-            .events
-            .append(task.job_id, Some(task.id), kind, None)
-            .await
-        {
-            tracing::warn!(task_id = %task.id, error = %e, "could not store event");
-        }
     }
 
     /// Run a claimed task beside its heartbeat and record the outcome.
@@ -431,7 +416,7 @@ impl Engine {
             return self.fail(claimed, e, None).await;
         }
         match self
-            .commit_terminal(done, records::fenced(claimed.epoch), extra)
+            .commit_terminal(done, records::fenced(claimed.epoch), extra, None)
             .await?
         {
             Ok(()) => {
@@ -497,29 +482,35 @@ impl Engine {
                 ),
             }
         };
-        match self
-            .ports
-            .events
-            .append(claimed.job_id, Some(claimed.id), event, Some(fence))
-            .await
-        {
-            Ok(_) => {}
-            Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
-            Err(e) => return Err(e.into()),
-        }
         if next.state.is_terminal() {
             let compensations = match (next.state, self.registry.get(&claimed.kind)) {
                 (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(&next),
                 _ => Vec::new(),
             };
+            // The fence is the task write's own condition; the reason goes in with it.
             if self
-                .commit_terminal(next.clone(), records::fenced(claimed.epoch), compensations)
+                .commit_terminal(
+                    next.clone(),
+                    records::fenced(claimed.epoch),
+                    compensations,
+                    Some(event),
+                )
                 .await?
                 .is_err()
             {
                 return Ok(Handled::LostLease);
             }
         } else {
+            match self
+                .ports
+                .events
+                .append(claimed.job_id, Some(claimed.id), event, Some(fence))
+                .await
+            {
+                Ok(_) => {}
+                Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
+                Err(e) => return Err(e.into()),
+            }
             match self
                 .ports
                 .store

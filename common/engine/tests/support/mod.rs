@@ -42,6 +42,17 @@ impl Harness {
     ) -> Engine {
         let store: Arc<dyn StateStore> =
             Arc::new(SqliteStateStore::open(&self.state.state_db()).unwrap());
+        self.engine_on(registry, lease, owner, store).await
+    }
+
+    /// The same on `store`: the directory's real store wrapped to inject a fault.
+    pub async fn engine_on(
+        &self,
+        registry: Registry,
+        lease: Duration,
+        owner: Option<String>,
+        store: Arc<dyn StateStore>,
+    ) -> Engine {
         let gate = MemoryGate::new(FixedMemory(64 << 30), 64 << 30, 0, 4);
         let ports = Ports {
             store: store.clone(),
