@@ -449,7 +449,7 @@ impl Engine {
             err.class,
             &err.message,
             now,
-            &self.config.retry,
+            &self.backoff(&claimed.kind),
             fastrand::f64(),
         );
         let fence = fence.unwrap_or(Fence {

@@ -64,10 +64,10 @@ impl Harness {
             compute: Arc::new(LocalCompute::new(gate)),
         };
         let mut config = EngineConfig::default().with_lease(lease);
-        config.retry = RetryPolicy {
+        config.retry = Some(RetryPolicy {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
-        };
+        });
         config.reoffer_grace = Duration::from_millis(500);
         if let Some(o) = owner {
             config.owner = o;
