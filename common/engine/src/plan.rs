@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use tessera_core::attempts::attempt_policy;
 use tessera_core::job::{Job, JobCounters};
+use tessera_core::ports::Turn;
 use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::spec::fingerprint;
@@ -311,7 +312,17 @@ impl Engine {
         })
         .expect("serializable");
         let queue = self.config.routes.queue_for(task, &self.config.queue);
-        self.ports.queue.send(queue, &body, delay).await?;
+        let turn = Turn {
+            lane: task
+                .tenant
+                .as_ref()
+                .map_or_else(String::new, |t| t.to_string()),
+            priority: task.priority,
+        };
+        self.ports
+            .queue
+            .send_in_turn(queue, &body, delay, &turn)
+            .await?;
         Ok(())
     }
 }
@@ -450,6 +461,8 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                 id: ids[p.name.as_str()],
                 job_id,
                 kind: p.kind.clone(),
+                tenant: Some(plan.tenant.clone()),
+                priority: plan.priority,
                 name: p.name.clone(),
                 payload: p.payload.clone(),
                 state: if depends_on.is_empty() {

@@ -17,7 +17,7 @@ pub use compute::{
 };
 pub use event_log::{EventLog, EventLogError, Fence, StagedEvent};
 pub use object_store::{ObjectMeta, ObjectStore, ObjectStoreError};
-pub use queue::{Delivery, Queue, QueueError, QueueSettings};
+pub use queue::{Delivery, Queue, QueueError, QueueSettings, Turn};
 pub use state_store::{
     Condition, Index, Item, ItemKey, MAX_TRANSACTION_ITEMS, Page, Query, StateStore, StoreError,
     Write, validate_transaction,
