@@ -447,6 +447,17 @@ fn wait_for_event(state: &Path, kind: &str, phase: &str, deadline: Duration) -> 
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Say what the job was doing instead, for whoever reads the failure.
+    let list = tessera(state, &["--json", "jobs", "list"]);
+    if let Some(job) = json(&list)["jobs"][0]["id"].as_str() {
+        let shown = tessera(state, &["jobs", "show", job]);
+        let events = tessera(state, &["events", job]);
+        eprintln!(
+            "no {kind} of {phase} within {deadline:?}; job {job}:\n{}\n{}",
+            String::from_utf8_lossy(&shown.stdout),
+            String::from_utf8_lossy(&events.stdout)
+        );
+    }
     None
 }
 

@@ -38,11 +38,11 @@ pub const ATTEMPT_POLICIES: &[AttemptPolicy] = &[
     AttemptPolicy {
         kinds: "sfm.",
         max_attempts: 4,
-        first_backoff: Duration::from_secs(30),
-        longest_backoff: Duration::from_secs(15 * 60),
+        first_backoff: Duration::from_secs(10),
+        longest_backoff: Duration::from_secs(10 * 60),
         why: "minutes to hours per stage, resumed from checkpoints; an out-of-memory try \
-              moves to a bigger class, and a lost GPU host or a throttled Batch queue \
-              gets minutes to recover",
+              moves to a bigger class at once, and a lost GPU host or a throttled Batch \
+              queue gets up to ten minutes to recover",
     },
     AttemptPolicy {
         kinds: "",
