@@ -10,7 +10,7 @@ use crate::{Engine, EngineError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_core::event::EventKind;
-use tessera_core::ports::compute::ResourceDemand;
+use tessera_core::ports::compute::{ComputeError, ResourceDemand};
 use tessera_core::ports::event_log::{EventLogError, Fence};
 use tessera_core::ports::queue::{Delivery, QueueError};
 use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
@@ -36,6 +36,9 @@ pub enum Handled {
     /// source would delete it.
     Later(Duration),
 }
+
+/// How soon a task that was not admitted in time is offered again.
+const ADMISSION_REOFFER: Duration = Duration::from_secs(2);
 
 /// The result of a claim attempt. Returned once per claim and never stored, so the
 /// size difference between the variants does not matter.
@@ -120,19 +123,35 @@ impl Engine {
         let _permit = if task.resource_class.is_heavy()
             && matches!(task.state, TaskState::Queued | TaskState::Running)
         {
+            let demand_bytes = task
+                .memory_estimate
+                .unwrap_or_else(|| task.resource_class.memory_bytes());
             let demand = ResourceDemand {
                 class: task.resource_class,
-                memory_bytes: task
-                    .memory_estimate
-                    .unwrap_or_else(|| task.resource_class.memory_bytes()),
+                memory_bytes: demand_bytes,
             };
-            match self
-                .ports
-                .compute
-                .admit(demand, &CancellationToken::new())
-                .await
-            {
+            // A bounded wait: a task that cannot be admitted in time gives its worker
+            // slot back (light tasks behind it run) and its message comes back later.
+            let gave_up = CancellationToken::new();
+            let admit = self.ports.compute.admit(demand, &gave_up);
+            let timer = async {
+                tokio::time::sleep(self.config.admission_wait).await;
+                gave_up.cancel();
+                std::future::pending::<()>().await
+            };
+            let admitted = tokio::select! {
+                r = admit => r,
+                _ = timer => unreachable!("the timer never completes"),
+            };
+            match admitted {
                 Ok(p) => Some(p),
+                Err(ComputeError::Cancelled) => {
+                    tracing::info!(task_id = %task.id, waited_s = self.config.admission_wait.as_secs_f64(), memory_bytes = demand_bytes, "not admitted in time; re-offered");
+                    return Ok((
+                        Handled::Skipped("waiting for memory"),
+                        Some(ADMISSION_REOFFER),
+                    ));
+                }
                 Err(e) => {
                     // Cannot ever fit here: a resource failure, retried one class up.
                     let claimed = match self.claim(task).await? {

@@ -80,6 +80,10 @@ pub struct EngineConfig {
     /// The reaper leaves queued tasks alone until they have been due this long, so it
     /// only re-offers tasks whose message was really lost.
     pub reoffer_grace: Duration,
+    /// How long a heavy task waits for the memory gate before it gives its worker slot
+    /// back and its message is offered again: a wait with no bound would hold the slot
+    /// while the light tasks behind it queue.
+    pub admission_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +95,7 @@ impl Default for EngineConfig {
             retry: None,
             owner: worker_identity(),
             reoffer_grace: Duration::from_secs(60),
+            admission_wait: Duration::from_secs(60),
             routes: QueueRoutes::default(),
             scratch: std::env::temp_dir().join("tessera-scratch"),
         }
