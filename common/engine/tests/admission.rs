@@ -129,3 +129,56 @@ async fn the_largest_class_asks_at_most_the_whole_machine() {
     drop(permit);
     assert_eq!(gate.admitted(), 0);
 }
+
+/// Two processes on one state directory (each an engine with its own connections, gate
+/// and worker) and a 4-GiB budget shared through the directory's memory ledger: two
+/// 3-GiB stages run one after the other, not together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_share_one_memory_budget() {
+    let h = Harness::new();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let ledger_path = h.state.memory_db();
+    let mut engines = Vec::new();
+    for owner in ["process-1", "process-2"] {
+        let gate = MemoryGate::new(FixedMemory(8 * GIB), 4 * GIB, 0, 4);
+        gate.share_through(
+            tessera_local::MemoryLedger::open(&ledger_path, owner, Duration::from_secs(5)).unwrap(),
+        );
+        let mut registry = Registry::new();
+        registry.register(
+            "heavy",
+            Timed {
+                runs: runs.clone(),
+                hold: Duration::from_millis(1000),
+            },
+        );
+        engines.push(
+            h.engine_gated(registry, Duration::from_secs(5), gate, |_| {})
+                .await,
+        );
+    }
+    engines[0].submit(heavy("one")).await.unwrap();
+    engines[1].submit(heavy("two")).await.unwrap();
+    let stop = CancellationToken::new();
+    let mut handles = Vec::new();
+    for e in &engines {
+        let worker = Worker::new(e.clone(), 1, None);
+        let s = stop.clone();
+        handles.push(tokio::spawn(async move { worker.run(s).await }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while runs.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2, "both stages ran: {runs:?}");
+    runs.sort_by_key(|r| r.1);
+    assert!(
+        runs[1].1 >= runs[0].2,
+        "two 3-GiB stages of two processes overlapped under a 4-GiB budget: {runs:?}"
+    );
+}
