@@ -28,6 +28,15 @@ pub struct AttemptPolicy {
 /// The policies, most specific first; the last row (empty prefix) matches every kind.
 pub const ATTEMPT_POLICIES: &[AttemptPolicy] = &[
     AttemptPolicy {
+        kinds: "photo.reblur",
+        max_attempts: 10,
+        first_backoff: Duration::from_secs(2),
+        longest_backoff: Duration::from_secs(60),
+        why: "a re-blur sweep part walks a whole project and checkpoints as it goes: a \
+              crash (which counts as a try) loses only the photos since its checkpoint, \
+              and a dead sweep would leave every photo after it undecided",
+    },
+    AttemptPolicy {
         kinds: "photo.",
         max_attempts: 3,
         first_backoff: Duration::from_secs(2),
@@ -68,7 +77,8 @@ mod tests {
     #[test]
     fn photo_jobs_get_three_tries_and_stages_their_own() {
         assert_eq!(attempt_policy("photo.face_process").max_attempts, 3);
-        assert_eq!(attempt_policy("photo.reblur").max_attempts, 3);
+        assert_eq!(attempt_policy("photo.reprocess").max_attempts, 3);
+        assert_eq!(attempt_policy("photo.reblur").max_attempts, 10);
         assert_eq!(attempt_policy("sfm.map").max_attempts, 4);
         assert_eq!(attempt_policy("sfm.refined_export").max_attempts, 4);
         assert_eq!(attempt_policy("demo").max_attempts, 5);
