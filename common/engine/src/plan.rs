@@ -9,9 +9,7 @@
 use crate::{Engine, EngineError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
-use tessera_core::attempts::attempt_policy;
 use tessera_core::job::{Job, JobCounters};
-use tessera_core::ports::Turn;
 use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::spec::fingerprint;
@@ -34,7 +32,7 @@ pub struct TaskPlan {
     pub after: Vec<String>,
     /// Initial resource class.
     pub resource_class: ResourceClass,
-    /// Attempt ceiling; the attempt policy table's for `kind` when `None`.
+    /// Attempt ceiling (engine default when `None`).
     pub max_attempts: Option<u32>,
     /// Cache key: when a task with this key already succeeded, reuse its result.
     pub cache_key: Option<String>,
@@ -217,7 +215,7 @@ impl Engine {
                 });
             }
         }
-        let tasks = build_tasks(&plan, job_id, now);
+        let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
         let mut rest: &[Task] = &tasks;
         if !existing {
             let job = new_job(&plan, job_id, &fp, tasks.len(), now, false);
@@ -312,17 +310,7 @@ impl Engine {
         })
         .expect("serializable");
         let queue = self.config.routes.queue_for(task, &self.config.queue);
-        let turn = Turn {
-            lane: task
-                .tenant
-                .as_ref()
-                .map_or_else(String::new, |t| t.to_string()),
-            priority: task.priority,
-        };
-        self.ports
-            .queue
-            .send_in_turn(queue, &body, delay, &turn)
-            .await?;
+        self.ports.queue.send(queue, &body, delay).await?;
         Ok(())
     }
 }
@@ -361,7 +349,7 @@ impl Engine {
         let fp = fingerprint(&plan.kind, &plan.spec);
         let job_id = JobId::new();
         let now = Millis::now();
-        let tasks = build_tasks(&plan, job_id, now);
+        let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
         let job = new_job(&plan, job_id, &fp, tasks.len(), now, true);
         let mut writes = vec![
             Write::Put {
@@ -432,7 +420,7 @@ fn existing_job(fp_item: &Item) -> Result<JobId, EngineError> {
         })
 }
 
-fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
+fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis, default_max: u32) -> Vec<Task> {
     let ids: HashMap<&str, TaskId> = plan
         .tasks
         .iter()
@@ -461,8 +449,6 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                 id: ids[p.name.as_str()],
                 job_id,
                 kind: p.kind.clone(),
-                tenant: Some(plan.tenant.clone()),
-                priority: plan.priority,
                 name: p.name.clone(),
                 payload: p.payload.clone(),
                 state: if depends_on.is_empty() {
@@ -471,10 +457,7 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                     TaskState::Waiting
                 },
                 attempts: 0,
-                max_attempts: p
-                    .max_attempts
-                    .unwrap_or_else(|| attempt_policy(&p.kind).max_attempts)
-                    .max(1),
+                max_attempts: p.max_attempts.unwrap_or(default_max).max(1),
                 epoch: 0,
                 lease: None,
                 heartbeat_at: None,

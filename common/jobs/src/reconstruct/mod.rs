@@ -142,6 +142,7 @@ pub fn plan(
             estimate,
             memory::cpu_seconds(*stage, spec, images, megapixels),
         );
+        t.max_attempts = Some(4);
         tasks.push(t);
     }
     Ok(JobPlan {
