@@ -447,6 +447,17 @@ fn wait_for_event(state: &Path, kind: &str, phase: &str, deadline: Duration) -> 
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Say what the job was doing instead, for whoever reads the failure.
+    let list = tessera(state, &["--json", "jobs", "list"]);
+    if let Some(job) = json(&list)["jobs"][0]["id"].as_str() {
+        let shown = tessera(state, &["jobs", "show", job]);
+        let events = tessera(state, &["events", job]);
+        eprintln!(
+            "no {kind} of {phase} within {deadline:?}; job {job}:\n{}\n{}",
+            String::from_utf8_lossy(&shown.stdout),
+            String::from_utf8_lossy(&events.stdout)
+        );
+    }
     None
 }
 
@@ -571,6 +582,73 @@ fn a_damaged_checkpoint_is_detected_and_its_stage_runs_again() {
         "a whole database is stored again"
     );
     assert_eq!(again["registered_images"], first["registered_images"]);
+}
+
+/// A worker that dies mid-map, after a snapshot was sealed, loses only what came after
+/// it: the restarted stage continues from the latest sealed snapshot (an event says so)
+/// and registers at least as many photos as a run that was never interrupted.
+#[test]
+fn a_map_stage_killed_after_a_snapshot_continues_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 12);
+    let whole = reconstruct(
+        &dir.path().join("whole-state"),
+        &photos,
+        &dir.path().join("whole-out"),
+        &[],
+    );
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let whole = json(&whole);
+
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    let mut args = vec![
+        "--state",
+        state.to_str().unwrap(),
+        "--json",
+        "reconstruct",
+        photos.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(FAST);
+    // The worker aborts (no unwinding, no cleanup: as a SIGKILL) right after sealing
+    // its first snapshot; COLMAP dies with it.
+    let crashed = Command::new(tessera_bin())
+        .args(&args)
+        .env("TESSERA_FAULT", "after-snapshot-sealed")
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success(), "the fault fired");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        colmap_processes_using(&state).is_empty(),
+        "COLMAP died with its worker: {:?}",
+        colmap_processes_using(&state)
+    );
+
+    let o = reconstruct(&state, &photos, &out, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert_eq!(stage(&report, "map")["attempts"], 2, "{report}");
+    assert_eq!(
+        stage(&report, "match")["attempts"],
+        1,
+        "matching is not run again"
+    );
+    let events = job_events(&state, &report);
+    assert!(
+        events.contains("map: continuing from sealed snapshot"),
+        "the restart says where it continues from: {events}"
+    );
+    assert!(
+        report["registered_images"].as_u64().unwrap()
+            >= whole["registered_images"].as_u64().unwrap(),
+        "resumed {} vs uninterrupted {}",
+        report["registered_images"],
+        whole["registered_images"]
+    );
 }
 
 #[test]

@@ -8,7 +8,8 @@ use tessera_core::ports::event_log::StoreEventLog;
 use tessera_core::ports::state_store::StateStore;
 use tessera_engine::{Engine, EngineConfig, Ports};
 use tessera_local::{
-    FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore, StateDir,
+    FolderObjectStore, LocalCompute, MemoryGate, MemoryLedger, SqliteQueue, SqliteStateStore,
+    StateDir,
 };
 
 /// Memory the gate leaves to everything else on the machine.
@@ -39,14 +40,21 @@ pub fn ports(dir: &Path) -> anyhow::Result<(StateDir, Ports)> {
         .with_context(|| format!("cannot open {}", state.queue_db().display()))?;
     let objects = FolderObjectStore::new(state.objects(), state.tmp())
         .with_context(|| format!("cannot open {}", state.objects().display()))?;
+    // Heavy stages of every process on this directory share one memory budget.
+    let gate = MemoryGate::for_this_machine(MEMORY_RESERVE);
+    let ledger = MemoryLedger::open(
+        &state.memory_db(),
+        &tessera_engine::worker_identity(),
+        tessera_local::memory_ledger::RESERVATION_LEASE,
+    )
+    .with_context(|| format!("cannot open {}", state.memory_db().display()))?;
+    gate.share_through(ledger);
     let ports = Ports {
         store: store.clone(),
         queue: Arc::new(queue),
         events: Arc::new(StoreEventLog::new(store)),
         objects: Arc::new(objects),
-        compute: Arc::new(LocalCompute::new(MemoryGate::for_this_machine(
-            MEMORY_RESERVE,
-        ))),
+        compute: Arc::new(LocalCompute::new(gate)),
     };
     Ok((state, ports))
 }

@@ -36,6 +36,8 @@ pub enum BenchCommand {
     Privacy(super::bench_privacy::Args),
     /// Size and start-to-ready time of each Lambda handler binary.
     Handlers(super::bench_handlers::Args),
+    /// How long one tenant's single photo waits behind another tenant's burst.
+    Fairness(super::bench_fairness::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -74,6 +76,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Photos(b) => super::blur::bench(json, b).await,
         BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
         BenchCommand::Privacy(a) => super::bench_privacy::run(json, a).await,
+        BenchCommand::Fairness(a) => super::bench_fairness::run(json, a).await,
     }
 }
 

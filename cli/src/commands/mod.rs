@@ -3,6 +3,7 @@
 pub mod aws;
 pub mod bench;
 mod bench_curve;
+mod bench_fairness;
 pub mod bench_handlers;
 mod bench_privacy;
 mod bench_scenes;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_core::ports::queue::{
-    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings,
+    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings, Turn,
 };
 
 /// SQS's longest per-message delay.
@@ -216,7 +216,13 @@ impl Queue for SqsQueue {
         Ok(())
     }
 
-    async fn send(&self, queue: &str, body: &str, delay: Duration) -> Result<String, QueueError> {
+    async fn send_in_turn(
+        &self,
+        queue: &str,
+        body: &str,
+        delay: Duration,
+        turn: &Turn,
+    ) -> Result<String, QueueError> {
         if body.len() > MAX_BODY_BYTES {
             return Err(QueueError::Invalid(format!(
                 "message of {} bytes is over the {MAX_BODY_BYTES}-byte limit",
@@ -237,6 +243,11 @@ impl Queue for SqsQueue {
                 .message_deduplication_id(crate::request_token());
         } else {
             req = req.delay_seconds(ceil_secs(delay).min(MAX_DELAY_SECS) as i32);
+            if !turn.lane.is_empty() {
+                // A standard queue with message groups is an SQS fair queue: a tenant
+                // with a backlog does not hold up the others' messages.
+                req = req.message_group_id(&turn.lane);
+            }
         }
         let out = req
             .send()

@@ -445,6 +445,24 @@ pub async fn queue(queue: Arc<dyn Queue>) {
     );
     queue.delete(&name, &got[0].receipt).await.unwrap();
 
+    // A message in a tenant's lane, with a priority, is accepted and delivered as sent
+    // (on SQS the lane is a fair queue's message group).
+    let turn = tessera_core::ports::queue::Turn {
+        lane: "tenant-a".into(),
+        priority: 3,
+    };
+    queue
+        .send_in_turn(&name, "in turn", Duration::ZERO, &turn)
+        .await
+        .unwrap();
+    let got = queue
+        .receive(&name, 10, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, "in turn");
+    queue.delete(&name, &got[0].receipt).await.unwrap();
+
     // Visibility timeout: redelivered with a new receipt; the old receipt is stale.
     queue.send(&name, "two", Duration::ZERO).await.unwrap();
     let first = queue

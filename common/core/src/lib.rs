@@ -6,6 +6,7 @@
 //! and AWS adapters implement. Nothing in this crate knows SQLite, S3 or DynamoDB.
 #![deny(missing_docs)]
 
+pub mod attempts;
 pub mod audit;
 pub mod camera;
 pub mod catalog;

@@ -6,7 +6,7 @@
 
 use crate::clock::Millis;
 use crate::error::ErrorClass;
-use crate::ids::{JobId, TaskId};
+use crate::ids::{JobId, TaskId, TenantId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -159,6 +159,13 @@ pub struct Task {
     pub job_id: JobId,
     /// Which handler runs it (`demo.checksum`, `sfm.extract`, …).
     pub kind: String,
+    /// The tenant of its job: the queue lane it waits in, so claims take turns between
+    /// tenants. `None` on tasks planned before lanes (they wait in the no-tenant lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<TenantId>,
+    /// Its job's priority: higher is offered first within the tenant's lane.
+    #[serde(default)]
+    pub priority: i32,
     /// A short name unique within the job (`extract`, `checksum-3`), for people.
     pub name: String,
     /// The handler's input.

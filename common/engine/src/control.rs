@@ -154,7 +154,7 @@ impl Engine {
                 };
                 let next = lifecycle::cancelled(&task, Millis::now(), why);
                 match self
-                    .commit_terminal(next, Condition::Rev(task.rev), Vec::new())
+                    .commit_terminal(next, Condition::Rev(task.rev), Vec::new(), None)
                     .await?
                 {
                     Ok(()) => {

@@ -13,6 +13,7 @@
 
 use crate::lifecycle;
 use crate::{Engine, EngineError};
+use tessera_core::event::EventKind;
 use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
@@ -89,22 +90,27 @@ impl Engine {
     }
 
     /// Commit `next`, a terminal version of a task, under `condition`, together with
-    /// `extra` writes, the job counter for its state and the first dependents it fits;
-    /// then finish the fan-out. This is the one place a task ends.
+    /// `extra` writes, the job counter for its state, the event that says why it ended
+    /// (`reason`, when there is one) and the first dependents it fits; then finish the
+    /// fan-out. This is the one place a task ends. The reason is stored in the same
+    /// transaction, so a stream never closes on a task's end without it.
     pub(crate) async fn commit_terminal(
         &self,
         mut next: Task,
         condition: Condition,
         extra: Vec<Write>,
+        reason: Option<EventKind>,
     ) -> Result<Result<(), Refused>, EngineError> {
         debug_assert!(next.state.is_terminal());
-        let fixed = 2 + extra.len();
+        let event_slots = usize::from(reason.is_some());
+        let first_extra = 2 + event_slots;
+        let fixed = first_extra + extra.len();
         if fixed >= MAX_TRANSACTION_ITEMS {
             return Err(EngineError::Refused(format!(
                 "task {} ends with {} extra writes; at most {} fit in one transaction",
                 next.id,
                 extra.len(),
-                MAX_TRANSACTION_ITEMS - 3
+                MAX_TRANSACTION_ITEMS - 1 - first_extra
             )));
         }
         let room = MAX_TRANSACTION_ITEMS - fixed;
@@ -129,6 +135,14 @@ impl Engine {
                     deltas,
                 },
             ];
+            if let Some(kind) = &reason {
+                let staged = self
+                    .ports
+                    .events
+                    .stage(next.job_id, Some(next.id), kind.clone())
+                    .await?;
+                writes.push(staged.write);
+            }
             writes.extend(extra.iter().cloned());
             writes.extend(fan.writes);
             match self.ports.store.transact(writes).await {
@@ -141,9 +155,13 @@ impl Engine {
                     return Ok(Ok(()));
                 }
                 Err(StoreError::Conflict { index: 0, .. }) => return Ok(Err(Refused::Task)),
-                Err(StoreError::Conflict { index, .. }) if (2..fixed).contains(&index) => {
-                    return Ok(Err(Refused::Extra(index - 2)));
+                Err(StoreError::Conflict { index, .. })
+                    if (first_extra..fixed).contains(&index) =>
+                {
+                    return Ok(Err(Refused::Extra(index - first_extra)));
                 }
+                // Another writer took the event's sequence number, or a dependent moved:
+                // stage and read again.
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }

@@ -10,7 +10,7 @@ use crate::{Engine, EngineError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_core::event::EventKind;
-use tessera_core::ports::compute::ResourceDemand;
+use tessera_core::ports::compute::{ComputeError, ResourceDemand};
 use tessera_core::ports::event_log::{EventLogError, Fence};
 use tessera_core::ports::queue::{Delivery, QueueError};
 use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
@@ -36,6 +36,9 @@ pub enum Handled {
     /// source would delete it.
     Later(Duration),
 }
+
+/// How soon a task that was not admitted in time is offered again.
+const ADMISSION_REOFFER: Duration = Duration::from_secs(2);
 
 /// The result of a claim attempt. Returned once per claim and never stored, so the
 /// size difference between the variants does not matter.
@@ -120,19 +123,35 @@ impl Engine {
         let _permit = if task.resource_class.is_heavy()
             && matches!(task.state, TaskState::Queued | TaskState::Running)
         {
+            let demand_bytes = task
+                .memory_estimate
+                .unwrap_or_else(|| task.resource_class.memory_bytes());
             let demand = ResourceDemand {
                 class: task.resource_class,
-                memory_bytes: task
-                    .memory_estimate
-                    .unwrap_or_else(|| task.resource_class.memory_bytes()),
+                memory_bytes: demand_bytes,
             };
-            match self
-                .ports
-                .compute
-                .admit(demand, &CancellationToken::new())
-                .await
-            {
+            // A bounded wait: a task that cannot be admitted in time gives its worker
+            // slot back (light tasks behind it run) and its message comes back later.
+            let gave_up = CancellationToken::new();
+            let admit = self.ports.compute.admit(demand, &gave_up);
+            let timer = async {
+                tokio::time::sleep(self.config.admission_wait).await;
+                gave_up.cancel();
+                std::future::pending::<()>().await
+            };
+            let admitted = tokio::select! {
+                r = admit => r,
+                _ = timer => unreachable!("the timer never completes"),
+            };
+            match admitted {
                 Ok(p) => Some(p),
+                Err(ComputeError::Cancelled) => {
+                    tracing::info!(task_id = %task.id, waited_s = self.config.admission_wait.as_secs_f64(), memory_bytes = demand_bytes, "not admitted in time; re-offered");
+                    return Ok((
+                        Handled::Skipped("waiting for memory"),
+                        Some(ADMISSION_REOFFER),
+                    ));
+                }
                 Err(e) => {
                     // Cannot ever fit here: a resource failure, retried one class up.
                     let claimed = match self.claim(task).await? {
@@ -229,41 +248,26 @@ impl Engine {
             .get(&dead.kind)
             .map(|h| h.compensate(&dead))
             .unwrap_or_default();
+        let message = dead
+            .last_error
+            .as_ref()
+            .map_or_else(String::new, |e| e.message.clone());
+        let reason = EventKind::Error {
+            class: dead
+                .last_error
+                .as_ref()
+                .map_or(ErrorClass::Transient, |e| e.class),
+            message: format!("task `{}` is {}: {message}", dead.name, dead.state),
+        };
         if self
-            .commit_terminal(dead.clone(), condition, compensations)
+            .commit_terminal(dead.clone(), condition, compensations, Some(reason))
             .await?
             .is_err()
         {
             return Ok(false);
         }
-        let message = dead
-            .last_error
-            .as_ref()
-            .map_or_else(String::new, |e| e.message.clone());
         tracing::warn!(task_id = %dead.id, job_id = %dead.job_id, epoch = dead.epoch, state = %dead.state, error = %message, "task ended without running");
-        self.emit_unfenced(
-            &dead,
-            EventKind::Error {
-                class: dead
-                    .last_error
-                    .as_ref()
-                    .map_or(ErrorClass::Transient, |e| e.class),
-                message: format!("task `{}` is {}: {message}", dead.name, dead.state),
-            },
-        )
-        .await;
         Ok(true)
-    }
-
-    pub(crate) async fn emit_unfenced(&self, task: &Task, kind: EventKind) {
-        if let Err(e) = self
-            .ports
-            .events
-            .append(task.job_id, Some(task.id), kind, None)
-            .await
-        {
-            tracing::warn!(task_id = %task.id, error = %e, "could not store event");
-        }
     }
 
     /// Run a claimed task beside its heartbeat and record the outcome.
@@ -431,7 +435,7 @@ impl Engine {
             return self.fail(claimed, e, None).await;
         }
         match self
-            .commit_terminal(done, records::fenced(claimed.epoch), extra)
+            .commit_terminal(done, records::fenced(claimed.epoch), extra, None)
             .await?
         {
             Ok(()) => {
@@ -464,7 +468,7 @@ impl Engine {
             err.class,
             &err.message,
             now,
-            &self.config.retry,
+            &self.backoff(&claimed.kind),
             fastrand::f64(),
         );
         let fence = fence.unwrap_or(Fence {
@@ -497,29 +501,35 @@ impl Engine {
                 ),
             }
         };
-        match self
-            .ports
-            .events
-            .append(claimed.job_id, Some(claimed.id), event, Some(fence))
-            .await
-        {
-            Ok(_) => {}
-            Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
-            Err(e) => return Err(e.into()),
-        }
         if next.state.is_terminal() {
             let compensations = match (next.state, self.registry.get(&claimed.kind)) {
                 (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(&next),
                 _ => Vec::new(),
             };
+            // The fence is the task write's own condition; the reason goes in with it.
             if self
-                .commit_terminal(next.clone(), records::fenced(claimed.epoch), compensations)
+                .commit_terminal(
+                    next.clone(),
+                    records::fenced(claimed.epoch),
+                    compensations,
+                    Some(event),
+                )
                 .await?
                 .is_err()
             {
                 return Ok(Handled::LostLease);
             }
         } else {
+            match self
+                .ports
+                .events
+                .append(claimed.job_id, Some(claimed.id), event, Some(fence))
+                .await
+            {
+                Ok(_) => {}
+                Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
+                Err(e) => return Err(e.into()),
+            }
             match self
                 .ports
                 .store

@@ -66,10 +66,10 @@ pub struct EngineConfig {
     /// How often the heartbeat renews the lease (well under `lease`); also how soon a
     /// revoked lease is noticed.
     pub heartbeat_every: Duration,
-    /// Back-off for transient failures.
-    pub retry: RetryPolicy,
-    /// Attempt ceiling for tasks that do not set one.
-    pub default_max_attempts: u32,
+    /// Back-off for transient failures of every kind, in place of the attempt policy
+    /// table's (`tessera_core::attempts`): for drills and tests that cannot wait a
+    /// policy's seconds. `None` in every deployment.
+    pub retry: Option<RetryPolicy>,
     /// Who this worker is, for leases and logs.
     pub owner: String,
     /// Local scratch space for tasks (per job: `<scratch>/<job id>`): a state
@@ -80,6 +80,10 @@ pub struct EngineConfig {
     /// The reaper leaves queued tasks alone until they have been due this long, so it
     /// only re-offers tasks whose message was really lost.
     pub reoffer_grace: Duration,
+    /// How long a heavy task waits for the memory gate before it gives its worker slot
+    /// back and its message is offered again: a wait with no bound would hold the slot
+    /// while the light tasks behind it queue.
+    pub admission_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -88,10 +92,10 @@ impl Default for EngineConfig {
             queue: "tasks".into(),
             lease: Duration::from_secs(30),
             heartbeat_every: Duration::from_secs(2),
-            retry: RetryPolicy::default(),
-            default_max_attempts: 5,
+            retry: None,
             owner: worker_identity(),
             reoffer_grace: Duration::from_secs(60),
+            admission_wait: Duration::from_secs(60),
             routes: QueueRoutes::default(),
             scratch: std::env::temp_dir().join("tessera-scratch"),
         }
@@ -217,6 +221,13 @@ impl Engine {
     pub fn with_stats(mut self, stats: Arc<EngineStats>) -> Self {
         self.stats = Some(stats);
         self
+    }
+
+    /// The back-off for a failed try of a task of kind `kind`.
+    pub(crate) fn backoff(&self, kind: &str) -> RetryPolicy {
+        self.config
+            .retry
+            .unwrap_or_else(|| RetryPolicy::for_kind(kind))
     }
 
     /// The ports.

@@ -238,6 +238,8 @@ mod tests {
             id: TaskId::new(),
             job_id: JobId::new(),
             kind: "t".into(),
+            tenant: None,
+            priority: 0,
             name: "t".into(),
             payload: serde_json::Value::Null,
             state: TaskState::Queued,

@@ -9,7 +9,9 @@
 use crate::{Engine, EngineError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
+use tessera_core::attempts::attempt_policy;
 use tessera_core::job::{Job, JobCounters};
+use tessera_core::ports::Turn;
 use tessera_core::ports::state_store::{Condition, Item, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::spec::fingerprint;
@@ -32,7 +34,7 @@ pub struct TaskPlan {
     pub after: Vec<String>,
     /// Initial resource class.
     pub resource_class: ResourceClass,
-    /// Attempt ceiling (engine default when `None`).
+    /// Attempt ceiling; the attempt policy table's for `kind` when `None`.
     pub max_attempts: Option<u32>,
     /// Cache key: when a task with this key already succeeded, reuse its result.
     pub cache_key: Option<String>,
@@ -215,7 +217,7 @@ impl Engine {
                 });
             }
         }
-        let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
+        let tasks = build_tasks(&plan, job_id, now);
         let mut rest: &[Task] = &tasks;
         if !existing {
             let job = new_job(&plan, job_id, &fp, tasks.len(), now, false);
@@ -310,7 +312,17 @@ impl Engine {
         })
         .expect("serializable");
         let queue = self.config.routes.queue_for(task, &self.config.queue);
-        self.ports.queue.send(queue, &body, delay).await?;
+        let turn = Turn {
+            lane: task
+                .tenant
+                .as_ref()
+                .map_or_else(String::new, |t| t.to_string()),
+            priority: task.priority,
+        };
+        self.ports
+            .queue
+            .send_in_turn(queue, &body, delay, &turn)
+            .await?;
         Ok(())
     }
 }
@@ -349,7 +361,7 @@ impl Engine {
         let fp = fingerprint(&plan.kind, &plan.spec);
         let job_id = JobId::new();
         let now = Millis::now();
-        let tasks = build_tasks(&plan, job_id, now, self.config.default_max_attempts);
+        let tasks = build_tasks(&plan, job_id, now);
         let job = new_job(&plan, job_id, &fp, tasks.len(), now, true);
         let mut writes = vec![
             Write::Put {
@@ -420,7 +432,7 @@ fn existing_job(fp_item: &Item) -> Result<JobId, EngineError> {
         })
 }
 
-fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis, default_max: u32) -> Vec<Task> {
+fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
     let ids: HashMap<&str, TaskId> = plan
         .tasks
         .iter()
@@ -449,6 +461,8 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis, default_max: u32) -> 
                 id: ids[p.name.as_str()],
                 job_id,
                 kind: p.kind.clone(),
+                tenant: Some(plan.tenant.clone()),
+                priority: plan.priority,
                 name: p.name.clone(),
                 payload: p.payload.clone(),
                 state: if depends_on.is_empty() {
@@ -457,7 +471,10 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis, default_max: u32) -> 
                     TaskState::Waiting
                 },
                 attempts: 0,
-                max_attempts: p.max_attempts.unwrap_or(default_max).max(1),
+                max_attempts: p
+                    .max_attempts
+                    .unwrap_or_else(|| attempt_policy(&p.kind).max_attempts)
+                    .max(1),
                 epoch: 0,
                 lease: None,
                 heartbeat_at: None,

@@ -168,7 +168,7 @@ impl Engine {
                     e.class,
                     &format!("launching task {id}: {}", e.message),
                     tessera_core::Millis::now(),
-                    &self.config.retry,
+                    &self.backoff(&task.kind),
                     0.0,
                 );
                 // Conditioned on the task as read: a claim that lands meanwhile wins.
@@ -225,7 +225,7 @@ impl Engine {
                 error.class,
                 &error.message,
                 tessera_core::Millis::now(),
-                &self.config.retry,
+                &self.backoff(&task.kind),
                 0.0,
             );
             // Conditioned on the task as read: a claim that lands meanwhile wins.

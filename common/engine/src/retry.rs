@@ -21,6 +21,15 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The back-off the attempt policy table gives task kind `kind`.
+    pub fn for_kind(kind: &str) -> Self {
+        let p = tessera_core::attempts::attempt_policy(kind);
+        RetryPolicy {
+            base: p.first_backoff,
+            cap: p.longest_backoff,
+        }
+    }
+
     /// The delay after `attempt` (1-based) failed, with `jitter` in [0, 1) drawn by the
     /// caller: between half and all of `base · 2^(attempt−1)`, capped. Half-jitter keeps
     /// retries of many tasks that failed together apart without ever retrying at once.

@@ -317,6 +317,49 @@ async fn the_attempt_ceiling_ends_in_dead_with_compensation() {
     );
 }
 
+/// With no ceiling of its own, a task gets its kind's from the attempt policy table: a
+/// photo task that keeps failing transiently is tried three times, not the fallback's
+/// five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_without_a_ceiling_gets_its_kinds_policy() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let kind = "photo.always_busy";
+    let engine = h
+        .engine(
+            registry_with(
+                kind,
+                Flaky {
+                    class: ErrorClass::Transient,
+                    times: 100,
+                    runs: runs.clone(),
+                },
+            ),
+            LEASE,
+        )
+        .await;
+    let job = engine
+        .submit(plan("policy", vec![TaskPlan::new("p", kind, json!(null))]))
+        .await
+        .unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    let t = task_named(&engine, job.job_id, "p").await;
+    let ceiling = tessera_core::attempts::attempt_policy(kind).max_attempts;
+    assert_eq!(ceiling, 3);
+    assert_eq!(
+        (t.state, t.attempts, runs.load(Ordering::SeqCst)),
+        (TaskState::Dead, ceiling, ceiling)
+    );
+    assert!(
+        t.last_error
+            .unwrap()
+            .message
+            .contains("attempt ceiling 3 reached"),
+        "the reason names the ceiling"
+    );
+    assert_eq!(j.status(), JobStatus::Failed);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_permanent_failure_commits_the_compensation_too() {
     let h = Harness::new();

@@ -33,7 +33,11 @@ impl Compute for LocalCompute {
         demand: ResourceDemand,
         cancel: &CancellationToken,
     ) -> Result<ComputePermit, ComputeError> {
-        let permit = self.gate.admit(demand.memory_bytes, cancel).await?;
+        // A class never asks more than this machine has: here the largest class is
+        // the whole machine, so a demand over the gate's capacity waits for all of it
+        // instead of failing as too large for a class no local retry could change.
+        let bytes = demand.memory_bytes.min(self.gate.capacity());
+        let permit = self.gate.admit(bytes, cancel).await?;
         Ok(ComputePermit::new(permit))
     }
 

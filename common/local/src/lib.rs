@@ -8,6 +8,7 @@
 
 pub mod compute;
 pub mod memory_gate;
+pub mod memory_ledger;
 pub mod object_store;
 pub mod process;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod state_store;
 
 pub use compute::LocalCompute;
 pub use memory_gate::{FixedMemory, MemoryGate, MemoryProbe, ProcMeminfo};
+pub use memory_ledger::MemoryLedger;
 pub use object_store::FolderObjectStore;
 pub use queue::SqliteQueue;
 pub use state_dir::StateDir;

@@ -10,6 +10,7 @@
 //!   times. A waiter passed `max_bypass` times blocks everyone behind it until it fits,
 //!   so neither the small nor the large can starve.
 
+use crate::memory_ledger::MemoryLedger;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -84,6 +85,8 @@ struct Shared {
     capacity: u64,
     reserve: u64,
     max_bypass: u32,
+    /// Reservations shared with the other processes on the state directory, if any.
+    ledger: std::sync::OnceLock<MemoryLedger>,
 }
 
 /// The gate. Cheap to clone; clones share the same budget.
@@ -92,14 +95,25 @@ pub struct MemoryGate {
     shared: Arc<Shared>,
 }
 
-/// Capacity held by admitted work; dropping it releases the capacity.
+/// Capacity held by admitted work; dropping it releases the capacity (and the shared
+/// reservation, whose renewal stops).
 pub struct MemoryPermit {
     shared: Arc<Shared>,
     bytes: u64,
+    reservation: Option<(i64, CancellationToken)>,
 }
 
 impl Drop for MemoryPermit {
     fn drop(&mut self) {
+        if let Some((id, renewal)) = self.reservation.take() {
+            renewal.cancel();
+            if let Some(ledger) = self.shared.ledger.get()
+                && let Err(e) = ledger.release(id)
+            {
+                // It lapses with its lease instead.
+                tracing::warn!(reservation = id, error = %e, "could not release a memory reservation");
+            }
+        }
         let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         st.admitted = st.admitted.saturating_sub(self.bytes);
         drop(st);
@@ -120,6 +134,23 @@ impl MemoryPermit {
     }
 }
 
+/// A waiter's place in the queue, given up when it is dropped unadmitted.
+struct Queued<'a> {
+    shared: &'a Shared,
+    id: Option<u64>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.waiters.retain(|w| w.id != id);
+            drop(st);
+            self.shared.changed.notify_waiters();
+        }
+    }
+}
+
 /// How often a waiter re-reads the probe when nothing else wakes it (memory freed by
 /// processes outside the gate).
 const REPROBE: Duration = Duration::from_millis(250);
@@ -137,8 +168,19 @@ impl MemoryGate {
                 capacity,
                 reserve,
                 max_bypass,
+                ledger: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Admit only what also fits in `ledger`'s reservations, shared with the other
+    /// processes on the state directory, against this gate's capacity. Set once, before
+    /// the first admission.
+    pub fn share_through(&self, ledger: MemoryLedger) -> &Self {
+        if self.shared.ledger.set(ledger).is_err() {
+            tracing::warn!("the memory gate already shares a ledger; keeping the first");
+        }
+        self
     }
 
     /// A gate over this machine's memory: capacity is what is available now minus the
@@ -191,41 +233,76 @@ impl MemoryGate {
             });
             id
         };
+        // Whoever stops waiting, by cancel or by dropping this future (a timeout around
+        // it), leaves the queue: a waiter left behind would block everyone after it.
+        let mut queued = Queued {
+            shared: sh,
+            id: Some(id),
+        };
         loop {
             let notified = sh.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.try_admit(id) {
+            if let Some(reservation) = self.try_admit(id) {
+                queued.id = None;
                 sh.changed.notify_waiters();
+                let reservation = reservation.map(|r| (r, self.renew_while_held(r)));
                 return Ok(MemoryPermit {
                     shared: sh.clone(),
                     bytes,
+                    reservation,
                 });
             }
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(REPROBE) => {}
-                _ = cancel.cancelled() => {
-                    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-                    st.waiters.retain(|w| w.id != id);
-                    drop(st);
-                    sh.changed.notify_waiters();
-                    return Err(ComputeError::Cancelled);
-                }
+                _ = cancel.cancelled() => return Err(ComputeError::Cancelled),
             }
         }
     }
 
-    fn try_admit(&self, id: u64) -> bool {
+    /// Renew reservation `id` every third of a lease until the returned token is
+    /// cancelled (the permit dropped).
+    fn renew_while_held(&self, id: i64) -> CancellationToken {
+        let stop = CancellationToken::new();
+        if let Some(ledger) = self.shared.ledger.get() {
+            let (ledger, s) = (ledger.clone(), stop.clone());
+            tokio::spawn(async move {
+                let every = ledger.lease() / 3;
+                loop {
+                    tokio::select! {
+                        _ = s.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    match ledger.renew(id) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(
+                                reservation = id,
+                                "memory reservation lapsed while held"
+                            );
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(reservation = id, error = %e, "could not renew a memory reservation")
+                        }
+                    }
+                }
+            });
+        }
+        stop
+    }
+
+    /// Admit waiter `id` if it may go now: `Some` with its shared reservation (when the
+    /// gate shares a ledger), `None` to keep waiting.
+    fn try_admit(&self, id: u64) -> Option<Option<i64>> {
         let sh = &self.shared;
         let free_measured = sh.probe.available().saturating_sub(sh.reserve);
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
         let free = sh.capacity.saturating_sub(st.admitted).min(free_measured);
-        let Some(pos) = st.waiters.iter().position(|w| w.id == id) else {
-            return false;
-        };
+        let pos = st.waiters.iter().position(|w| w.id == id)?;
         if st.waiters[pos].demand > free {
-            return false;
+            return None;
         }
         let may_pass = st
             .waiters
@@ -233,14 +310,27 @@ impl MemoryGate {
             .take(pos)
             .all(|w| w.demand > free && w.bypassed < sh.max_bypass);
         if !may_pass {
-            return false;
+            return None;
         }
+        let reservation = match sh.ledger.get() {
+            None => None,
+            Some(ledger) => match ledger.try_reserve(st.waiters[pos].demand, sh.capacity) {
+                Ok(Some(r)) => Some(r),
+                // Another process holds the room: wait, re-reading every REPROBE.
+                Ok(None) => return None,
+                Err(e) => {
+                    // Fail closed: admitting without the ledger could overcommit.
+                    tracing::warn!(error = %e, "memory ledger unreadable; not admitting");
+                    return None;
+                }
+            },
+        };
         for w in st.waiters.iter_mut().take(pos) {
             w.bypassed += 1;
         }
         let me = st.waiters.remove(pos).expect("position was found");
         st.admitted += me.demand;
-        true
+        Some(reservation)
     }
 }
 

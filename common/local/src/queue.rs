@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_core::Millis;
 use tessera_core::ports::queue::{
-    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings,
+    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings, Turn,
 };
 
 const SCHEMA: &str = "
@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS messages (
     receive_count INTEGER NOT NULL DEFAULT 0,
     receipt TEXT,
     sent_at INTEGER NOT NULL,
-    dead_reason TEXT
+    dead_reason TEXT,
+    lane TEXT NOT NULL DEFAULT '',
+    priority INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_at);
 CREATE UNIQUE INDEX IF NOT EXISTS messages_receipt ON messages (receipt) WHERE receipt IS NOT NULL;
@@ -67,10 +69,28 @@ fn queue_row(conn: &Connection, name: &str) -> Result<QueueRow, QueueError> {
     .ok_or_else(|| QueueError::NoSuchQueue(name.to_string()))
 }
 
+/// A queue database made before messages had lanes gets the columns (its messages all
+/// wait in the no-tenant lane).
+fn add_turn_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let has_lane: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('messages') WHERE name = 'lane'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_lane {
+        conn.execute_batch(
+            "ALTER TABLE messages ADD COLUMN lane TEXT NOT NULL DEFAULT '';
+             ALTER TABLE messages ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    Ok(())
+}
+
 impl SqliteQueue {
     /// Open or create the queue database at `path`.
     pub fn open(path: &Path) -> Result<Self, QueueError> {
         let conn = sqlite::open(path, SCHEMA).map_err(unavailable)?;
+        add_turn_columns(&conn).map_err(unavailable)?;
         Ok(SqliteQueue {
             conn: Arc::new(Mutex::new(conn)),
         })
@@ -98,9 +118,17 @@ impl SqliteQueue {
         let now = Millis::now().0;
         let candidates: Vec<(String, String, u32)> = {
             let mut stmt = tx
+                // Turns: each lane's visible messages are numbered (higher priority,
+                // then oldest, first) and the receive takes every lane's first before
+                // any lane's second, oldest lane first within a round. The rowid breaks
+                // ties within a millisecond in the order messages were sent.
                 .prepare_cached(
-                    "SELECT id, body, receive_count FROM messages WHERE queue = ?1 AND visible_at <= ?2
-                     ORDER BY visible_at, id LIMIT ?3",
+                    "SELECT id, body, receive_count FROM (
+                       SELECT id, body, receive_count, visible_at, rowid AS sent,
+                              ROW_NUMBER() OVER (PARTITION BY lane
+                                                 ORDER BY priority DESC, visible_at, rowid) AS turn
+                       FROM messages WHERE queue = ?1 AND visible_at <= ?2)
+                     ORDER BY turn, visible_at, sent LIMIT ?3",
                 )
                 .map_err(unavailable)?;
             stmt.query_map(params![queue, now, (max * 2).max(1) as i64], |r| {
@@ -212,21 +240,36 @@ impl Queue for SqliteQueue {
         .await
     }
 
-    async fn send(&self, queue: &str, body: &str, delay: Duration) -> Result<String, QueueError> {
+    async fn send_in_turn(
+        &self,
+        queue: &str,
+        body: &str,
+        delay: Duration,
+        turn: &Turn,
+    ) -> Result<String, QueueError> {
         if body.len() > MAX_BODY_BYTES {
             return Err(QueueError::Invalid(format!(
                 "message body of {} bytes exceeds {MAX_BODY_BYTES}",
                 body.len()
             )));
         }
-        let (queue, body) = (queue.to_string(), body.to_string());
+        let (queue, body, turn) = (queue.to_string(), body.to_string(), turn.clone());
         self.with_conn(move |c| {
             queue_row(c, &queue)?;
             let id = ulid::Ulid::new().to_string();
             let now = Millis::now();
             c.execute(
-                "INSERT INTO messages (id, queue, body, visible_at, sent_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, queue, body, now.plus(delay).0, now.0],
+                "INSERT INTO messages (id, queue, body, visible_at, sent_at, lane, priority)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    id,
+                    queue,
+                    body,
+                    now.plus(delay).0,
+                    now.0,
+                    turn.lane,
+                    turn.priority
+                ],
             )
             .map_err(unavailable)?;
             Ok(id)

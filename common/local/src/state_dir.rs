@@ -30,6 +30,11 @@ impl StateDir {
         self.root.join("state.db")
     }
 
+    /// SQLite file for the memory reservations every process on the directory shares.
+    pub fn memory_db(&self) -> PathBuf {
+        self.root.join("memory.db")
+    }
+
     /// SQLite file for the queue.
     pub fn queue_db(&self) -> PathBuf {
         self.root.join("queue.db")

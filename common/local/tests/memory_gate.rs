@@ -110,3 +110,25 @@ async fn waiting_can_be_cancelled_and_frees_the_line() {
     drop((held, small));
     assert_eq!(gate.admitted(), 0);
 }
+
+/// A wait given up by dropping it (a timeout around `admit`) leaves the queue: it must
+/// not block the waiters after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_wait_leaves_the_queue() {
+    let gate = MemoryGate::new(FixedMemory(1000), 100, 0, 1);
+    let running = gate.admit(60, &CancellationToken::new()).await.unwrap();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        gate.admit(40 + 30, &CancellationToken::new()),
+    )
+    .await;
+    assert!(gave_up.is_err(), "70 does not fit beside 60");
+    drop(running);
+    // With the dropped 70 still queued, 50 could not pass it (70 fits now).
+    let next = tokio::time::timeout(
+        Duration::from_secs(2),
+        gate.admit(50, &CancellationToken::new()),
+    )
+    .await;
+    assert!(next.is_ok(), "the dropped waiter no longer blocks");
+}

@@ -44,9 +44,31 @@ impl Classify for EventLogError {
     }
 }
 
+/// An event ready to be stored by its caller's own transaction.
+#[derive(Debug, Clone)]
+pub struct StagedEvent {
+    /// The event as it will read once stored.
+    pub event: ProgressEvent,
+    /// The put-if-absent of its sequence number. When the caller's transaction fails on
+    /// this write, another writer took the number first: stage again.
+    pub write: Write,
+}
+
 /// The event log port.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
+    /// The event as the next write of `job`'s log, for a caller that must store it in
+    /// the same transaction as its own writes, so that the event exists exactly when
+    /// they do. This is how the reason a task ended is never lost between its terminal
+    /// commit and a later append; it requires the log to live in the caller's state
+    /// store.
+    async fn stage(
+        &self,
+        job: JobId,
+        task: Option<TaskId>,
+        kind: EventKind,
+    ) -> Result<StagedEvent, EventLogError>;
+
     /// Store an event and return it with its sequence number. With a fence, nothing is
     /// stored unless the fence holds.
     async fn append(
@@ -88,6 +110,30 @@ const APPEND_RACE_LIMIT: usize = 1000;
 
 #[async_trait]
 impl EventLog for StoreEventLog {
+    async fn stage(
+        &self,
+        job: JobId,
+        task: Option<TaskId>,
+        kind: EventKind,
+    ) -> Result<StagedEvent, EventLogError> {
+        let seq = self.last_seq(job).await? + 1;
+        let event = ProgressEvent {
+            job_id: job,
+            seq,
+            task_id: task,
+            at: Millis::now(),
+            kind,
+        };
+        let body = serde_json::to_value(&event).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        Ok(StagedEvent {
+            write: Write::Put {
+                item: Item::new(records::event_key(job, seq), body),
+                condition: Condition::Absent,
+            },
+            event,
+        })
+    }
+
     async fn append(
         &self,
         job: JobId,
@@ -95,21 +141,9 @@ impl EventLog for StoreEventLog {
         kind: EventKind,
         fence: Option<Fence>,
     ) -> Result<ProgressEvent, EventLogError> {
-        let mut seq = self.last_seq(job).await? + 1;
         for _ in 0..APPEND_RACE_LIMIT {
-            let event = ProgressEvent {
-                job_id: job,
-                seq,
-                task_id: task,
-                at: Millis::now(),
-                kind: kind.clone(),
-            };
-            let body =
-                serde_json::to_value(&event).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            let mut writes = vec![Write::Put {
-                item: Item::new(records::event_key(job, seq), body),
-                condition: Condition::Absent,
-            }];
+            let StagedEvent { event, write } = self.stage(job, task, kind.clone()).await?;
+            let mut writes = vec![write];
             if let Some(f) = fence {
                 writes.push(Write::Check {
                     key: records::task_key(f.task),
@@ -121,7 +155,7 @@ impl EventLog for StoreEventLog {
                 Err(StoreError::Conflict { index: 1, .. }) if let Some(f) = fence => {
                     return Err(EventLogError::Fenced(f.task));
                 }
-                Err(StoreError::Conflict { .. }) => seq = self.last_seq(job).await? + 1,
+                Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }

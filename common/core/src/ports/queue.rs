@@ -26,6 +26,21 @@ impl Default for QueueSettings {
     }
 }
 
+/// Whose turn a message waits for. Receives alternate between lanes (a tenant each), so
+/// one tenant's backlog of thousands waits beside another tenant's single message
+/// instead of in front of it; within a lane, higher priority goes first.
+///
+/// On SQS the lane is the message group of a fair queue (a standard queue whose messages
+/// carry a group id: SQS keeps a noisy group from delaying the others); SQS has no
+/// per-message priority, so there a lane's messages go oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Turn {
+    /// The lane: a tenant id; empty for work that belongs to no tenant.
+    pub lane: String,
+    /// Higher first within the lane.
+    pub priority: i32,
+}
+
 /// One received message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delivery {
@@ -82,11 +97,24 @@ pub trait Queue: Send + Sync + 'static {
     /// Create the queue and its dead-letter queue if missing; idempotent.
     async fn ensure(&self, queue: &str, settings: QueueSettings) -> Result<(), QueueError>;
 
-    /// Send one message, invisible for `delay`.
-    async fn send(&self, queue: &str, body: &str, delay: Duration) -> Result<String, QueueError>;
+    /// Send one message, invisible for `delay`, to wait for its turn in `turn`'s lane.
+    async fn send_in_turn(
+        &self,
+        queue: &str,
+        body: &str,
+        delay: Duration,
+        turn: &Turn,
+    ) -> Result<String, QueueError>;
 
-    /// Receive up to `max` visible messages, waiting up to `wait` for the first. Each is
-    /// hidden for the queue's visibility timeout. A message already delivered
+    /// Send one message in the lane of work that belongs to no tenant.
+    async fn send(&self, queue: &str, body: &str, delay: Duration) -> Result<String, QueueError> {
+        self.send_in_turn(queue, body, delay, &Turn::default())
+            .await
+    }
+
+    /// Receive up to `max` visible messages, waiting up to `wait` for the first, taking
+    /// turns between lanes (see [`Turn`]). Each is hidden for the queue's visibility
+    /// timeout. A message already delivered
     /// `max_receives` times goes to the dead-letter queue instead.
     async fn receive(
         &self,

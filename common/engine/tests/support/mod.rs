@@ -42,7 +42,45 @@ impl Harness {
     ) -> Engine {
         let store: Arc<dyn StateStore> =
             Arc::new(SqliteStateStore::open(&self.state.state_db()).unwrap());
+        self.engine_on(registry, lease, owner, store).await
+    }
+
+    /// The same on `store`: the directory's real store wrapped to inject a fault.
+    pub async fn engine_on(
+        &self,
+        registry: Registry,
+        lease: Duration,
+        owner: Option<String>,
+        store: Arc<dyn StateStore>,
+    ) -> Engine {
         let gate = MemoryGate::new(FixedMemory(64 << 30), 64 << 30, 0, 4);
+        self.engine_built(registry, lease, owner, store, gate, |_| {})
+            .await
+    }
+
+    /// An engine whose memory gate is `gate` and whose configuration `tune` adjusts.
+    pub async fn engine_gated(
+        &self,
+        registry: Registry,
+        lease: Duration,
+        gate: MemoryGate,
+        tune: impl FnOnce(&mut EngineConfig),
+    ) -> Engine {
+        let store: Arc<dyn StateStore> =
+            Arc::new(SqliteStateStore::open(&self.state.state_db()).unwrap());
+        self.engine_built(registry, lease, None, store, gate, tune)
+            .await
+    }
+
+    async fn engine_built(
+        &self,
+        registry: Registry,
+        lease: Duration,
+        owner: Option<String>,
+        store: Arc<dyn StateStore>,
+        gate: MemoryGate,
+        tune: impl FnOnce(&mut EngineConfig),
+    ) -> Engine {
         let ports = Ports {
             store: store.clone(),
             queue: Arc::new(SqliteQueue::open(&self.state.queue_db()).unwrap()),
@@ -53,14 +91,15 @@ impl Harness {
             compute: Arc::new(LocalCompute::new(gate)),
         };
         let mut config = EngineConfig::default().with_lease(lease);
-        config.retry = RetryPolicy {
+        config.retry = Some(RetryPolicy {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
-        };
+        });
         config.reoffer_grace = Duration::from_millis(500);
         if let Some(o) = owner {
             config.owner = o;
         }
+        tune(&mut config);
         let engine = Engine::new(ports, config, registry);
         engine.ensure_queue().await.unwrap();
         engine

@@ -26,6 +26,10 @@ pub const BEFORE_PUBLISH: &str = "before-publish";
 /// row is written.
 pub const INGEST_BEFORE_ROW: &str = "ingest-before-row";
 
+/// In a map stage, right after a snapshot was sealed, while COLMAP still maps: a crash
+/// here is a worker dying mid-map with something to resume from.
+pub const AFTER_SNAPSHOT_SEALED: &str = "after-snapshot-sealed";
+
 /// A point where a test holds a running task while it changes the world, to make a
 /// race deterministic: [`hold`] arms it, the task calls [`pause_point`] and waits there
 /// until the test releases it. Unarmed, a pause point is one lock and a map lookup.

@@ -142,7 +142,6 @@ pub fn plan(
             estimate,
             memory::cpu_seconds(*stage, spec, images, megapixels),
         );
-        t.max_attempts = Some(4);
         tasks.push(t);
     }
     Ok(JobPlan {

@@ -39,7 +39,6 @@ fn plan(
     let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000);
     work.memory_estimate = Some(estimate);
     work.resource_class = memory::class_for(estimate);
-    work.max_attempts = Some(4);
     let export =
         TaskPlan::new("export", "sfm.refined_export", json!({ "from": first })).after([first]);
     JobPlan {

@@ -884,6 +884,9 @@ impl Run<'_> {
                         }
                         if self.seal_one(&snap, &sealed_root, seq).await.is_ok() {
                             sealed += 1;
+                            crate::photos::fault::crash_point(
+                                crate::photos::fault::AFTER_SNAPSHOT_SEALED,
+                            );
                         }
                     }
                     if stopping {

@@ -83,10 +83,10 @@ pub async fn rig_over(
         ..EngineConfig::default()
     }
     .with_lease(Duration::from_secs(5));
-    config.retry = RetryPolicy {
+    config.retry = Some(RetryPolicy {
         base: Duration::from_millis(20),
         cap: Duration::from_millis(100),
-    };
+    });
     let mut registry = tessera_jobs::registry_with(Arc::new(FaceService::with_models(models())));
     change(&mut registry);
     let engine = Engine::new(ports, config, registry);

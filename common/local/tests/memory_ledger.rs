@@ -1,0 +1,85 @@
+//! Two processes on one state directory share one memory budget through the ledger:
+//! each has its own gate (its own count of what it admitted), and neither admits what
+//! would overcommit the other's reservations. A process that dies holds nothing once
+//! its lease lapses.
+
+use std::time::Duration;
+use tessera_local::{FixedMemory, MemoryGate, MemoryLedger};
+use tokio_util::sync::CancellationToken;
+
+const GIB: u64 = 1 << 30;
+
+/// A gate as one process builds it: its own state, the directory's ledger file.
+fn process_gate(path: &std::path::Path, owner: &str, lease: Duration) -> MemoryGate {
+    let gate = MemoryGate::new(FixedMemory(8 * GIB), 4 * GIB, 0, 4);
+    gate.share_through(MemoryLedger::open(path, owner, lease).unwrap());
+    gate
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_process_waits_for_the_room_the_first_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let a = process_gate(&path, "a", Duration::from_secs(30));
+    let b = process_gate(&path, "b", Duration::from_secs(30));
+    let held = a.admit(3 * GIB, &CancellationToken::new()).await.unwrap();
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(600),
+        b.admit(3 * GIB, &CancellationToken::new()),
+    )
+    .await;
+    assert!(
+        waiting.is_err(),
+        "3 + 3 GiB in a 4-GiB budget: the second process must wait"
+    );
+    let small = b.admit(GIB, &CancellationToken::new()).await;
+    assert!(small.is_ok(), "1 GiB still fits beside the first's 3");
+    drop(small);
+    drop(held);
+    let admitted = tokio::time::timeout(
+        Duration::from_secs(5),
+        b.admit(3 * GIB, &CancellationToken::new()),
+    )
+    .await;
+    assert!(
+        admitted.is_ok(),
+        "released room is taken by the other process"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_processs_reservation_stops_counting_when_its_lease_lapses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    // A process that reserved and died: nobody renews its row.
+    let dead = MemoryLedger::open(&path, "dead", Duration::from_millis(400)).unwrap();
+    assert!(dead.try_reserve(3 * GIB, 4 * GIB).unwrap().is_some());
+    let live = process_gate(&path, "live", Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let permit = tokio::time::timeout(
+        Duration::from_secs(5),
+        live.admit(3 * GIB, &CancellationToken::new()),
+    )
+    .await
+    .expect("admitted once the dead reservation lapsed")
+    .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    drop(permit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_reservation_is_renewed_past_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let a = process_gate(&path, "a", Duration::from_millis(300));
+    let held = a.admit(3 * GIB, &CancellationToken::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let ledger = MemoryLedger::open(&path, "probe", Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        ledger.reserved().unwrap(),
+        3 * GIB,
+        "still held after three leases"
+    );
+    drop(held);
+    assert_eq!(ledger.reserved().unwrap(), 0, "released on drop");
+}
