@@ -43,7 +43,7 @@ fn worker(state: &Path) -> Child {
         ])
         .env_remove("TESSERA_STATE")
         .env_remove("TESSERA_FAULT")
-        .env("RUST_LOG", "info")
+        .env("TESSERA_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -91,6 +91,17 @@ fn stuck(state: &Path) -> String {
             out += l;
             out += "\n";
         }
+    }
+    // A queue that grows instead of draining shows here (it did once: 138,000 messages).
+    if let Ok(db) = rusqlite::Connection::open(state.join("queue.db")) {
+        let counts: Vec<(String, i64)> = db
+            .prepare("SELECT queue, COUNT(*) FROM messages GROUP BY queue")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()
+            })
+            .unwrap_or_default();
+        out += &format!("queue messages by queue: {counts:?}\n");
     }
     for p in list.as_array().unwrap() {
         if p["subjects_rev"] == rev {

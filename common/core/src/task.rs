@@ -150,6 +150,20 @@ pub struct TaskFailure {
     pub at: Millis,
 }
 
+/// The reaper's re-offers of a queued task that no claim has taken yet.
+///
+/// A queued task waiting behind a long backlog looks exactly like one whose message was
+/// lost; offering it again on every reaper pass would add one message per waiting task
+/// per pass, and the backlog would grow faster than workers drain it. Each re-offer
+/// therefore doubles the wait before the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reoffered {
+    /// Re-offers so far.
+    pub times: u32,
+    /// The reaper's grace period counts from here (its due-index time while queued).
+    pub due_from: Millis,
+}
+
 /// One task of one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -209,6 +223,11 @@ pub struct Task {
     /// transaction; the reaper finishes it if the worker died in between.
     #[serde(default)]
     pub advance_pending: Vec<TaskId>,
+    /// Set by the reaper each time it offers this queued task again because no claim
+    /// came: its message may have been lost, or may only be waiting behind a backlog.
+    /// Cleared by the next claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reoffered: Option<Reoffered>,
     /// When the task was created.
     pub created_at: Millis,
     /// When the task reached a terminal state.
@@ -231,7 +250,7 @@ impl Task {
     /// running task's lease lapses. `None` for states the reaper never looks at.
     pub fn due_at(&self) -> Option<Millis> {
         match self.state {
-            TaskState::Queued => Some(self.not_before),
+            TaskState::Queued => Some(self.reoffered.map_or(self.not_before, |r| r.due_from)),
             TaskState::Running => self.lease.as_ref().map(|l| l.expires_at),
             s if s.is_terminal() && !self.advance_pending.is_empty() => self.finished_at,
             _ => None,

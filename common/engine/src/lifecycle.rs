@@ -106,6 +106,23 @@ fn claimed(task: &Task, now: Millis, owner: &str, lease: Duration) -> Task {
         expires_at: now.plus(lease),
     });
     t.heartbeat_at = Some(now);
+    t.reoffered = None;
+    t
+}
+
+/// The version of a queued task that the reaper offers again at `now` because no claim
+/// took it within `grace` of its due time: the next look comes after `grace` times 2,
+/// 4, 8, … (at most 32), so a task waiting behind a backlog gets a handful of duplicate
+/// messages, not one per reaper pass.
+pub fn reoffered(task: &Task, now: Millis, grace: Duration) -> Task {
+    let times = task.reoffered.map_or(0, |r| r.times) + 1;
+    let wait = grace * (1u32 << times.min(5));
+    let mut t = task.clone();
+    // The reaper looks again once `due_from + grace` has passed.
+    t.reoffered = Some(tessera_core::task::Reoffered {
+        times,
+        due_from: now.plus(wait.saturating_sub(grace)),
+    });
     t
 }
 
@@ -258,6 +275,7 @@ mod tests {
             depends_on: Vec::new(),
             dependents: Vec::new(),
             advance_pending: Vec::new(),
+            reoffered: None,
             created_at: Millis(0),
             finished_at: None,
             rev: 1,

@@ -488,6 +488,7 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                 depends_on,
                 dependents: dependents.remove(p.name.as_str()).unwrap_or_default(),
                 advance_pending: Vec::new(),
+                reoffered: None,
                 created_at: now,
                 finished_at: None,
                 rev: 0,

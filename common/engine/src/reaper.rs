@@ -5,9 +5,10 @@
 //!   the lease without touching the due index, so a running task's entry says when its
 //!   lease *was* due; one found due with its lease still held is moved to the lease's
 //!   expiry, once a pass instead of once a heartbeat.
-//! - A queued task that has been due for longer than the grace period lost its message
-//!   (a crash between a commit and a send): it is offered again. Duplicates are
-//!   harmless; only one claim can win.
+//! - A queued task that has been due for longer than the grace period may have lost its
+//!   message (a crash between a commit and a send): it is offered again. Duplicates are
+//!   harmless; only one claim can win. It may also only be waiting behind a backlog, so
+//!   each re-offer doubles the wait before the next (`lifecycle::reoffered`).
 //! - A succeeded task with dependents not yet told (a crash inside a large fan-out)
 //!   finishes advancing.
 //! - Expired uploads and blobs are collected (`tessera_core::catalog::uploads`).
@@ -108,10 +109,11 @@ impl Engine {
         for partition in records::due_partition(TaskState::Queued) {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
-            for (_, task) in self.due_tasks(q, limit, &mut report).await? {
+            for (item_rev, task) in self.due_tasks(q, limit, &mut report).await? {
                 if task.state == TaskState::Queued {
-                    match self.offer(&task, Duration::ZERO).await {
-                        Ok(()) => report.reoffered += 1,
+                    match self.reoffer(&task, item_rev, now).await {
+                        Ok(true) => report.reoffered += 1,
+                        Ok(false) => {}
                         Err(e) => skipped(&task, "offer it again", &e, &mut report),
                     }
                 }
@@ -228,6 +230,31 @@ enum Released {
 }
 
 impl Engine {
+    /// Offer queued `task` (read at `item_rev`) again, first recording the re-offer so the
+    /// next pass leaves it alone for longer. `false` when the task changed meanwhile (a
+    /// claim took it): nothing is sent.
+    async fn reoffer(
+        &self,
+        task: &tessera_core::task::Task,
+        item_rev: u64,
+        now: Millis,
+    ) -> Result<bool, EngineError> {
+        let next = crate::lifecycle::reoffered(task, now, self.config.reoffer_grace);
+        match self
+            .ports
+            .store
+            .put(records::task_item(&next), Condition::Rev(item_rev))
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(task_id = %task.id, job_id = %task.job_id, times = next.reoffered.map_or(0, |r| r.times), "queued task offered again");
+        self.offer(&next, Duration::ZERO).await?;
+        Ok(true)
+    }
+
     /// Take a running task's lease away from a worker presumed dead: queued again with
     /// that attempt counted (and offered), or dead on the final attempt.
     async fn release(

@@ -1159,3 +1159,49 @@ async fn a_tenants_job_listing_is_spread_over_shards_and_pages_in_order() {
         "every job once, oldest first, the legacy one too"
     );
 }
+
+/// A queued task nobody claims looks the same to the reaper whether its message was lost
+/// or is waiting behind a backlog. Re-offering it on every pass added one message per
+/// waiting task per pass: under a backlog older than the grace period the queue grew
+/// faster than workers drained it (a kill test saw 138,000 messages for 120 photos). Each
+/// re-offer doubles the wait before the next, and a claim starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_re_offers_a_waiting_task_less_and_less_often() {
+    let h = Harness::new();
+    let engine = h
+        .engine(registry_with("concat", Concat), Duration::from_millis(100))
+        .await;
+    let grace = engine.config().reoffer_grace.as_millis() as i64;
+    let job = engine
+        .submit(plan(
+            "backlog",
+            vec![TaskPlan::new("waits", "concat", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let t0 = task_named(&engine, job.job_id, "waits").await.not_before;
+    // Twenty passes, one per grace period: offers at 1, 2, 4 and 8 grace periods after
+    // the due time, not at every pass.
+    let mut offered_at = Vec::new();
+    for k in 1..=20i64 {
+        let r = engine
+            .reap_once(Millis(t0.0 + grace * k + 1), 100)
+            .await
+            .unwrap();
+        if r.reoffered > 0 {
+            offered_at.push(k);
+        }
+    }
+    assert_eq!(offered_at, vec![1, 3, 7, 15]);
+    let waits = task_named(&engine, job.job_id, "waits").await;
+    assert_eq!(waits.reoffered.map(|r| r.times), Some(4));
+    // Every message offered is still there to be claimed: one claim runs the task and
+    // clears the count.
+    let claimed = match engine.claim(waits).await.unwrap() {
+        Claim::Claimed(t) => t,
+        other => panic!("not claimed: {other:?}"),
+    };
+    assert_eq!(claimed.reoffered, None);
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(j.counters.succeeded, 1);
+}

@@ -83,7 +83,74 @@ fn add_turn_columns(conn: &Connection) -> rusqlite::Result<()> {
              ALTER TABLE messages ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
+    // Each lane's next messages in turn order, read from an index: a receive costs the
+    // lanes times a few index steps, not a sort of every waiting message (a burst of
+    // 10,000 photos would otherwise sort 10,000 rows per receive).
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS messages_turns ON messages (queue, lane, priority DESC, visible_at);",
+    )?;
     Ok(())
+}
+
+/// Up to `limit` visible messages of `queue` in turn order: every lane's first before
+/// any lane's second; within a lane higher priority first, then the oldest; between
+/// lanes in one round the oldest first, the rowid breaking ties within a millisecond in
+/// the order messages were sent.
+fn turn_candidates(
+    tx: &Connection,
+    queue: &str,
+    now: i64,
+    limit: usize,
+) -> Result<Vec<(String, String, u32)>, QueueError> {
+    // The lanes with any message, one index seek each (a skip scan written out).
+    let lanes: Vec<String> = {
+        let mut stmt = tx
+            .prepare_cached(
+                "WITH RECURSIVE lanes(lane) AS (
+                   SELECT (SELECT MIN(lane) FROM messages WHERE queue = ?1)
+                   UNION ALL
+                   SELECT (SELECT MIN(lane) FROM messages WHERE queue = ?1 AND lane > lanes.lane)
+                   FROM lanes WHERE lanes.lane IS NOT NULL)
+                 SELECT lane FROM lanes WHERE lane IS NOT NULL",
+            )
+            .map_err(unavailable)?;
+        stmt.query_map(params![queue], |r| r.get(0))
+            .map_err(unavailable)?
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)?
+    };
+    // (turn, visible_at, rowid, id, body, receive_count)
+    let mut all: Vec<(usize, i64, i64, String, String, u32)> = Vec::new();
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT id, body, receive_count, visible_at, rowid FROM messages
+             WHERE queue = ?1 AND lane = ?2 AND visible_at <= ?3
+             ORDER BY priority DESC, visible_at, rowid LIMIT ?4",
+        )
+        .map_err(unavailable)?;
+    for lane in &lanes {
+        let rows = stmt
+            .query_map(params![queue, lane, now, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)? as u32,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(unavailable)?;
+        for (turn, row) in rows.enumerate() {
+            let (id, body, count, visible_at, rowid) = row.map_err(unavailable)?;
+            all.push((turn, visible_at, rowid, id, body, count));
+        }
+    }
+    all.sort_by_key(|c| (c.0, c.1, c.2));
+    all.truncate(limit);
+    Ok(all
+        .into_iter()
+        .map(|(_, _, _, id, body, count)| (id, body, count))
+        .collect())
 }
 
 impl SqliteQueue {
@@ -116,28 +183,7 @@ impl SqliteQueue {
             .map_err(unavailable)?;
         let settings = queue_row(&tx, queue)?;
         let now = Millis::now().0;
-        let candidates: Vec<(String, String, u32)> = {
-            let mut stmt = tx
-                // Turns: each lane's visible messages are numbered (higher priority,
-                // then oldest, first) and the receive takes every lane's first before
-                // any lane's second, oldest lane first within a round. The rowid breaks
-                // ties within a millisecond in the order messages were sent.
-                .prepare_cached(
-                    "SELECT id, body, receive_count FROM (
-                       SELECT id, body, receive_count, visible_at, rowid AS sent,
-                              ROW_NUMBER() OVER (PARTITION BY lane
-                                                 ORDER BY priority DESC, visible_at, rowid) AS turn
-                       FROM messages WHERE queue = ?1 AND visible_at <= ?2)
-                     ORDER BY turn, visible_at, sent LIMIT ?3",
-                )
-                .map_err(unavailable)?;
-            stmt.query_map(params![queue, now, (max * 2).max(1) as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u32))
-            })
-            .map_err(unavailable)?
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)?
-        };
+        let candidates = turn_candidates(&tx, queue, now, (max * 2).max(1))?;
         let mut out = Vec::new();
         for (id, body, count) in candidates {
             if out.len() >= max {
