@@ -38,6 +38,8 @@ pub enum BenchCommand {
     Handlers(super::bench_handlers::Args),
     /// How long one tenant's single photo waits behind another tenant's burst.
     Fairness(super::bench_fairness::Args),
+    /// What one receive from the embedded queue costs as the backlog grows.
+    Queue(super::bench_queue::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -77,6 +79,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
         BenchCommand::Privacy(a) => super::bench_privacy::run(json, a).await,
         BenchCommand::Fairness(a) => super::bench_fairness::run(json, a).await,
+        BenchCommand::Queue(a) => super::bench_queue::run(json, a).await,
     }
 }
 

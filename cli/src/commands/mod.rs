@@ -6,6 +6,7 @@ mod bench_curve;
 mod bench_fairness;
 pub mod bench_handlers;
 mod bench_privacy;
+mod bench_queue;
 mod bench_scenes;
 pub mod blur;
 mod chaos;

@@ -92,6 +92,14 @@ fn add_turn_columns(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// One lane's next visible messages, in its turn order. The index is named: without
+/// statistics the planner takes the (queue, visible_at) index and sorts every visible
+/// message of the queue, which made a receive ten times dearer at 10,000 waiting.
+const LANE_NEXT: &str =
+    "SELECT id, body, receive_count, visible_at, rowid FROM messages INDEXED BY messages_turns
+     WHERE queue = ?1 AND lane = ?2 AND visible_at <= ?3
+     ORDER BY priority DESC, visible_at, rowid LIMIT ?4";
+
 /// Up to `limit` visible messages of `queue` in turn order: every lane's first before
 /// any lane's second; within a lane higher priority first, then the oldest; between
 /// lanes in one round the oldest first, the rowid breaking ties within a millisecond in
@@ -121,13 +129,7 @@ fn turn_candidates(
     };
     // (turn, visible_at, rowid, id, body, receive_count)
     let mut all: Vec<(usize, i64, i64, String, String, u32)> = Vec::new();
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT id, body, receive_count, visible_at, rowid FROM messages
-             WHERE queue = ?1 AND lane = ?2 AND visible_at <= ?3
-             ORDER BY priority DESC, visible_at, rowid LIMIT ?4",
-        )
-        .map_err(unavailable)?;
+    let mut stmt = tx.prepare_cached(LANE_NEXT).map_err(unavailable)?;
     for lane in &lanes {
         let rows = stmt
             .query_map(params![queue, lane, now, limit as i64], |r| {
@@ -439,5 +441,29 @@ impl Queue for SqliteQueue {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receive walks one index per lane and sorts nothing, however many wait.
+    #[test]
+    fn a_lanes_next_messages_come_from_the_index_without_a_sort() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        drop(SqliteQueue::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LANE_NEXT}"))
+            .unwrap()
+            .query_map(params!["tasks", "a", 0, 4], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("messages_turns"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 }
