@@ -65,6 +65,7 @@ impl Engine {
                 if d.deps_pending.is_empty() && d.state == TaskState::Waiting {
                     d.state = TaskState::Queued;
                     d.not_before = now;
+                    d.reoffered = None;
                     fan.runnable.push(d.clone());
                 }
                 d

@@ -228,6 +228,9 @@ pub fn resumed(task: &Task, now: Millis) -> Task {
     t.lease = None;
     t.finished_at = None;
     t.advance_pending.clear();
+    // A fresh offer: a count left from before the task ended would hide it from the
+    // reaper for up to 31 grace periods.
+    t.reoffered = None;
     t
 }
 
@@ -391,6 +394,28 @@ mod tests {
                 prop_assert!(t.attempts <= t.max_attempts, "attempts never exceed the ceiling");
                 prop_assert_eq!(t.state == TaskState::Running, t.lease.is_some(), "exactly running tasks hold a lease");
             }
+        }
+    }
+
+    /// Each re-offer doubles the wait, and a task that ends and is resumed starts over:
+    /// a count carried through a cancel would hide the resumed task from the reaper.
+    #[test]
+    fn re_offers_back_off_and_a_resumed_task_starts_over() {
+        let grace = Duration::from_millis(1000);
+        let mut t = task(3);
+        let mut looks = Vec::new();
+        for now in [1_000, 3_000, 7_000] {
+            t = reoffered(&t, Millis(now), grace);
+            looks.push(t.due_at().unwrap().0 + 1000);
+        }
+        assert_eq!(looks, vec![3_000, 7_000, 15_000]);
+        let back = resumed(&cancelled(&t, Millis(7_100), "cancel"), Millis(7_200));
+        assert_eq!(back.state, TaskState::Queued);
+        assert_eq!(back.reoffered, None);
+        assert_eq!(back.due_at(), Some(Millis(7_200)));
+        match decide_claim(&t, Millis(7_300), "a", grace) {
+            ClaimDecision::Claim(c) => assert_eq!(c.reoffered, None),
+            other => panic!("{other:?}"),
         }
     }
 

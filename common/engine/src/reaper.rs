@@ -110,7 +110,10 @@ impl Engine {
             let mut q = due_before(grace_cutoff);
             q.pk = partition;
             for (item_rev, task) in self.due_tasks(q, limit, &mut report).await? {
-                if task.state == TaskState::Queued {
+                // Read again after the (eventually consistent) index: a task another
+                // pass re-offered a moment ago is no longer due.
+                let due = task.due_at().is_some_and(|d| d <= grace_cutoff);
+                if task.state == TaskState::Queued && due {
                     match self.reoffer(&task, item_rev, now).await {
                         Ok(true) => report.reoffered += 1,
                         Ok(false) => {}
@@ -230,9 +233,9 @@ enum Released {
 }
 
 impl Engine {
-    /// Offer queued `task` (read at `item_rev`) again, first recording the re-offer so the
+    /// Offer queued `task` (read at `item_rev`) again, then record the re-offer so the
     /// next pass leaves it alone for longer. `false` when the task changed meanwhile (a
-    /// claim took it): nothing is sent.
+    /// claim took it): the message sent is a duplicate the claim makes harmless.
     async fn reoffer(
         &self,
         task: &tessera_core::task::Task,
@@ -240,6 +243,9 @@ impl Engine {
         now: Millis,
     ) -> Result<bool, EngineError> {
         let next = crate::lifecycle::reoffered(task, now, self.config.reoffer_grace);
+        // Send first: a send that fails leaves the task due, so the next pass tries
+        // again; a put that then loses to a claim has only added a harmless duplicate.
+        self.offer(&next, Duration::ZERO).await?;
         match self
             .ports
             .store
@@ -251,7 +257,6 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         tracing::info!(task_id = %task.id, job_id = %task.job_id, times = next.reoffered.map_or(0, |r| r.times), "queued task offered again");
-        self.offer(&next, Duration::ZERO).await?;
         Ok(true)
     }
 
