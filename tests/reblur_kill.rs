@@ -50,6 +50,19 @@ fn worker(state: &Path) -> Child {
         .expect("spawn tessera worker")
 }
 
+/// Worker processes killed when dropped, so a failing assertion leaves none running
+/// (they would poll the queue and burn CPU under every later test).
+struct Workers(Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
 /// Every job of the state directory, page by page.
 fn all_jobs(state: &Path) -> Vec<Value> {
     let mut out = Vec::new();
@@ -213,13 +226,13 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
     let rev = show(&state)["subjects_rev"].as_u64().unwrap();
 
     // Workers SIGKILLed at random while the sweep and the re-blurs run.
-    let mut workers = vec![worker(&state), worker(&state)];
+    let mut workers = Workers(vec![worker(&state), worker(&state)]);
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(rng.u64(300..1500)));
-        let i = rng.usize(..workers.len());
-        let _ = workers[i].kill();
-        let _ = workers[i].wait();
-        workers[i] = worker(&state);
+        let i = rng.usize(..workers.0.len());
+        let _ = workers.0[i].kill();
+        let _ = workers.0[i].wait();
+        workers.0[i] = worker(&state);
     }
     // A crash counts as a try and photo tasks get three (the attempt policy table): a
     // photo whose re-blur was in flight at three kills ends unpublished, never shown
@@ -255,10 +268,7 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
         std::thread::sleep(Duration::from_millis(500));
     }
     eprintln!("settled after resuming {remedies} dead job(s)");
-    for mut w in workers {
-        let _ = w.kill();
-        let _ = w.wait();
-    }
+    drop(workers);
 
     let list = json(&tessera(
         &state,
