@@ -756,10 +756,6 @@ fn new_photos_are_registered_into_a_finished_model_and_points_retriangulated_wit
             new_dir.to_str().unwrap(),
             "--out",
             dir.path().join("out2").to_str().unwrap(),
-            "--max-image-size",
-            "640",
-            "--max-features",
-            "1024",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
