@@ -63,22 +63,29 @@ def by_operation(requests):
 
 
 class Stall:
-    """No progress for `timeout` seconds, counted two ways that must both agree: on the
-    monotonic clock, and in polls of `every` seconds since the last progress. This machine
-    is a VM that can be paused between polls, and its clocks then jump by the pause: a
-    pause is one poll, however long, so a clock jump alone never reads as a stall."""
+    """No progress for `timeout` seconds, counted three ways that must all agree: on the
+    monotonic clock, on the wall clock, and in polls of `every` seconds since the last
+    progress. This machine is a VM that can be paused between polls, and its clocks then
+    jump by the pause: a pause is one poll, however long, so a clock jump alone never
+    reads as a stall. A CI run once declared a 900 s stall of a burst whose whole phase
+    took 216 s by the wall clock (its last photo published three seconds later, and a
+    rerun took 218 s), so the wall clock has a say too."""
 
     def __init__(self, timeout, every):
         self.timeout, self.every = timeout, every
-        self.progress, self.since, self.polls = None, time.monotonic(), 0
+        self.progress, self.polls = None, 0
+        self.since, self.since_wall = time.monotonic(), time.time()
 
     def seen(self, progress):
         """Record one poll's progress; True when stalled."""
         if progress != self.progress:
-            self.progress, self.since, self.polls = progress, time.monotonic(), 0
+            self.progress, self.polls = progress, 0
+            self.since, self.since_wall = time.monotonic(), time.time()
             return False
         self.polls += 1
-        return time.monotonic() - self.since > self.timeout and self.polls * self.every > self.timeout
+        return (time.monotonic() - self.since > self.timeout
+                and time.time() - self.since_wall > self.timeout
+                and self.polls * self.every > self.timeout)
 
 class LoadRehearsal(Rehearsal):
     def __init__(self, args):
