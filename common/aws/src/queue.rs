@@ -18,9 +18,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, Queu
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tessera_core::ports::queue::{
-    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings, Turn,
-};
+use tessera_core::ports::queue::{Delivery, Queue, QueueDepth, QueueError, QueueSettings, Turn};
 
 /// SQS's longest per-message delay.
 const MAX_DELAY_SECS: u64 = 900;
@@ -223,12 +221,7 @@ impl Queue for SqsQueue {
         delay: Duration,
         turn: &Turn,
     ) -> Result<String, QueueError> {
-        if body.len() > MAX_BODY_BYTES {
-            return Err(QueueError::Invalid(format!(
-                "message of {} bytes is over the {MAX_BODY_BYTES}-byte limit",
-                body.len()
-            )));
-        }
+        tessera_core::ports::queue::check_body(body)?;
         let url = self.url(queue).await?;
         let mut req = self.client.send_message().queue_url(url).message_body(body);
         if Self::fifo(queue) {

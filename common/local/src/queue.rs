@@ -9,9 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_core::Millis;
-use tessera_core::ports::queue::{
-    Delivery, MAX_BODY_BYTES, Queue, QueueDepth, QueueError, QueueSettings, Turn,
-};
+use tessera_core::ports::queue::{Delivery, Queue, QueueDepth, QueueError, QueueSettings, Turn};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS queues (
@@ -295,12 +293,7 @@ impl Queue for SqliteQueue {
         delay: Duration,
         turn: &Turn,
     ) -> Result<String, QueueError> {
-        if body.len() > MAX_BODY_BYTES {
-            return Err(QueueError::Invalid(format!(
-                "message body of {} bytes exceeds {MAX_BODY_BYTES}",
-                body.len()
-            )));
-        }
+        tessera_core::ports::queue::check_body(body)?;
         let (queue, body, turn) = (queue.to_string(), body.to_string(), turn.clone());
         self.with_conn(move |c| {
             queue_row(c, &queue)?;

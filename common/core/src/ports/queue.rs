@@ -91,6 +91,18 @@ impl Classify for QueueError {
 /// Largest message body, as on SQS.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
+/// Refuse a body over [`MAX_BODY_BYTES`]: every adapter refuses the same bodies with the
+/// same words, before anything is sent.
+pub fn check_body(body: &str) -> Result<(), QueueError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(QueueError::Invalid(format!(
+            "message of {} bytes is over the {MAX_BODY_BYTES}-byte limit",
+            body.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The queue port. Every queue has a dead-letter queue named `<name>-dlq`.
 #[async_trait]
 pub trait Queue: Send + Sync + 'static {
