@@ -13,6 +13,16 @@ fn turn(lane: &str, priority: i32) -> Turn {
     }
 }
 
+/// The bodies of up to `max` messages received now, in the order received.
+async fn bodies(q: &SqliteQueue, max: usize) -> Vec<String> {
+    q.receive("tasks", max, Duration::ZERO)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.body)
+        .collect()
+}
+
 async fn queue() -> (tempfile::TempDir, SqliteQueue) {
     let dir = tempfile::tempdir().unwrap();
     let q = SqliteQueue::open(&dir.path().join("queue.db")).unwrap();
@@ -37,22 +47,10 @@ async fn a_single_message_waits_one_round_not_behind_a_backlog() {
         .await
         .unwrap();
     q.send("tasks", "none0", Duration::ZERO).await.unwrap();
-    let got: Vec<String> = q
-        .receive("tasks", 4, Duration::ZERO)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.body)
-        .collect();
+    let got = bodies(&q, 4).await;
     // One from each lane, oldest lane first, then A's second.
     assert_eq!(got, ["a0", "b0", "none0", "a1"]);
-    let rest: HashSet<String> = q
-        .receive("tasks", 10, Duration::ZERO)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.body)
-        .collect();
+    let rest: HashSet<String> = bodies(&q, 10).await.into_iter().collect();
     assert_eq!(rest.len(), 10);
     assert!(rest.iter().all(|b| b.starts_with('a')), "{rest:?}");
 }
@@ -68,13 +66,7 @@ async fn within_a_lane_higher_priority_goes_first_and_then_the_oldest() {
     q.send_in_turn("tasks", "urgent", Duration::ZERO, &turn("t", 10))
         .await
         .unwrap();
-    let got: Vec<String> = q
-        .receive("tasks", 3, Duration::ZERO)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.body)
-        .collect();
+    let got = bodies(&q, 3).await;
     assert_eq!(got, ["urgent", "low0", "low1"]);
 }
 
@@ -87,13 +79,7 @@ async fn a_delayed_message_takes_no_turn_before_it_is_due() {
     q.send_in_turn("tasks", "now", Duration::ZERO, &turn("a", 0))
         .await
         .unwrap();
-    let got: Vec<String> = q
-        .receive("tasks", 5, Duration::ZERO)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.body)
-        .collect();
+    let got = bodies(&q, 5).await;
     assert_eq!(got, ["now"]);
 }
 
@@ -119,12 +105,6 @@ async fn a_queue_from_before_lanes_is_migrated() {
     q.send_in_turn("tasks", "new", Duration::ZERO, &turn("a", 0))
         .await
         .unwrap();
-    let got: Vec<String> = q
-        .receive("tasks", 5, Duration::ZERO)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.body)
-        .collect();
+    let got = bodies(&q, 5).await;
     assert_eq!(got, ["old", "new"]);
 }
