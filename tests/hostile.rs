@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_tests::{repo_root, tessera_bin};
+use tessera_tests::{blob, post_json, repo_root, tessera_bin};
 
 struct Server {
     child: Child,
@@ -151,47 +151,6 @@ async fn send(client: &reqwest::Client, base: &str, c: &Case) -> (u16, serde_jso
     let status = r.status().as_u16();
     let v = r.json().await.unwrap_or(serde_json::Value::Null);
     (status, v)
-}
-
-async fn post_json(
-    client: &reqwest::Client,
-    url: &str,
-    body: serde_json::Value,
-) -> serde_json::Value {
-    let r = client.post(url).json(&body).send().await.unwrap();
-    let status = r.status();
-    let v: serde_json::Value = r.json().await.unwrap();
-    assert!(status.is_success(), "{url}: {status} {v}");
-    v
-}
-
-/// A finalized upload of `bytes` (one chunk); its blob's SHA-256.
-async fn blob(client: &reqwest::Client, base: &str, bytes: &[u8]) -> String {
-    let u = post_json(
-        client,
-        &format!("{base}/v1/uploads"),
-        serde_json::json!({"expected_size": bytes.len()}),
-    )
-    .await;
-    let id = u["upload_id"].as_str().unwrap();
-    let r = client
-        .patch(format!("{base}/v1/uploads/{id}"))
-        .header(
-            "content-range",
-            format!("bytes 0-{}/{}", bytes.len() - 1, bytes.len()),
-        )
-        .body(bytes.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let f = post_json(
-        client,
-        &format!("{base}/v1/uploads/{id}:finalize"),
-        serde_json::json!({}),
-    )
-    .await;
-    f["blob_sha"].as_str().unwrap().to_string()
 }
 
 /// A grey-level PNG of `w`×`h` 1-bit pixels: tiny on disk, huge when decoded.

@@ -100,3 +100,45 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// POST `body` as JSON to `url`; the answer's JSON, which must be a success.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let r = client.post(url).json(&body).send().await.unwrap();
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(status.is_success(), "{url}: {status} {v}");
+    v
+}
+
+/// A finalized upload of `bytes` (one chunk); its blob's SHA-256.
+pub async fn blob(client: &reqwest::Client, base: &str, bytes: &[u8]) -> String {
+    let u = post_json(
+        client,
+        &format!("{base}/v1/uploads"),
+        serde_json::json!({"expected_size": bytes.len()}),
+    )
+    .await;
+    let id = u["upload_id"].as_str().unwrap();
+    let r = client
+        .patch(format!("{base}/v1/uploads/{id}"))
+        .header(
+            "content-range",
+            format!("bytes 0-{}/{}", bytes.len() - 1, bytes.len()),
+        )
+        .body(bytes.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let f = post_json(
+        client,
+        &format!("{base}/v1/uploads/{id}:finalize"),
+        serde_json::json!({}),
+    )
+    .await;
+    f["blob_sha"].as_str().unwrap().to_string()
+}

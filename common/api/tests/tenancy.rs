@@ -188,6 +188,18 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
     )
     .await;
     let job = recipe["job_id"].as_str().unwrap().to_string();
+    // A webhook, made once no worker runs (its deliveries would change the store).
+    let webhook = json_of(
+        c.post(format!("{base}/v1/x-tessera/webhooks"))
+            .json(&json!({"url": "https://example.com/a-hook", "project_id": pid}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     let ids: BTreeMap<&str, String> = [
         ("project_id", pid.clone()),
@@ -207,6 +219,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         ("subject_id", sid.clone()),
         ("variant", variant.clone()),
         ("key_id", key.clone()),
+        ("webhook_id", webhook.clone()),
         ("submodel_id", "0".into()),
         ("recon_id", job.clone()),
         ("point3d_id", "1".into()),
@@ -299,7 +312,17 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
                 // nowhere gets the very same answer (it then reveals nothing of A's).
                 let never_offered = status == StatusCode::NOT_IMPLEMENTED && {
                     let mut ghost_url = url.clone();
-                    for id in [&pid, &did, &image, &job, &photo, &sid, &open_upload, &key] {
+                    for id in [
+                        &pid,
+                        &did,
+                        &image,
+                        &job,
+                        &photo,
+                        &sid,
+                        &open_upload,
+                        &key,
+                        &webhook,
+                    ] {
                         ghost_url = ghost_url.replace(id.as_str(), GHOST);
                     }
                     let (g_status, g_text) = send(ghost_url.clone()).await;
@@ -328,6 +351,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         "/v1/jobs".into(),
         "/v1/admin/api-keys".into(),
         "/v1/x-tessera/audit".into(),
+        "/v1/x-tessera/webhooks".into(),
     ] {
         let body = bc
             .get(format!("{base}{list}"))
@@ -338,7 +362,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
             .text()
             .await
             .unwrap();
-        for id in [&pid, &job, &key, &photo, &did] {
+        for id in [&pid, &job, &key, &photo, &did, &webhook] {
             assert!(!body.contains(id.as_str()), "{list} shows A's {id}: {body}");
         }
     }

@@ -45,6 +45,14 @@ pub const ATTEMPT_POLICIES: &[AttemptPolicy] = &[
               then the photo stays unpublished with the reason",
     },
     AttemptPolicy {
+        kinds: "notify.",
+        max_attempts: 40,
+        first_backoff: Duration::from_secs(10),
+        longest_backoff: Duration::from_secs(60 * 60),
+        why: "a webhook delivery to a receiver that may be down for hours: retried for \
+              about a day (16 to 31 hours with jitter), then dead with the last answer",
+    },
+    AttemptPolicy {
         kinds: "sfm.",
         max_attempts: 4,
         first_backoff: Duration::from_secs(10),

@@ -77,6 +77,9 @@ ulid_id!(
 ulid_id!(
     /// A person who asked not to be published.
     SubjectId, "subject");
+ulid_id!(
+    /// A webhook: where a tenant's notices are delivered.
+    WebhookId, "webhook");
 
 /// A tenant: the owner of projects; every read and write is scoped to one.
 ///

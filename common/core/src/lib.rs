@@ -18,6 +18,7 @@ pub mod event;
 pub mod geometry;
 pub mod ids;
 pub mod job;
+pub mod notify;
 pub mod photo;
 pub mod ports;
 pub mod privacy;
@@ -31,4 +32,6 @@ pub mod weakening;
 
 pub use clock::Millis;
 pub use error::{Classify, ErrorClass};
-pub use ids::{DatasetId, ImageId, JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId};
+pub use ids::{
+    DatasetId, ImageId, JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId, WebhookId,
+};

@@ -179,7 +179,9 @@ pub fn task_item(task: &Task) -> Item {
             format!("TASK#{}", task.id),
         )),
         by_due: task.due_at().map(|due| {
-            let state = if task.state == TaskState::Succeeded {
+            // A terminal task is due only for its follow-ups (dependents to tell,
+            // notices to raise), whichever way it ended: the reaper walks `advance`.
+            let state = if task.state.is_terminal() {
                 "advance".to_string()
             } else {
                 task.state.to_string()

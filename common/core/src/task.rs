@@ -228,6 +228,13 @@ pub struct Task {
     /// Cleared by the next claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reoffered: Option<Reoffered>,
+    /// Set in the terminal commit of a task whose end may be news to a webhook (its
+    /// tenant has webhooks, and the task may have ended its job or names a photo); the
+    /// engine raises the notices and clears it in one transaction with the deliveries,
+    /// and the reaper does it for a worker that died in between (the task stays in the
+    /// `advance` due index while it is set).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notify_pending: bool,
     /// When the task was created.
     pub created_at: Millis,
     /// When the task reached a terminal state.
@@ -252,7 +259,9 @@ impl Task {
         match self.state {
             TaskState::Queued => Some(self.reoffered.map_or(self.not_before, |r| r.due_from)),
             TaskState::Running => self.lease.as_ref().map(|l| l.expires_at),
-            s if s.is_terminal() && !self.advance_pending.is_empty() => self.finished_at,
+            s if s.is_terminal() && (!self.advance_pending.is_empty() || self.notify_pending) => {
+                self.finished_at
+            }
             _ => None,
         }
     }

@@ -91,6 +91,15 @@ impl TaskContext {
         Ok(self.engine.submit(plan).await?)
     }
 
+    /// Raise `notices` now (a photo withheld mid-run): one delivery per webhook that
+    /// wants each, none for a notice raised before.
+    pub async fn raise(
+        &self,
+        notices: &[tessera_core::notify::Notice],
+    ) -> Result<usize, TaskError> {
+        Ok(self.engine.raise(notices).await?)
+    }
+
     /// Store a progress event under the fence.
     pub async fn emit(&self, kind: EventKind) -> Result<(), TaskError> {
         self.engine

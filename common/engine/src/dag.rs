@@ -115,6 +115,7 @@ impl Engine {
             )));
         }
         let room = MAX_TRANSACTION_ITEMS - fixed;
+        next.notify_pending = self.may_notify(&next).await?;
         let counter = lifecycle::job_counter(next.state).expect("terminal states have a counter");
         for _ in 0..RACE_ROUNDS {
             let first = next.dependents.len().min(room);
@@ -150,7 +151,7 @@ impl Engine {
                 Ok(()) => {
                     crate::outcomes::ended(&next);
                     self.after_fanout(&fan.runnable, &fan.cancelled).await?;
-                    if !next.advance_pending.is_empty() {
+                    if !next.advance_pending.is_empty() || next.notify_pending {
                         self.advance(next.id).await?;
                     }
                     return Ok(Ok(()));
@@ -194,7 +195,16 @@ impl Engine {
         let mut advanced = 0;
         loop {
             let mut t = self.task(task_id).await?;
-            if !t.state.is_terminal() || t.advance_pending.is_empty() {
+            if !t.state.is_terminal() {
+                return Ok(advanced);
+            }
+            if t.advance_pending.is_empty() {
+                if t.notify_pending
+                    && let Err(e) = self.raise_ended(&t).await
+                {
+                    // The task stays due with the flag set; the reaper raises them.
+                    tracing::warn!(task_id = %t.id, job_id = %t.job_id, error = %e, "raising the notices of an ended task failed; the reaper retries");
+                }
                 return Ok(advanced);
             }
             let n = t.advance_pending.len().min(MAX_TRANSACTION_ITEMS - 2);

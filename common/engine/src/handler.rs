@@ -135,6 +135,24 @@ pub trait TaskHandler: Send + Sync + 'static {
     fn compensate(&self, _task: &Task) -> Vec<Write> {
         Vec::new()
     }
+
+    /// Whether [`Self::notices`] may return any: the engine looks at the end of a task
+    /// that does not end its job only for handlers that say so.
+    fn raises_notices(&self) -> bool {
+        false
+    }
+
+    /// The notices the end of `task` raises besides its job's (a photo published or
+    /// failed, a sweep finished), with `job` as it stands after the task's terminal
+    /// commit. Called once that commit is stored, possibly more than once (notice ids
+    /// make a repeat harmless).
+    fn notices(
+        &self,
+        _task: &Task,
+        _job: &tessera_core::job::Job,
+    ) -> Vec<tessera_core::notify::Notice> {
+        Vec::new()
+    }
 }
 
 /// Handlers by task kind.

@@ -13,6 +13,8 @@
 //! - failures are **classified** before any retry ([`lifecycle`]); the attempt ceiling
 //!   ends in `dead` with the handler's compensating writes in the same transaction;
 //! - finishing a task makes its dependents runnable in the same transaction ([`dag`]);
+//! - a task whose end is news to a webhook raises its notices ([`notify`]) in one
+//!   transaction with their deliveries;
 //! - the **reaper** ([`reaper`]) re-offers expired leases and lost messages.
 #![deny(missing_docs)]
 
@@ -23,6 +25,7 @@ pub mod dispatch;
 pub mod error;
 pub mod handler;
 pub mod lifecycle;
+pub mod notify;
 pub mod outcomes;
 pub mod plan;
 pub mod reaper;

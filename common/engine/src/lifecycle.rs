@@ -279,6 +279,7 @@ mod tests {
             dependents: Vec::new(),
             advance_pending: Vec::new(),
             reoffered: None,
+            notify_pending: false,
             created_at: Millis(0),
             finished_at: None,
             rev: 1,

@@ -489,6 +489,7 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                 dependents: dependents.remove(p.name.as_str()).unwrap_or_default(),
                 advance_pending: Vec::new(),
                 reoffered: None,
+                notify_pending: false,
                 created_at: now,
                 finished_at: None,
                 rev: 0,

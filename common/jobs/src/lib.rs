@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod notify;
 pub mod photos;
 pub mod reconstruct;
 
@@ -23,5 +24,6 @@ pub fn registry_with(faces: std::sync::Arc<photos::FaceService>) -> Registry {
     bench::register(&mut r);
     reconstruct::register(&mut r);
     photos::register(&mut r, faces);
+    notify::register(&mut r);
     r
 }

@@ -15,6 +15,7 @@ pub mod projects;
 pub mod reconstructions;
 pub mod stream_guard;
 pub mod uploads;
+pub mod webhooks;
 pub mod ws;
 
 use crate::{ApiState, AuthMode};
@@ -1114,6 +1115,51 @@ pub fn table() -> Vec<Operation> {
             "jobs",
             101,
             get(ws::upgrade),
+        ),
+        op(
+            M::POST,
+            "/v1/x-tessera/webhooks",
+            "/v1/x-tessera/webhooks",
+            "Create a webhook (the signing secret is in this answer only)",
+            "x-tessera",
+            201,
+            post(webhooks::create),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/webhooks",
+            "/v1/x-tessera/webhooks",
+            "List webhooks",
+            "x-tessera",
+            200,
+            get(webhooks::list),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/webhooks/{webhook_id}",
+            "/v1/x-tessera/webhooks/{webhook_id}",
+            "Get a webhook",
+            "x-tessera",
+            200,
+            get(webhooks::get),
+        ),
+        op(
+            M::DELETE,
+            "/v1/x-tessera/webhooks/{webhook_id}",
+            "/v1/x-tessera/webhooks/{webhook_id}",
+            "Delete a webhook",
+            "x-tessera",
+            204,
+            delete(webhooks::delete),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/webhooks/{webhook_id}/deliveries",
+            "/v1/x-tessera/webhooks/{webhook_id}/deliveries",
+            "Deliveries to a webhook, newest first, with their tries and last answer",
+            "x-tessera",
+            200,
+            get(webhooks::deliveries),
         ),
         op(
             M::POST,

@@ -77,7 +77,8 @@ pub async fn create(
     Ok((key, secret))
 }
 
-fn getrandom(buf: &mut [u8]) -> Result<(), CatalogError> {
+/// Fill `buf` from the kernel's CSPRNG.
+pub(crate) fn getrandom(buf: &mut [u8]) -> Result<(), CatalogError> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(buf))

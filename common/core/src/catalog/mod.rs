@@ -14,6 +14,7 @@ pub mod refusals;
 pub mod retention;
 pub mod source_grants;
 pub mod uploads;
+pub mod webhooks;
 
 use crate::error::{Classify, ErrorClass};
 use crate::ports::object_store::ObjectStoreError;

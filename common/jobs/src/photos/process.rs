@@ -32,12 +32,14 @@ use std::sync::Arc;
 use tessera_core::Millis;
 use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
+use tessera_core::job::Job;
+use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::{Condition, Write};
 use tessera_core::privacy::{FaceDecision, MatchPolicy};
 use tessera_core::privacy_view;
 use tessera_core::records;
-use tessera_core::task::Task;
+use tessera_core::task::{Task, TaskState};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
@@ -312,6 +314,18 @@ impl TaskHandler for Process {
         };
         let started = ctx.phase_started(Phase::Blur).await?;
         ctx.commit(vec![bump_write]).await?;
+        if photo.published_at.is_some() {
+            // Whoever copied the served version should take it down now, not after
+            // the new one is ready (or never, if deciding again fails).
+            ctx.raise(&[photo_notice(
+                NoticeType::PhotoUnpublished,
+                &photo,
+                ctx.job(),
+                photo.variant_version,
+                serde_json::json!({ "reason": "it is being decided again (subjects, settings or regions changed)" }),
+            )])
+            .await?;
+        }
         if let Some(p) = pending {
             p.store(ports.objects.as_ref()).await?;
         }
@@ -387,6 +401,54 @@ impl TaskHandler for Process {
         })
     }
 
+    fn raises_notices(&self) -> bool {
+        true
+    }
+
+    /// Published when the task succeeded (its success wrote `published_at`), failed
+    /// when it ended failed or dead (its compensation wrote the reason).
+    fn notices(&self, task: &Task, job: &Job) -> Vec<Notice> {
+        let Ok(id) = payload_photo(task) else {
+            return Vec::new();
+        };
+        let Some(project) = job.project else {
+            return Vec::new();
+        };
+        let at = task.finished_at.unwrap_or_else(Millis::now);
+        let (kind, about, data) = match task.state {
+            TaskState::Succeeded => {
+                let version = task
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.get("variant_version"))
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or_default();
+                (
+                    NoticeType::PhotoPublished,
+                    format!("photo/{id}/published/{version}"),
+                    serde_json::json!({ "photo_id": id, "variant_version": version }),
+                )
+            }
+            TaskState::Failed | TaskState::Dead => (
+                NoticeType::PhotoFailed,
+                format!("photo/{id}/failed/{}", task.id),
+                serde_json::json!({
+                    "photo_id": id,
+                    "reason": task.failure_message("processing ended without success"),
+                }),
+            ),
+            _ => return Vec::new(),
+        };
+        vec![Notice::new(
+            kind,
+            &about,
+            job.tenant.clone(),
+            Some(project),
+            at,
+            data,
+        )]
+    }
+
     fn compensate(&self, task: &Task) -> Vec<Write> {
         let reason = task.failure_message(&format!("task `{}` ended without success", task.name));
         payload_photo(task)
@@ -394,6 +456,28 @@ impl TaskHandler for Process {
             .into_iter()
             .collect()
     }
+}
+
+/// A notice about `photo` at its version `version`.
+fn photo_notice(
+    kind: NoticeType,
+    photo: &Photo,
+    job: &Job,
+    version: u64,
+    extra: serde_json::Value,
+) -> Notice {
+    let mut data = serde_json::json!({ "photo_id": photo.id, "variant_version": version, "file_name": photo.file_name });
+    if let (Some(d), serde_json::Value::Object(e)) = (data.as_object_mut(), extra) {
+        d.extend(e);
+    }
+    Notice::new(
+        kind,
+        &format!("photo/{}/{}/{version}", photo.id, kind.as_str()),
+        job.tenant.clone(),
+        Some(photo.project),
+        Millis::now(),
+        data,
+    )
 }
 
 /// Whether the row should hold `faces` after this run: it had faces and keeps them, or

@@ -19,6 +19,7 @@ use super::{payload_project, project, reprocess_plan, view};
 use async_trait::async_trait;
 use std::time::{Duration, Instant};
 use tessera_core::event::Phase;
+use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::ports::state_store::{Index, Query};
 use tessera_core::{ProjectId, TenantId, records};
 use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
@@ -96,6 +97,43 @@ impl Default for Sweep {
 
 #[async_trait]
 impl TaskHandler for Sweep {
+    fn raises_notices(&self) -> bool {
+        true
+    }
+
+    /// `reblur.finished` from the last part (no follow-up, not superseded): every photo
+    /// of the project has had its re-decision queued against the new subjects; each
+    /// photo's own `photo.published` says when it is served again.
+    fn notices(
+        &self,
+        task: &tessera_core::task::Task,
+        job: &tessera_core::job::Job,
+    ) -> Vec<Notice> {
+        let Some(r) = task.result.as_ref() else {
+            return Vec::new();
+        };
+        let last = task.state == tessera_core::task::TaskState::Succeeded
+            && r.get("follow_up").is_some_and(|f| f.is_null())
+            && r.get("photos").is_some();
+        let Some(project) = job.project.filter(|_| last) else {
+            return Vec::new();
+        };
+        let rev = r
+            .get("subjects_rev")
+            .and_then(|v| v.as_u64())
+            .unwrap_or_default();
+        vec![Notice::new(
+            NoticeType::ReblurFinished,
+            &format!("reblur/{project}/{rev}"),
+            job.tenant.clone(),
+            Some(project),
+            task.finished_at.unwrap_or_else(tessera_core::Millis::now),
+            serde_json::json!({
+                "project_id": project, "subjects_rev": rev, "parts": r.get("part").and_then(|p| p.as_u64()).map(|p| p + 1),
+            }),
+        )]
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let project_id = payload_project(ctx.task())?;
         let payload = &ctx.task().payload;

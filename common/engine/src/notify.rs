@@ -1,0 +1,232 @@
+//! Raising notices: turning the end of a task (and of its job) into webhook deliveries.
+//!
+//! A task whose end may be news (its tenant has a webhook, and it may have ended its
+//! job, or its handler says what it did) is committed with `notify_pending` set, in the
+//! same transaction as its terminal state. The engine then raises the notices and
+//! clears the flag in one transaction with the deliveries it creates; a worker that
+//! dies in between leaves the task in the `advance` due index, and the reaper raises
+//! them. Each delivery is a sealed engine job keyed by a fingerprint of (webhook,
+//! notice id), so raising the same notice twice (a repeated raise, two failed tasks of
+//! one job) creates one delivery.
+
+use crate::{Engine, EngineError};
+use tessera_core::catalog::CatalogError;
+use tessera_core::catalog::webhooks::{self, Delivery};
+use tessera_core::job::{Job, JobStatus};
+use tessera_core::notify::{DELIVERY_JOB, DELIVERY_TASK, Notice, NoticeType, Subscription};
+use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
+use tessera_core::records;
+use tessera_core::task::{Task, TaskState};
+use tessera_core::{Millis, TenantId};
+
+/// Writes one delivery takes: its fingerprint, job and task, and its delivery record.
+const DELIVERY_WRITES: usize = 4;
+
+fn catalog(e: CatalogError) -> EngineError {
+    match e {
+        CatalogError::Store(e) => EngineError::Store(e),
+        other => EngineError::Refused(other.to_string()),
+    }
+}
+
+/// The job notice of `job` if it has ended: succeeded, failed or cancelled.
+pub fn job_notice(job: &Job, ended: &Task) -> Option<Notice> {
+    let kind = match job.status() {
+        JobStatus::Succeeded => NoticeType::JobSucceeded,
+        JobStatus::Failed => NoticeType::JobFailed,
+        JobStatus::Cancelled => NoticeType::JobCancelled,
+        JobStatus::Queued | JobStatus::Running => return None,
+    };
+    let reason = (ended.state != TaskState::Succeeded)
+        .then(|| ended.last_error.as_ref().map(|e| e.message.clone()))
+        .flatten();
+    Some(Notice::new(
+        kind,
+        &format!("job/{}", job.id),
+        job.tenant.clone(),
+        job.project,
+        ended.finished_at.unwrap_or_else(Millis::now),
+        serde_json::json!({
+            "job_id": job.id,
+            "kind": job.kind,
+            "label": job.label,
+            "status": job.status(),
+            "task": ended.name,
+            "reason": reason,
+        }),
+    ))
+}
+
+impl Engine {
+    /// Whether the end of `task` should be looked at for notices: its tenant has a
+    /// webhook and the task may have ended its job (it failed, or it is a sink) or its
+    /// handler raises notices of its own. One query of the tenant's webhooks; nothing
+    /// is written for a tenant without any.
+    pub(crate) async fn may_notify(&self, task: &Task) -> Result<bool, EngineError> {
+        if task.kind == DELIVERY_TASK {
+            return Ok(false);
+        }
+        let Some(tenant) = &task.tenant else {
+            return Ok(false);
+        };
+        let may_end_job = task.state != TaskState::Succeeded || task.dependents.is_empty();
+        let own = self
+            .registry
+            .get(&task.kind)
+            .is_some_and(|h| h.raises_notices());
+        if !may_end_job && !own {
+            return Ok(false);
+        }
+        Ok(!self.webhooks(tenant).await?.is_empty())
+    }
+
+    async fn webhooks(&self, tenant: &TenantId) -> Result<Vec<Subscription>, EngineError> {
+        webhooks::list(self.ports.store.as_ref(), tenant)
+            .await
+            .map_err(catalog)
+    }
+
+    /// Raise the notices of ended task `task` (its job's, if the job has ended, and its
+    /// handler's) and clear its `notify_pending`. Safe to repeat.
+    pub(crate) async fn raise_ended(&self, task: &Task) -> Result<(), EngineError> {
+        let job = self.job(task.job_id).await?;
+        let mut notices: Vec<Notice> = job_notice(&job, task).into_iter().collect();
+        if let Some(h) = self.registry.get(&task.kind) {
+            notices.extend(h.notices(task, &job));
+        }
+        let mut cleared = task.clone();
+        cleared.notify_pending = false;
+        let clear = Write::Put {
+            item: records::task_item(&cleared),
+            condition: Condition::Rev(task.rev),
+        };
+        match self.raise_with(&notices, Some(clear)).await {
+            Ok(n) => {
+                tracing::info!(task_id = %task.id, job_id = %task.job_id, notices = notices.len(), deliveries = n, "notices raised");
+                Ok(())
+            }
+            // Another raise cleared it first.
+            Err(EngineError::Store(StoreError::Conflict { .. })) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Queue one delivery of each of `notices` to every webhook of its tenant that
+    /// wants it. Returns how many deliveries were created (those raised before are not
+    /// created again).
+    pub async fn raise(&self, notices: &[Notice]) -> Result<usize, EngineError> {
+        self.raise_with(notices, None).await
+    }
+
+    /// [`Self::raise`], committing `last` with the final batch of deliveries (a
+    /// conflict on it is returned as the store's conflict).
+    async fn raise_with(
+        &self,
+        notices: &[Notice],
+        last: Option<Write>,
+    ) -> Result<usize, EngineError> {
+        let mut by_tenant: std::collections::BTreeMap<&TenantId, Vec<Subscription>> =
+            Default::default();
+        let mut pending: Vec<(Subscription, &Notice)> = Vec::new();
+        for n in notices {
+            if !by_tenant.contains_key(&n.tenant) {
+                let subs = self.webhooks(&n.tenant).await?;
+                by_tenant.insert(&n.tenant, subs);
+            }
+            for s in &by_tenant[&n.tenant] {
+                if s.wants(n) {
+                    pending.push((s.clone(), n));
+                }
+            }
+        }
+        let per_batch = (MAX_TRANSACTION_ITEMS - 1) / DELIVERY_WRITES;
+        let mut created = 0;
+        let mut batches: Vec<Vec<(Subscription, &Notice)>> = Vec::new();
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(per_batch));
+            batches.push(std::mem::replace(&mut pending, rest));
+        }
+        if batches.is_empty() {
+            batches.push(Vec::new());
+        }
+        let count = batches.len();
+        for (i, mut batch) in batches.into_iter().enumerate() {
+            let tail = if i + 1 == count { last.clone() } else { None };
+            created += self.commit_deliveries(&mut batch, tail).await?;
+        }
+        Ok(created)
+    }
+
+    /// Commit one batch of deliveries (and `tail`), dropping those already raised.
+    async fn commit_deliveries(
+        &self,
+        batch: &mut Vec<(Subscription, &Notice)>,
+        tail: Option<Write>,
+    ) -> Result<usize, EngineError> {
+        loop {
+            let mut writes = Vec::new();
+            let mut prepared = Vec::new();
+            for (sub, notice) in batch.iter() {
+                let p = self.prepare(delivery_plan(sub, notice))?;
+                writes.extend(p.writes.iter().cloned());
+                writes.push(webhooks::delivery_record(
+                    sub.id,
+                    &Delivery {
+                        notice: notice.id.clone(),
+                        kind: notice.kind,
+                        job_id: p.job_id,
+                        created_at: Millis::now(),
+                    },
+                ));
+                prepared.push(p);
+            }
+            let tail_at = writes.len();
+            if let Some(t) = &tail {
+                writes.push(t.clone());
+            }
+            if writes.is_empty() {
+                return Ok(0);
+            }
+            match self.ports.store.transact(writes).await {
+                Ok(()) => {
+                    for p in &prepared {
+                        self.offer_prepared(p).await?;
+                    }
+                    return Ok(prepared.len());
+                }
+                Err(StoreError::Conflict { index, .. }) if index < tail_at => {
+                    // That delivery was raised before (its fingerprint exists).
+                    let offset: usize = prepared
+                        .iter()
+                        .map(|p| p.writes.len() + 1)
+                        .scan(0, |acc, n| {
+                            *acc += n;
+                            Some(*acc)
+                        })
+                        .position(|end| index < end)
+                        .expect("the index is inside a delivery");
+                    batch.remove(offset);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// The job that delivers `notice` to `sub`: its fingerprint is (webhook, notice id), so
+/// the same notice raised again is the same job.
+fn delivery_plan(sub: &Subscription, notice: &Notice) -> crate::JobPlan {
+    crate::JobPlan {
+        tenant: sub.tenant.clone(),
+        project: notice.project,
+        kind: DELIVERY_JOB.into(),
+        label: format!("{} to webhook {}", notice.kind, sub.id),
+        spec: serde_json::json!({ "webhook": sub.id, "notice": notice.id }),
+        priority: 0,
+        tasks: vec![crate::TaskPlan::new(
+            "deliver",
+            DELIVERY_TASK,
+            serde_json::json!({ "webhook": sub.id, "notice": notice }),
+        )],
+    }
+}
