@@ -229,6 +229,9 @@ class Rehearsal:
                 "AWS_DEFAULT_REGION": "us-east-1",
                 # The one thing Lambda would not set: where AWS is.
                 "AWS_ENDPOINT_URL": self.endpoint,
+                # The webhook scenario's receiver is on loopback, which an operator must
+                # allow (deployed functions refuse private targets).
+                "TESSERA_WEBHOOKS_ALLOW_PRIVATE": "1",
             }
             env["_SANDBOX"] = sandbox
             f = Function(conf, bootstrap, task_root, path, env, opt, image_root)
@@ -434,6 +437,65 @@ class Rehearsal:
                                                     "variant_version": version, "objects": len(kept or [])}
         log(f"photos: face-process killed at 1 s ({fp.timeouts}×), the task redelivered and published in {time.time() - t2:.1f}s")
 
+    def scenario_webhooks(self):
+        """A webhook whose receiver on 127.0.0.1 is down, then answers 500 once, then 200:
+        the photo's notices arrive through the deployed functions, signed, with the id of
+        the refused try repeated on the retry."""
+        import hashlib
+        import hmac
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        port = free_port()
+        s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-webhooks"})
+        self.check(s == 201, f"webhook project: {s} {p}")
+        # This project's notices only: the other scenarios run in the same tenant.
+        s, hook = self.http("POST", "/v1/x-tessera/webhooks",
+                            {"url": f"http://127.0.0.1:{port}/hook", "project_id": p["project_id"]})
+        self.check(s == 201, f"create a webhook: {s} {hook}")
+        if s != 201:
+            return
+        received = []
+
+        class Receiver(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                status = 500 if not received else 200
+                received.append((dict(self.headers), body, status))
+                self.send_response(status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        photo = self.presigned_put(p["project_id"], "camera.png")
+        deliveries = f"/v1/x-tessera/webhooks/{hook['id']}/deliveries"
+        tried = self.wait("a delivery tried against the closed port", lambda: any(
+            "could not be reached" in (i.get("last_error") or "") for i in self.http("GET", deliveries)[1]["items"]), 240)
+        self.check(tried, f"no delivery was tried while the receiver was down: {self.http('GET', deliveries)}")
+        server = ThreadingHTTPServer(("127.0.0.1", port), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            def done():
+                items = self.http("GET", deliveries)[1]["items"]
+                published = any(json.loads(b).get("type") == "photo.published" and st == 200 for _, b, st in received)
+                return published and items and all(i["state"] == "succeeded" for i in items)
+            ok = self.wait("every notice delivered", done, 240)
+            self.check(ok, f"notices not delivered: {self.http('GET', deliveries)[1]} received {[(st, b[:200]) for _, b, st in received]}")
+        finally:
+            server.shutdown()
+        for headers, body, _ in received:
+            h = {k.lower(): v for k, v in headers.items()}
+            mac = hmac.new(hook["secret"].encode(), f"{h['tessera-webhook-id']}.{h['tessera-webhook-timestamp']}.".encode() + body,
+                           hashlib.sha256).hexdigest()
+            self.check(h["tessera-webhook-signature"] == f"v1={mac}", f"a delivery's signature does not verify: {h}")
+            self.check(json.loads(body)["data"].get("photo_id") in (None, photo), f"a notice about another photo: {body[:300]}")
+        if received:
+            first = {k.lower(): v for k, v in received[0][0].items()}["tessera-webhook-id"]
+            again = [st for hd, _, st in received[1:] if {k.lower(): v for k, v in hd.items()}["tessera-webhook-id"] == first]
+            self.check(200 in again, f"the delivery answered 500 ({first}) was not delivered again under its id")
+        self.report["webhooks"] = {"requests": len(received), "delivered": sum(st == 200 for _, _, st in received)}
+        log(f"webhooks: {len(received)} requests, {self.report['webhooks']['delivered']} delivered")
+
     def presigned_put(self, pid, name):
         """Upload one test photo through a presigned URL, as a phone app would; its id."""
         s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign",
@@ -573,7 +635,8 @@ class Rehearsal:
                     import traceback
                     errors.append(f"{fn.__name__}: {e!r}\n{traceback.format_exc()}")
             return go
-        threads = [threading.Thread(target=guarded(f)) for f in (self.scenario_reconstruction, self.scenario_photos)]
+        threads = [threading.Thread(target=guarded(f))
+                   for f in (self.scenario_reconstruction, self.scenario_photos, self.scenario_webhooks)]
         for t in threads:
             t.start()
         guarded(self.scenario_dead_letters)()

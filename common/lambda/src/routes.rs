@@ -9,7 +9,8 @@ use tessera_jobs::photos::kinds;
 
 /// S3 object-created notifications for `uploads/` (consumed by the ingest function).
 pub const UPLOADS: &str = "uploads";
-/// Ingest tasks, photo cleanups and re-blur sweeps (no ONNX Runtime needed).
+/// Ingest tasks, photo cleanups, re-blur sweeps and webhook deliveries (no ONNX
+/// Runtime needed; a function outside any VPC, so it reaches receivers on the internet).
 pub const INGEST: &str = "ingest";
 /// Publish-without-detection tasks (they detect after all when someone opted out
 /// meanwhile, so the function has the face models).
@@ -42,6 +43,7 @@ pub fn routes() -> QueueRoutes {
                 (kinds::INGEST, INGEST),
                 (kinds::CLEANUP, INGEST),
                 (kinds::REBLUR, INGEST),
+                (tessera_core::notify::DELIVERY_TASK, INGEST),
                 (kinds::THUMBNAIL_DIMS, THUMBNAIL_DIMS),
                 (kinds::FACE_PROCESS, FACE_PROCESS),
                 (kinds::REPROCESS, REPROCESS),
@@ -117,6 +119,12 @@ mod tests {
             assert_eq!(needs(k), &[Need::FaceRuntime], "{k}");
         }
         assert!(needs(kinds::INGEST).is_empty());
+        let deliver = placements
+            .iter()
+            .find(|p| p.kind == tessera_core::notify::DELIVERY_TASK)
+            .unwrap();
+        assert!(deliver.needs.is_empty());
+        assert_eq!(deliver.queues[&ResourceClass::Small], INGEST);
         let extract = placements.iter().find(|p| p.kind == "sfm.extract").unwrap();
         assert_eq!(extract.queues[&ResourceClass::Small], STAGE_RUNNER);
         assert_eq!(extract.queues[&ResourceClass::Large], ORCHESTRATOR);
