@@ -165,6 +165,17 @@ async fn notices_arrive_signed_with_stable_ids_through_an_outage_and_only_for_th
         .await
         .unwrap();
     let (a, b) = (client(&key_a), client(&key_b));
+    // A webhook outlives the key that made it: a key that is not an admin's makes none.
+    let (_, plain) = api_keys::create(&store, &tessera_core::TenantId::local(), false)
+        .await
+        .unwrap();
+    let r = client(&plain)
+        .post(format!("{base}/v1/x-tessera/webhooks"))
+        .json(&serde_json::json!({ "url": "https://example.com/h" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
 
     // A's webhook covers every project of A, and every notice type.
     let hook = post_json(

@@ -69,6 +69,10 @@ pub struct JobCounters {
     pub dead: i64,
     /// Tasks cancelled.
     pub cancelled: i64,
+    /// Tasks put back in line by a resume or a rerun, ever: a job that ends again after
+    /// one has ended anew (its notices get new ids).
+    #[serde(default)]
+    pub requeued: i64,
 }
 
 /// A submitted job.

@@ -6,7 +6,7 @@
 //! deliveries are keyed by subscription and notice id, so a receiver gets each notice
 //! once per subscription, and every retry of one delivery carries the same id.
 //!
-//! Each delivery is signed: `Tessera-Signature: v1=<hex HMAC-SHA256>` over
+//! Each delivery is signed: `Tessera-Webhook-Signature: v1=<hex HMAC-SHA256>` over
 //! `"<id>.<timestamp>.<body>"` with the subscription's secret ([`signature`]). The
 //! timestamp is the attempt's, so a receiver can refuse old replays.
 //!
@@ -304,24 +304,40 @@ pub fn is_private(ip: IpAddr) -> bool {
                 || a.is_documentation()
                 || o0 == 0
                 || (o0 == 100 && (64..128).contains(&o1))
+                || (o0 == 192 && o1 == 0 && a.octets()[2] == 0)
                 || (o0 == 198 && (18..20).contains(&o1))
                 || o0 >= 240
         }
         IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return is_private(IpAddr::V4(v4));
-            }
             let s = a.segments();
-            if s[0] == 0x64 && s[1] == 0xff9b {
-                let [.., b12, b13, b14, b15] = a.octets();
-                return is_private(IpAddr::V4(std::net::Ipv4Addr::new(b12, b13, b14, b15)));
+            let o = a.octets();
+            let embedded = |i: usize| {
+                is_private(IpAddr::V4(std::net::Ipv4Addr::new(
+                    o[i],
+                    o[i + 1],
+                    o[i + 2],
+                    o[i + 3],
+                )))
+            };
+            // IPv4-mapped and IPv4-compatible (`::a.b.c.d`, which `::1` is one of).
+            if a.is_loopback() || a.is_unspecified() || a.to_ipv4().is_some() {
+                return a.is_loopback() || a.is_unspecified() || embedded(12);
             }
-            a.is_loopback()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
-                || (s[0] == 0x2001 && s[1] == 0x0db8)
+            // NAT64 (64:ff9b::/96) carries an IPv4 address last; 6to4 (2002::/16) second.
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+                return embedded(12);
+            }
+            if s[0] == 0x2002 {
+                return embedded(2);
+            }
+            a.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || (s[0] == 0x2001 && s[1] == 0) // Teredo: reaches an IPv4 peer
+                || (s[0] == 0x64 && s[1] == 0xff9b) // local-use NAT64 (64:ff9b:1::/48)
+                || (s[0] == 0x100 && s[1..4] == [0, 0, 0]) // discard
         }
     }
 }
@@ -452,6 +468,13 @@ mod tests {
             "http://[fe80::1]/",
             "http://[::ffff:127.0.0.1]/",
             "http://[64:ff9b::a00:1]/",
+            "http://[::169.254.169.254]/",
+            "http://[2002:a9fe:a9fe::1]/",
+            "http://[2001:0:4136:e378::1]/",
+            "http://[64:ff9b:1::1]/",
+            "http://[fec0::1]/",
+            "http://[100::1]/",
+            "http://192.0.0.8/",
             "http://localhost:9000/",
             "http://api.localhost/",
             "http://metadata.google.internal/",

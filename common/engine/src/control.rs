@@ -274,7 +274,10 @@ impl Engine {
                         item: records::task_item(&next),
                         condition: Condition::Rev(task.rev),
                     },
-                    Write::add(records::job_key(id), counter, -1),
+                    Write::Add {
+                        key: records::job_key(id),
+                        deltas: vec![(counter.to_string(), -1), ("requeued".to_string(), 1)],
+                    },
                 ];
                 match self.ports.store.transact(writes).await {
                     Ok(()) => {

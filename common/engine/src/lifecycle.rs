@@ -231,6 +231,9 @@ pub fn resumed(task: &Task, now: Millis) -> Task {
     // A fresh offer: a count left from before the task ended would hide it from the
     // reaper for up to 31 grace periods.
     t.reoffered = None;
+    // Its next end raises its own notices; a raise of the last end that is still
+    // running finds the task changed and raises without clearing anything.
+    t.notify_pending = false;
     t
 }
 

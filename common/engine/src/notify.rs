@@ -42,7 +42,8 @@ pub fn job_notice(job: &Job, ended: &Task) -> Option<Notice> {
         .flatten();
     Some(Notice::new(
         kind,
-        &format!("job/{}", job.id),
+        // One notice per time the job ends: a resume or a rerun makes the next end new.
+        &format!("job/{}/{}", job.id, job.counters.requeued),
         job.tenant.clone(),
         job.project,
         ended.finished_at.unwrap_or_else(Millis::now),
@@ -105,8 +106,18 @@ impl Engine {
                 tracing::info!(task_id = %task.id, job_id = %task.job_id, notices = notices.len(), deliveries = n, "notices raised");
                 Ok(())
             }
-            // Another raise cleared it first.
-            Err(EngineError::Store(StoreError::Conflict { .. })) => Ok(()),
+            Err(EngineError::Store(StoreError::Conflict { .. })) => {
+                let now = self.task(task.id).await?;
+                if !now.state.is_terminal() {
+                    // Resumed meanwhile: the end still happened, and is told.
+                    self.raise(&notices).await?;
+                } else if now.notify_pending {
+                    // Written meanwhile (an advance chunk): raise against this revision.
+                    Box::pin(self.raise_ended(&now)).await?;
+                }
+                // Otherwise another raise cleared it first.
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
@@ -134,7 +145,8 @@ impl Engine {
                 by_tenant.insert(&n.tenant, subs);
             }
             for s in &by_tenant[&n.tenant] {
-                if s.wants(n) {
+                let repeat = pending.iter().any(|(p, q)| p.id == s.id && q.id == n.id);
+                if s.wants(n) && !repeat && !self.delivered(s, n).await? {
                     pending.push((s.clone(), n));
                 }
             }
@@ -155,6 +167,17 @@ impl Engine {
             created += self.commit_deliveries(&mut batch, tail).await?;
         }
         Ok(created)
+    }
+
+    /// Whether `notice` was raised to `sub` before: its delivery's fingerprint exists.
+    /// Read first so that a notice raised by many tasks (a cancel of a big job, where
+    /// every task's end sees the job cancelled) costs one read each, not a failed
+    /// transaction each.
+    async fn delivered(&self, sub: &Subscription, notice: &Notice) -> Result<bool, EngineError> {
+        let plan = delivery_plan(sub, notice);
+        let fp = tessera_core::spec::fingerprint(&plan.kind, &plan.spec);
+        let key = records::fingerprint_key(&plan.tenant, &plan.kind, &fp);
+        Ok(self.ports.store.get(&key).await?.is_some())
     }
 
     /// Commit one batch of deliveries (and `tail`), dropping those already raised.

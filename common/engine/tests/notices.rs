@@ -84,9 +84,10 @@ async fn a_raise_lost_with_its_worker_is_made_by_the_reaper_and_only_once() {
         fail: AtomicBool::new(true),
     });
     let e = engine(&h, store.clone()).await;
+    let operator = tessera_core::audit::Actor::cli(TenantId::local());
     let hook = webhooks::create(
         store.as_ref(),
-        &TenantId::local(),
+        &operator,
         NewWebhook {
             project: None,
             url: "https://example.com/hook".into(),
@@ -159,6 +160,13 @@ async fn a_raise_lost_with_its_worker_is_made_by_the_reaper_and_only_once() {
     // Another pass changes nothing.
     e.reap_once(Millis(later.0 + 60_000), 100).await.unwrap();
     assert_eq!(deliveries(store.as_ref(), hook.id).await.len(), 2);
+
+    // A resumed job that fails again has failed anew: a second `job.failed`.
+    e.resume(bad.job_id).await.unwrap();
+    run_until_done(&e, bad.job_id, Duration::from_secs(30)).await;
+    let mut kinds = deliveries(store.as_ref(), hook.id).await;
+    kinds.sort();
+    assert_eq!(kinds, vec!["job.failed", "job.failed", "job.succeeded"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -12,6 +12,7 @@
 
 use super::CatalogError;
 use crate::Millis;
+use crate::audit::{self, Actor};
 use crate::ids::{JobId, ProjectId, TenantId, WebhookId};
 use crate::notify::{NoticeType, Subscription, check_target};
 use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, StateStore, Write};
@@ -44,14 +45,16 @@ pub struct NewWebhook {
     pub events: Vec<NoticeType>,
 }
 
-/// Make a webhook for `tenant`. The secret is generated here and returned in the
-/// subscription (the API shows it once).
+/// Make a webhook for the tenant `actor` acts for, recorded in its audit trail in the
+/// same transaction. The secret is generated here and returned in the subscription
+/// (the API shows it once).
 pub async fn create(
     store: &dyn StateStore,
-    tenant: &TenantId,
+    actor: &Actor,
     new: NewWebhook,
     allow_private: bool,
 ) -> Result<Subscription, CatalogError> {
+    let tenant = &actor.tenant;
     check_target(&new.url, allow_private).map_err(|e| CatalogError::Invalid(e.to_string()))?;
     if list(store, tenant).await?.len() >= MAX_PER_TENANT {
         return Err(CatalogError::Quota(format!(
@@ -77,13 +80,21 @@ pub async fn create(
         created_at: Millis::now(),
     };
     store
-        .put(
-            Item::new(
-                key(tenant, sub.id),
-                serde_json::to_value(&sub).expect("serializable"),
+        .transact(vec![
+            Write::Put {
+                item: Item::new(
+                    key(tenant, sub.id),
+                    serde_json::to_value(&sub).expect("serializable"),
+                ),
+                condition: Condition::Absent,
+            },
+            audit::entry(
+                actor,
+                "webhook.create",
+                format!("webhook/{}", sub.id),
+                serde_json::json!({ "url": sub.url, "project": sub.project, "events": sub.events }),
             ),
-            Condition::Absent,
-        )
+        ])
         .await?;
     Ok(sub)
 }
@@ -122,19 +133,27 @@ pub async fn get(
     })
 }
 
-/// Delete the webhook `id` of `tenant`. Deliveries already queued for it are not sent
+/// Delete the webhook `id` of the actor's tenant, recorded in its audit trail. Deliveries already queued for it are not sent
 /// (the delivery task finds it gone).
 pub async fn delete(
     store: &dyn StateStore,
-    tenant: &TenantId,
+    actor: &Actor,
     id: WebhookId,
 ) -> Result<(), CatalogError> {
-    get(store, tenant, id).await?;
+    let sub = get(store, &actor.tenant, id).await?;
     store
-        .transact(vec![Write::Delete {
-            key: key(tenant, id),
-            condition: Condition::None,
-        }])
+        .transact(vec![
+            Write::Delete {
+                key: key(&actor.tenant, id),
+                condition: Condition::None,
+            },
+            audit::entry(
+                actor,
+                "webhook.delete",
+                format!("webhook/{id}"),
+                serde_json::json!({ "url": sub.url }),
+            ),
+        ])
         .await?;
     Ok(())
 }

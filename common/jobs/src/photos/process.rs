@@ -313,10 +313,11 @@ impl TaskHandler for Process {
             }
         };
         let started = ctx.phase_started(Phase::Blur).await?;
-        ctx.commit(vec![bump_write]).await?;
         if photo.published_at.is_some() {
             // Whoever copied the served version should take it down now, not after
-            // the new one is ready (or never, if deciding again fails).
+            // the new one is ready (or never, if deciding again fails). Raised before
+            // the write that unpublishes: a crash between the two must not lose it (a
+            // repeat is the same notice, delivered once).
             ctx.raise(&[photo_notice(
                 NoticeType::PhotoUnpublished,
                 &photo,
@@ -326,6 +327,7 @@ impl TaskHandler for Process {
             )])
             .await?;
         }
+        ctx.commit(vec![bump_write]).await?;
         if let Some(p) = pending {
             p.store(ports.objects.as_ref()).await?;
         }
@@ -417,12 +419,16 @@ impl TaskHandler for Process {
         let at = task.finished_at.unwrap_or_else(Millis::now);
         let (kind, about, data) = match task.state {
             TaskState::Succeeded => {
-                let version = task
+                // Only a run that published says which version it published (an erased
+                // photo or a skipped run publishes nothing).
+                let Some(version) = task
                     .result
                     .as_ref()
                     .and_then(|r| r.get("variant_version"))
                     .and_then(|v| v.as_u64())
-                    .unwrap_or_default();
+                else {
+                    return Vec::new();
+                };
                 (
                     NoticeType::PhotoPublished,
                     format!("photo/{id}/published/{version}"),
@@ -431,7 +437,10 @@ impl TaskHandler for Process {
             }
             TaskState::Failed | TaskState::Dead => (
                 NoticeType::PhotoFailed,
-                format!("photo/{id}/failed/{}", task.id),
+                format!(
+                    "photo/{id}/failed/{}/{}",
+                    task.job_id, job.counters.requeued
+                ),
                 serde_json::json!({
                     "photo_id": id,
                     "reason": task.failure_message("processing ended without success"),
