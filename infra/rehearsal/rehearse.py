@@ -453,6 +453,10 @@ class Rehearsal:
         self.check(s == 201, f"create a webhook: {s} {hook}")
         if s != 201:
             return
+        # The functions other scenarios keep warm read this tenant's webhooks at most
+        # every 10 s (tessera_engine::notify::WEBHOOK_CACHE): a webhook is live for
+        # every function after that.
+        time.sleep(11)
         received = []
 
         class Receiver(BaseHTTPRequestHandler):

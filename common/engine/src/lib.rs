@@ -207,6 +207,7 @@ pub struct Engine {
     pub(crate) config: Arc<EngineConfig>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) stats: Option<Arc<EngineStats>>,
+    pub(crate) webhooks: notify::WebhookCache,
 }
 
 impl Engine {
@@ -217,6 +218,7 @@ impl Engine {
             config: Arc::new(config),
             registry: Arc::new(registry),
             stats: None,
+            webhooks: Default::default(),
         }
     }
 

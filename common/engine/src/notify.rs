@@ -22,6 +22,23 @@ use tessera_core::{Millis, TenantId};
 /// Writes one delivery takes: its fingerprint, job and task, and its delivery record.
 const DELIVERY_WRITES: usize = 4;
 
+/// How long a process trusts its read of a tenant's webhooks. Every task end that may
+/// be news reads them: uncached, a burst of one tenant's photos read the one partition
+/// `TENANT#<t>#WEBHOOKS` at the burst's rate (the load rehearsal measured a third of a
+/// partition's read capacity at the extrapolated peak). Cached, a process reads it at
+/// most once per this period, so a webhook made on another process receives notices
+/// from at most this long after it was made (at once in the process that made it).
+pub const WEBHOOK_CACHE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When a tenant's webhooks were read, and what they were.
+type CachedWebhooks = (std::time::Instant, std::sync::Arc<Vec<Subscription>>);
+
+/// A process's recent reads of tenants' webhooks.
+#[derive(Default, Clone)]
+pub(crate) struct WebhookCache(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<TenantId, CachedWebhooks>>>,
+);
+
 fn catalog(e: CatalogError) -> EngineError {
     match e {
         CatalogError::Store(e) => EngineError::Store(e),
@@ -81,10 +98,39 @@ impl Engine {
         Ok(!self.webhooks(tenant).await?.is_empty())
     }
 
-    async fn webhooks(&self, tenant: &TenantId) -> Result<Vec<Subscription>, EngineError> {
-        webhooks::list(self.ports.store.as_ref(), tenant)
-            .await
-            .map_err(catalog)
+    async fn webhooks(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<std::sync::Arc<Vec<Subscription>>, EngineError> {
+        {
+            let cache = self.webhooks.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, subs)) = cache.get(tenant)
+                && at.elapsed() < WEBHOOK_CACHE
+            {
+                return Ok(subs.clone());
+            }
+        }
+        let subs = std::sync::Arc::new(
+            webhooks::list(self.ports.store.as_ref(), tenant)
+                .await
+                .map_err(catalog)?,
+        );
+        self.webhooks
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tenant.clone(), (std::time::Instant::now(), subs.clone()));
+        Ok(subs)
+    }
+
+    /// Forget this process's read of `tenant`'s webhooks (one was just made or deleted
+    /// here), so its notices go to the new set at once.
+    pub fn forget_webhooks(&self, tenant: &TenantId) {
+        self.webhooks
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tenant);
     }
 
     /// Raise the notices of ended task `task` (its job's, if the job has ended, and its
@@ -136,15 +182,17 @@ impl Engine {
         notices: &[Notice],
         last: Option<Write>,
     ) -> Result<usize, EngineError> {
-        let mut by_tenant: std::collections::BTreeMap<&TenantId, Vec<Subscription>> =
-            Default::default();
+        let mut by_tenant: std::collections::BTreeMap<
+            &TenantId,
+            std::sync::Arc<Vec<Subscription>>,
+        > = Default::default();
         let mut pending: Vec<(Subscription, &Notice)> = Vec::new();
         for n in notices {
             if !by_tenant.contains_key(&n.tenant) {
                 let subs = self.webhooks(&n.tenant).await?;
                 by_tenant.insert(&n.tenant, subs);
             }
-            for s in &by_tenant[&n.tenant] {
+            for s in by_tenant[&n.tenant].iter() {
                 let repeat = pending.iter().any(|(p, q)| p.id == s.id && q.id == n.id);
                 if s.wants(n) && !repeat && !self.delivered(s, n).await? {
                     pending.push((s.clone(), n));

@@ -90,6 +90,7 @@ pub async fn create(
         notify::private_targets_allowed(),
     )
     .await?;
+    s.engine.forget_webhooks(&caller.tenant);
     tracing::info!(tenant = %caller.tenant, webhook = %sub.id, "webhook created");
     let mut v = view(&sub);
     v["secret"] = json!(sub.secret);
@@ -131,6 +132,7 @@ pub async fn delete(
     webhooks::get(s.engine.ports().store.as_ref(), &caller.tenant, id).await?;
     admin_only(&caller)?;
     webhooks::delete(s.engine.ports().store.as_ref(), &caller.actor(), id).await?;
+    s.engine.forget_webhooks(&caller.tenant);
     tracing::info!(tenant = %caller.tenant, webhook = %id, "webhook deleted");
     Ok(StatusCode::NO_CONTENT)
 }
