@@ -5,56 +5,9 @@
 //! (`cargo test -p tessera-tests --test hostile -- --nocapture`).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_tests::{blob, post_json, repo_root, tessera_bin};
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(state: &Path) -> Server {
-    let mut child = Command::new(tessera_bin())
-        .args([
-            "--state",
-            state.to_str().unwrap(),
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--auth",
-            "none",
-        ])
-        .env("TESSERA_MODELS", repo_root().join("../shared/models"))
-        .env_remove("TESSERA_FAULT")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut base = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(a) = line.strip_prefix("serving the Tessera API on ") {
-            base = Some(a.trim().to_string());
-            break;
-        }
-    }
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server {
-        child,
-        base: base.expect("tessera serve printed its address"),
-    }
-}
+use tessera_tests::{blob, post_json, repo_root, serve};
 
 /// Peak resident memory of a process, in MiB.
 fn vm_hwm_mib(pid: u32) -> u64 {
@@ -180,7 +133,7 @@ async fn hostile_requests_get_clear_4xx_store_nothing_and_bounded_memory() {
     use reqwest::Method as M;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
-    let server = start(state);
+    let server = serve(state, "none", &[]);
     let base = server.base.clone();
     let c = reqwest::Client::new();
     let pid_of_server = server.child.id();

@@ -142,3 +142,63 @@ pub async fn blob(client: &reqwest::Client, base: &str, bytes: &[u8]) -> String 
     .await;
     f["blob_sha"].as_str().unwrap().to_string()
 }
+
+/// `tessera serve` running on a free loopback port, killed and reaped when dropped.
+pub struct Served {
+    /// The server process (its pid for /proc reads).
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The first admin key, printed once by a server started with `--auth api_key`.
+    pub first_key: Option<String>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `tessera serve --auth <auth>` over the state in `state`, with the repository's
+/// face models and `env` set; returns once it listens. Its log is drained in the
+/// background so it never blocks on a full pipe.
+pub fn serve(state: &Path, auth: &str, env: &[(&str, &str)]) -> Served {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(tessera_bin())
+        .args(["--state", state.to_str().expect("a UTF-8 path")])
+        .args(["serve", "--addr", "127.0.0.1:0", "--auth", auth])
+        .env("TESSERA_MODELS", repo_root().join("../shared/models"))
+        .envs(env.iter().copied())
+        .env_remove("TESSERA_FAULT")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tessera serve starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let (mut first_key, mut base) = (None, None);
+    for line in lines.by_ref() {
+        let line = line.expect("a log line");
+        if line.starts_with("tsk_") {
+            first_key = Some(line.trim().to_string());
+        }
+        if let Some(a) = line.strip_prefix("serving the Tessera API on ") {
+            base = Some(a.trim().to_string());
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        base: base.expect("tessera serve printed its address"),
+        first_key,
+    }
+}
+
+/// GET `url`; the answer's JSON, which must be a success.
+pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    let r = client.get(url).send().await.unwrap();
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(status.is_success(), "{url}: {status} {v}");
+    v
+}

@@ -6,12 +6,11 @@
 //! receiver.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_core::catalog::api_keys;
 use tessera_core::notify::verify;
-use tessera_tests::{Killed, blob, post_json, repo_root, tessera_bin};
+use tessera_tests::{blob, get_json, post_json, repo_root, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One request the receiver got, and the status it answered.
@@ -92,14 +91,6 @@ fn client(key: &str) -> reqwest::Client {
         .unwrap()
 }
 
-async fn get_json(c: &reqwest::Client, url: &str) -> serde_json::Value {
-    let r = c.get(url).send().await.unwrap();
-    let status = r.status();
-    let v: serde_json::Value = r.json().await.unwrap();
-    assert!(status.is_success(), "{url}: {status} {v}");
-    v
-}
-
 /// A project of the caller's tenant and one photo added to it; the photo's id.
 async fn project_with_photo(c: &reqwest::Client, base: &str, name: &str) -> (String, String) {
     let p = post_json(
@@ -129,31 +120,13 @@ async fn notices_arrive_signed_with_stable_ids_through_an_outage_and_only_for_th
         .local_addr()
         .unwrap()
         .port();
-    let mut child = std::process::Command::new(tessera_bin())
-        .args(["--state", dir.path().to_str().unwrap()])
-        .args(["serve", "--addr", "127.0.0.1:0", "--auth", "api_key"])
-        .env("TESSERA_MODELS", repo_root().join("../shared/models"))
-        // The receiver is on loopback, which an operator must allow.
-        .env("TESSERA_WEBHOOKS_ALLOW_PRIVATE", "1")
-        .env_remove("TESSERA_FAULT")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let _server = Killed(child);
-    let (mut key_a, mut base) = (None, None);
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if line.starts_with("tsk_") {
-            key_a = Some(line.trim().to_string());
-        }
-        if let Some(a) = line.strip_prefix("serving the Tessera API on ") {
-            base = Some(a.trim().to_string());
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    let (key_a, base) = (key_a.unwrap(), base.unwrap());
+    // The receiver is on loopback, which an operator must allow.
+    let server = serve(
+        dir.path(),
+        "api_key",
+        &[("TESSERA_WEBHOOKS_ALLOW_PRIVATE", "1")],
+    );
+    let (key_a, base) = (server.first_key.clone().unwrap(), server.base.clone());
     // Tenant B's key, made as an operator makes one: with the state store itself.
     let store = tessera_local::SqliteStateStore::open(
         &tessera_local::StateDir::open(dir.path())

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import image_rootfs  # noqa: E402
 from lambda_service import Function, FunctionUrl, Schedule, SqsPoller  # noqa: E402
 from stack import Stack  # noqa: E402
+from webhook_receiver import Receiver, signed  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
@@ -441,9 +442,6 @@ class Rehearsal:
         """A webhook whose receiver on 127.0.0.1 is down, then answers 500 once, then 200:
         the photo's notices arrive through the deployed functions, signed, with the id of
         the refused try repeated on the retry."""
-        import hashlib
-        import hmac
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         port = free_port()
         s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-webhooks"})
         self.check(s == 201, f"webhook project: {s} {p}")
@@ -457,27 +455,13 @@ class Rehearsal:
         # every 10 s (tessera_engine::notify::WEBHOOK_CACHE): a webhook is live for
         # every function after that.
         time.sleep(11)
-        received = []
-
-        class Receiver(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                status = 500 if not received else 200
-                received.append((dict(self.headers), body, status))
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
         photo = self.presigned_put(p["project_id"], "camera.png")
         deliveries = f"/v1/x-tessera/webhooks/{hook['id']}/deliveries"
         tried = self.wait("a delivery tried against the closed port", lambda: any(
             "could not be reached" in (i.get("last_error") or "") for i in self.http("GET", deliveries)[1]["items"]), 240)
         self.check(tried, f"no delivery was tried while the receiver was down: {self.http('GET', deliveries)}")
-        server = ThreadingHTTPServer(("127.0.0.1", port), Receiver)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        receiver = Receiver(port)
+        received = receiver.received
         try:
             def done():
                 items = self.http("GET", deliveries)[1]["items"]
@@ -486,16 +470,13 @@ class Rehearsal:
             ok = self.wait("every notice delivered", done, 240)
             self.check(ok, f"notices not delivered: {self.http('GET', deliveries)[1]} received {[(st, b[:200]) for _, b, st in received]}")
         finally:
-            server.shutdown()
+            receiver.stop()
         for headers, body, _ in received:
-            h = {k.lower(): v for k, v in headers.items()}
-            mac = hmac.new(hook["secret"].encode(), f"{h['tessera-webhook-id']}.{h['tessera-webhook-timestamp']}.".encode() + body,
-                           hashlib.sha256).hexdigest()
-            self.check(h["tessera-webhook-signature"] == f"v1={mac}", f"a delivery's signature does not verify: {h}")
+            self.check(signed(hook["secret"], headers, body), f"a delivery's signature does not verify: {headers}")
             self.check(json.loads(body)["data"].get("photo_id") in (None, photo), f"a notice about another photo: {body[:300]}")
         if received:
-            first = {k.lower(): v for k, v in received[0][0].items()}["tessera-webhook-id"]
-            again = [st for hd, _, st in received[1:] if {k.lower(): v for k, v in hd.items()}["tessera-webhook-id"] == first]
+            first = received[0][0]["tessera-webhook-id"]
+            again = [st for h, _, st in received[1:] if h["tessera-webhook-id"] == first]
             self.check(200 in again, f"the delivery answered 500 ({first}) was not delivered again under its id")
         self.report["webhooks"] = {"requests": len(received), "delivered": sum(st == 200 for _, _, st in received)}
         log(f"webhooks: {len(received)} requests, {self.report['webhooks']['delivered']} delivered")

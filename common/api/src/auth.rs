@@ -47,6 +47,18 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Refused with 403 unless an admin key: `doing` names what needs one ("managing
+    /// API keys").
+    pub fn require_admin(&self, doing: &str) -> Result<(), crate::problem::Problem> {
+        if self.admin {
+            Ok(())
+        } else {
+            Err(crate::problem::Problem::forbidden(format!(
+                "{doing} needs an admin key"
+            )))
+        }
+    }
+
     /// Who this caller is in the audit trail.
     pub fn actor(&self) -> tessera_core::audit::Actor {
         tessera_core::audit::Actor {

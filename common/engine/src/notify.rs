@@ -284,6 +284,14 @@ impl Engine {
     }
 }
 
+/// The name of a delivery job's one task.
+const DELIVERY_TASK_NAME: &str = "deliver";
+
+/// The task of delivery job `job`: its id follows from the job's (no query to find it).
+pub fn delivery_task(job: tessera_core::JobId) -> tessera_core::TaskId {
+    crate::plan::task_id_for(job, DELIVERY_TASK_NAME)
+}
+
 /// The job that delivers `notice` to `sub`: its fingerprint is (webhook, notice id), so
 /// the same notice raised again is the same job.
 fn delivery_plan(sub: &Subscription, notice: &Notice) -> crate::JobPlan {
@@ -295,7 +303,7 @@ fn delivery_plan(sub: &Subscription, notice: &Notice) -> crate::JobPlan {
         spec: serde_json::json!({ "webhook": sub.id, "notice": notice.id }),
         priority: 0,
         tasks: vec![crate::TaskPlan::new(
-            "deliver",
+            DELIVERY_TASK_NAME,
             DELIVERY_TASK,
             serde_json::json!({ "webhook": sub.id, "notice": notice }),
         )],

@@ -24,21 +24,13 @@ pub struct CreateKey {
     pub admin: bool,
 }
 
-fn admin_only(c: &Caller) -> Result<(), Problem> {
-    if c.admin {
-        Ok(())
-    } else {
-        Err(Problem::forbidden("managing API keys needs an admin key"))
-    }
-}
-
 /// `POST /v1/admin/api-keys`: the secret is in this answer only.
 pub async fn create(
     State(s): State<ApiState>,
     caller: Caller,
     body: Result<Json<CreateKey>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
-    admin_only(&caller)?;
+    caller.require_admin("managing API keys")?;
     let Json(body) = body.map_err(|e| {
         Problem::bad_request(format!(
             "the body must be JSON {{\"admin\"?: bool, \"tenant\"?: …}}: {e}"
@@ -65,7 +57,7 @@ pub async fn create(
 
 /// `GET /v1/admin/api-keys`: the caller's tenant's keys.
 pub async fn list(State(s): State<ApiState>, caller: Caller) -> Result<Json<Value>, Problem> {
-    admin_only(&caller)?;
+    caller.require_admin("managing API keys")?;
     let keys = api_keys::list(s.engine.ports().store.as_ref(), &caller.tenant).await?;
     Ok(Json(
         json!({ "items": keys, "next_page_token": null, "total": keys.len() }),
@@ -78,7 +70,7 @@ pub async fn revoke(
     caller: Caller,
     Path(key_id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    admin_only(&caller)?;
+    caller.require_admin("managing API keys")?;
     let key = api_keys::revoke(s.engine.ports().store.as_ref(), &caller.tenant, &key_id).await?;
     Ok(Json(json!({ "key": key })))
 }

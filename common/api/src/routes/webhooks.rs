@@ -35,19 +35,6 @@ fn view(s: &Subscription) -> Value {
     })
 }
 
-/// Webhooks send the tenant's notices (photo and file names included) wherever they
-/// point, and outlive the key that made them: only an admin key makes or deletes them,
-/// as only an admin key makes keys.
-fn admin_only(c: &Caller) -> Result<(), Problem> {
-    if c.admin {
-        Ok(())
-    } else {
-        Err(Problem::forbidden(
-            "making or deleting a webhook needs an admin key",
-        ))
-    }
-}
-
 fn webhook_id(id: &str) -> Result<WebhookId, Problem> {
     id.parse()
         .map_err(|_| Problem::not_found(format!("no webhook `{id}`")))
@@ -59,7 +46,9 @@ pub async fn create(
     caller: Caller,
     body: Result<Json<CreateWebhook>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
-    admin_only(&caller)?;
+    // A webhook sends the tenant's notices (photo and file names included) wherever it
+    // points, and outlives the key that made it: admin keys only, as for keys.
+    caller.require_admin("making a webhook")?;
     let Json(body) = body.map_err(|e| {
         Problem::bad_request(format!(
             "the body must be JSON {{\"url\": \"https://…\", \"events\"?: [\"job.succeeded\", …], \"project_id\"?: \"…\"}}: {e}"
@@ -128,10 +117,11 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, Problem> {
     let id = webhook_id(&id)?;
+    let store = s.engine.ports().store.as_ref();
     // Ownership first: another tenant's id is a 404 whatever the key.
-    webhooks::get(s.engine.ports().store.as_ref(), &caller.tenant, id).await?;
-    admin_only(&caller)?;
-    webhooks::delete(s.engine.ports().store.as_ref(), &caller.actor(), id).await?;
+    let sub = webhooks::get(store, &caller.tenant, id).await?;
+    caller.require_admin("deleting a webhook")?;
+    webhooks::delete(store, &caller.actor(), &sub).await?;
     s.engine.forget_webhooks(&caller.tenant);
     tracing::info!(tenant = %caller.tenant, webhook = %id, "webhook deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -155,7 +145,15 @@ pub async fn deliveries(
     .await?;
     let mut items = Vec::new();
     for d in list {
-        let task = s.engine.job_tasks(d.job_id).await?.into_iter().next();
+        let task = match s
+            .engine
+            .task(tessera_engine::notify::delivery_task(d.job_id))
+            .await
+        {
+            Ok(t) => Some(t),
+            Err(tessera_engine::EngineError::NoSuchTask(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
         items.push(json!({
             "notice_id": d.notice,
             "type": d.kind,

@@ -133,24 +133,26 @@ pub async fn get(
     })
 }
 
-/// Delete the webhook `id` of the actor's tenant, recorded in its audit trail. Deliveries already queued for it are not sent
-/// (the delivery task finds it gone).
+/// Delete `sub` (read with [`get`]), recorded in its tenant's audit trail. Deliveries
+/// already queued for it are not sent (the delivery task finds it gone).
 pub async fn delete(
     store: &dyn StateStore,
     actor: &Actor,
-    id: WebhookId,
+    sub: &Subscription,
 ) -> Result<(), CatalogError> {
-    let sub = get(store, &actor.tenant, id).await?;
+    if sub.tenant != actor.tenant {
+        return Err(CatalogError::NotFound(format!("no webhook `{}`", sub.id)));
+    }
     store
         .transact(vec![
             Write::Delete {
-                key: key(&actor.tenant, id),
+                key: key(&actor.tenant, sub.id),
                 condition: Condition::None,
             },
             audit::entry(
                 actor,
                 "webhook.delete",
-                format!("webhook/{id}"),
+                format!("webhook/{}", sub.id),
                 serde_json::json!({ "url": sub.url }),
             ),
         ])
