@@ -83,3 +83,78 @@ async fn a_held_reservation_is_renewed_past_its_lease() {
     drop(held);
     assert_eq!(ledger.reserved().unwrap(), 0, "released on drop");
 }
+
+/// Where the child process writes when it held its reservation, and the ledger it uses.
+const CHILD_ENV: &str = "TESSERA_TEST_LEDGER_CHILD";
+
+/// One worker process of [`two_processes_on_one_budget_run_their_heavy_stages_in_turn`]:
+/// run by that test as a child (`--ignored --exact`), never on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of two_processes_on_one_budget_run_their_heavy_stages_in_turn"]
+async fn child_process_holds_a_heavy_stage() {
+    let spec = std::env::var(CHILD_ENV).expect("run by the parent test");
+    let (ledger, out) = spec.split_once('|').unwrap();
+    let owner = format!("pid-{}", std::process::id());
+    // The process's gate as embedded mode builds it: its own count, the shared ledger
+    // with the lease a worker uses.
+    let gate = process_gate(
+        std::path::Path::new(ledger),
+        &owner,
+        tessera_local::memory_ledger::RESERVATION_LEASE,
+    );
+    let permit = gate
+        .admit(3 * GIB, &CancellationToken::new())
+        .await
+        .unwrap();
+    let from = std::time::SystemTime::now();
+    // The stage: hold the room a while.
+    std::thread::sleep(Duration::from_millis(1500));
+    let to = std::time::SystemTime::now();
+    drop(permit);
+    let ms =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    std::fs::write(out, format!("{} {}", ms(from), ms(to))).unwrap();
+}
+
+#[test]
+fn two_processes_on_one_budget_run_their_heavy_stages_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("memory.db");
+    let me = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            let out = dir.path().join(format!("held-{i}"));
+            let child = std::process::Command::new(&me)
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "child_process_holds_a_heavy_stage",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, format!("{}|{}", ledger.display(), out.display()))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
+        .collect();
+    let mut held = Vec::new();
+    for (child, out) in children {
+        let done = child.wait_with_output().unwrap();
+        assert!(
+            done.status.success(),
+            "a worker process failed or was killed: {:?}\n{}",
+            done.status,
+            String::from_utf8_lossy(&done.stdout)
+        );
+        let text = std::fs::read_to_string(&out).expect("the child ran its stage");
+        let (a, b) = text.split_once(' ').unwrap();
+        held.push((a.parse::<u128>().unwrap(), b.parse::<u128>().unwrap()));
+    }
+    held.sort();
+    assert!(
+        held[0].1 <= held[1].0,
+        "3 + 3 GiB in a 4-GiB budget ran at once in two processes: {held:?}"
+    );
+}
