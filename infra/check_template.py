@@ -17,6 +17,8 @@
 - the api function's progress streams end (and say so) before its timeout, and its
   concurrency is reserved by a parameter; with every default, the mappings' caps and
   that reservation fit an account's default 1,000 executions (100 kept unreserved);
+- every function and Batch container that ends tasks may publish notices to the event
+  bus it is given (events:PutEvents on the default bus);
 - the reaper's role may delete and list in the bucket, which its collector does
   (expired uploads and blobs, originals past retention, refusals, erasure sweeps), and
   may not read or write objects.
@@ -158,6 +160,23 @@ def main() -> int:
         api_reserved >= 1 and caps + api_reserved <= 900,
         f"mappings {caps} + api {api_reserved}",
     )
+    # Notices go to EventBridge from whichever process ends a task: every function given
+    # a bus (and the Batch container) may publish to it, and the others are given none.
+    for k, v in sorted(functions.items()):
+        env = v["Properties"].get("Environment", {}).get("Variables", {})
+        if not env.get("TESSERA_EVENT_BUS"):
+            continue
+        role = res[v["Properties"]["Role"]["Fn::GetAtt"][0]]
+        granted = [r for a, r in actions_of(role) if a == "events:PutEvents"]
+        check(f"{k} may publish notices to its bus", any("event-bus/default" in r for r in granted), granted)
+    for k, v in sorted(res.items()):
+        if v["Type"] != "AWS::Batch::JobDefinition":
+            continue
+        env = {e["Name"]: e["Value"] for e in v["Properties"]["ContainerProperties"].get("Environment", [])}
+        check(f"{k} gives its container the event bus", env.get("TESSERA_EVENT_BUS") == "default", sorted(env))
+        role = res[v["Properties"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]]
+        granted = [r for a, r in actions_of(role) if a == "events:PutEvents"]
+        check(f"{k}'s job role may publish notices", any("event-bus/default" in r for r in granted), granted)
     reaper = res.get("ReaperFunctionRole")
     check("the reaper has its own role", reaper is not None, "ReaperFunctionRole missing")
     if reaper:

@@ -12,6 +12,11 @@ rehearsal turns them on for S3 and SQS, whose resource-level checks moto impleme
 lists the services it cannot check (moto compares DynamoDB grants against resource "*",
 so a table-scoped grant is refused; its Lambda and STS checks fail on valid signatures).
 
+EventBridge: moto matches every event put on a bus against every rule on it, schedule
+rules included (their empty pattern matches anything), and fails the whole PutEvents
+when a matched rule's target is one it cannot deliver to (a Lambda function). On AWS a
+schedule rule fires on its schedule only; so here.
+
 Usage: python moto_serve.py HOST PORT
 """
 
@@ -24,6 +29,19 @@ from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
 
 from moto.core.authorization import ActionAuthenticatorMixin
+
+import moto.events.models as _events_models
+
+_send_to_targets = _events_models.Rule.send_to_targets
+
+
+def _scheduled_rules_ignore_events(self, *args, **kwargs):
+    if self.scheduled_expression and not self.event_pattern._pattern:
+        return None
+    return _send_to_targets(self, *args, **kwargs)
+
+
+_events_models.Rule.send_to_targets = _scheduled_rules_ignore_events
 
 UNCHECKED = {s for s in os.environ.get("TESSERA_MOTO_UNCHECKED", "").split(",") if s}
 _checked = ActionAuthenticatorMixin._authenticate_and_authorize_normal_action

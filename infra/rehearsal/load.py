@@ -220,8 +220,9 @@ class LoadRehearsal(Rehearsal):
         log(f"enrolled {label}: {s} {json.dumps(sub)[:300]}")
         return sub
 
-    def put_bytes(self, pid, name, data):
-        s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign", {"name": name, "content_type": "image/jpeg"})
+    def put_bytes(self, pid, name, data, key=True):
+        s, pre = self.http("POST", f"/v1/x-tessera/projects/{pid}/photos:presign", {"name": name, "content_type": "image/jpeg"},
+                           key=key)
         assert s == 201, (s, pre)
         import urllib.request
         req = urllib.request.Request(pre["upload"]["url"], data=data, method="PUT", headers=pre["upload"]["headers"])
@@ -260,9 +261,26 @@ class LoadRehearsal(Rehearsal):
             list(pool.map(one, range(n)))
         put_s = time.time() - t0
         self.check(enrolled.is_set(), "the subject was never enrolled during the burst")
+        fair = self.second_tenant_photo(photos[1][1], pid)
         ok = self.wait_servable(pid, n, "burst", max(900, 4 * n))
         self.end("burst")
         seconds = self.phases["burst"][1] - self.phases["burst"][0]
+        fair["thread"].join(timeout=max(900, 4 * n))
+        if fair["seconds"] is None:
+            self.fail("the second tenant's photo was never servable")
+        else:
+            rate = n / seconds
+            waited = fair["seconds"] * rate
+            self.report["scenarios"]["fair_turns"] = {
+                "b_seconds_to_servable": round(fair["seconds"], 1),
+                "a_photos_per_s": round(rate, 3),
+                "b_wait_in_a_photos": round(waited, 1),
+                "a_backlog_when_b_uploaded": fair["backlog"],
+                # Oldest first, B waits behind the whole backlog: the baseline is 1.
+                "b_wait_over_backlog": round(waited / max(fair["backlog"], 1), 3),
+            }
+            log(f"fair turns: tenant B's one photo servable in {fair['seconds']:.1f}s = {waited:.1f} of A's photos, "
+                f"with {fair['backlog']} of A's waiting when it was uploaded")
         # Privacy at load: every photo of the opted-out subject ends with her face decided
         # `subject` (blurred in the public copy), no stranger's face is.
         _, _, rows = self.servable(pid)
@@ -285,6 +303,32 @@ class LoadRehearsal(Rehearsal):
         }
         log(f"burst: {n} photos servable in {seconds:.1f}s ({n / seconds:.2f}/s); subject missed on {len(missed)}, "
             f"group photo {len(group.get('faces') or [])} faces")
+
+    def second_tenant_photo(self, data, busy_pid):
+        """Fair turns (issue 25): once tenant A's whole burst is queued, tenant B uploads
+        one photo; a thread records the seconds until it is servable. Returns
+        {"thread", "seconds", "backlog"} (A's photos not yet servable at B's upload)."""
+        key = self.create_api_key("load-tenant-b")
+        s, p = self.http("POST", "/v1/projects", {"name": "load-fair-b"}, key=key)
+        assert s == 201, (s, p)
+        pid = p["project_id"]
+        self.recorder.stats.scopes[pid] = "<project>"
+        self.recorder.stats.scopes["load-tenant-b"] = "<tenant>"
+        done, total, _ = self.servable(busy_pid)
+        out = {"seconds": None, "backlog": self.args.photos - done}
+        t0 = time.time()
+        self.put_bytes(pid, "tenant-b.jpg", data, key=key)
+
+        def watch():
+            until = time.time() + max(900, 4 * self.args.photos)
+            while time.time() < until:
+                if self.servable(pid)[0] >= 1:
+                    out["seconds"] = time.time() - t0
+                    return
+                time.sleep(1)
+        out["thread"] = threading.Thread(target=watch, daemon=True)
+        out["thread"].start()
+        return out
 
     def phase_sweep(self):
         pid = self.burst_project

@@ -303,9 +303,10 @@ class Rehearsal:
     # -- a client of the deployed API ----------------------------------------------------------
 
     def http(self, method, path, body=None, headers=None, raw=False, key=True):
+        """`key`: True for the rehearsal's admin key, False for none, or another key."""
         h = dict(headers or {})
         if key:
-            h["authorization"] = f"Bearer {self.api_key}"
+            h["authorization"] = f"Bearer {key if isinstance(key, str) else self.api_key}"
         data = body
         if body is not None and not isinstance(body, bytes):
             data = json.dumps(body).encode()
@@ -455,6 +456,7 @@ class Rehearsal:
         # every 10 s (tessera_engine::notify::WEBHOOK_CACHE): a webhook is live for
         # every function after that.
         time.sleep(11)
+        bus_tap = self.tap_event_bus()
         photo = self.presigned_put(p["project_id"], "camera.png")
         deliveries = f"/v1/x-tessera/webhooks/{hook['id']}/deliveries"
         tried = self.wait("a delivery tried against the closed port", lambda: any(
@@ -480,6 +482,31 @@ class Rehearsal:
             self.check(200 in again, f"the delivery answered 500 ({first}) was not delivered again under its id")
         self.report["webhooks"] = {"requests": len(received), "delivered": sum(st == 200 for _, _, st in received)}
         log(f"webhooks: {len(received)} requests, {self.report['webhooks']['delivered']} delivered")
+        # The same notices are events on the default bus, where an operator's rule found them.
+        events = []
+
+        def bus_has_photo_published():
+            for m in self.op.sqs.receive_message(QueueUrl=bus_tap, MaxNumberOfMessages=10).get("Messages", []):
+                events.append(json.loads(m["Body"]))
+                self.op.sqs.delete_message(QueueUrl=bus_tap, ReceiptHandle=m["ReceiptHandle"])
+            return any(e.get("detail-type") == "photo.published" and e["detail"]["data"].get("photo_id") == photo
+                       for e in events)
+        ok = self.wait("photo.published on the default event bus", bus_has_photo_published, 60)
+        self.check(ok, f"no photo.published event for {photo} on the bus: {[e.get('detail-type') for e in events]}")
+        for e in events:
+            self.check(e.get("source") == f"tessera.{STACK}", f"an event from source {e.get('source')}")
+        self.report["events"] = {"received": len(events)}
+
+    def tap_event_bus(self):
+        """An operator's rule on the default bus forwarding this stack's events to a queue;
+        the queue's URL."""
+        url = self.op.sqs.create_queue(QueueName="operator-bus-tap")["QueueUrl"]
+        arn = self.op.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.op.events.put_rule(Name="tessera-notices", EventBusName="default",
+                                EventPattern=json.dumps({"source": [f"tessera.{STACK}"]}))
+        self.op.events.put_targets(Rule="tessera-notices", EventBusName="default",
+                                   Targets=[{"Id": "tap", "Arn": arn}])
+        return url
 
     def presigned_put(self, pid, name):
         """Upload one test photo through a presigned URL, as a phone app would; its id."""
@@ -595,12 +622,12 @@ class Rehearsal:
 
     # -- run -------------------------------------------------------------------------------
 
-    def create_api_key(self):
-        """An admin API key, made as an operator makes one (`tessera aws create-key`)."""
+    def create_api_key(self, tenant="local"):
+        """An admin API key of `tenant`, made as an operator makes one (`tessera aws create-key`)."""
         tessera = os.path.join(self.args.target_dir, self.args.profile, "tessera")
         env = dict(os.environ, **self.op_env, AWS_ENDPOINT_URL=self.endpoint, AWS_REGION="us-east-1",
                    TESSERA_TABLE=self.stack.physical["StateTable"], TESSERA_BUCKET=self.stack.physical["PhotoBucket"])
-        return subprocess.run([tessera, "aws", "create-key", "--admin"], env=env, capture_output=True,
+        return subprocess.run([tessera, "aws", "create-key", "--admin", "--tenant", tenant], env=env, capture_output=True,
                               text=True, check=True).stdout.strip()
 
     def run(self):

@@ -6,6 +6,7 @@
 //! - [`S3ObjectStore`]: the object store on one bucket, multipart for large files,
 //!   `If-None-Match: *` for put-if-absent, presigned URLs;
 //! - [`SqsQueue`]: the queue on SQS with a redrive policy to `<name>-dlq`;
+//! - [`EventBridgeBus`]: the notice bus on EventBridge;
 //! - [`BatchLauncher`]: heavy stages as AWS Batch jobs, one job queue and definition per
 //!   resource class.
 //!
@@ -15,6 +16,7 @@
 
 mod attr;
 pub mod batch;
+pub mod notice_bus;
 pub mod object_store;
 pub mod queue;
 mod sdk_error;
@@ -22,6 +24,7 @@ pub mod settings;
 pub mod state_store;
 
 pub use batch::{BatchJobRequest, BatchLauncher, BatchTarget};
+pub use notice_bus::EventBridgeBus;
 pub use object_store::S3ObjectStore;
 pub use queue::SqsQueue;
 pub use settings::{AwsAdapters, AwsSettings};

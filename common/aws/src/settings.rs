@@ -1,7 +1,7 @@
 //! Where the AWS resources are, read from the environment a function or container is
 //! given, and the clients built from it once per process.
 
-use crate::{DynamoStateStore, S3ObjectStore, SqsQueue};
+use crate::{DynamoStateStore, EventBridgeBus, S3ObjectStore, SqsQueue};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_s3::config::Credentials;
 use aws_smithy_http_client::tls;
@@ -24,7 +24,16 @@ pub struct AwsSettings {
     /// Fixed credentials for a local endpoint; `None` uses the standard chain (the
     /// Lambda or Batch role).
     pub static_credentials: Option<(String, String)>,
+    /// The EventBridge bus every notice is also published to (`TESSERA_EVENT_BUS`: a
+    /// name, `default`, or an ARN); `None` publishes nowhere but to webhooks.
+    pub event_bus: Option<String>,
+    /// The events' `Source` (`TESSERA_EVENT_SOURCE`, default `tessera`): the template
+    /// sets `tessera.<stack name>`, so rules tell two deployments in one account apart.
+    pub event_source: String,
 }
+
+/// The events' `Source` when `TESSERA_EVENT_SOURCE` is not set.
+pub const DEFAULT_EVENT_SOURCE: &str = "tessera";
 
 /// A setting that is missing or malformed.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +77,13 @@ impl AwsSettings {
                 .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
                 .unwrap_or_else(|_| "us-east-1".into()),
             static_credentials: None,
+            event_bus: std::env::var("TESSERA_EVENT_BUS")
+                .ok()
+                .filter(|v| !v.trim().is_empty()),
+            event_source: std::env::var("TESSERA_EVENT_SOURCE")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_EVENT_SOURCE.into()),
         })
     }
 
@@ -80,6 +96,8 @@ impl AwsSettings {
             endpoint: Some(endpoint.into()),
             region: "us-east-1".into(),
             static_credentials: Some(("testing".into(), "testing".into())),
+            event_bus: None,
+            event_source: DEFAULT_EVENT_SOURCE.into(),
         }
     }
 
@@ -119,6 +137,8 @@ pub struct AwsAdapters {
     pub objects: S3ObjectStore,
     /// SQS.
     pub queue: SqsQueue,
+    /// EventBridge, when the settings name a bus.
+    pub bus: Option<EventBridgeBus>,
     /// The configuration the clients were built from (for Batch and presigning).
     pub sdk: SdkConfig,
 }
@@ -134,6 +154,13 @@ impl AwsAdapters {
             store: DynamoStateStore::new(aws_sdk_dynamodb::Client::new(&sdk), &settings.table),
             objects: S3ObjectStore::new(aws_sdk_s3::Client::from_conf(s3), &settings.bucket),
             queue: SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &settings.queue_prefix),
+            bus: settings.event_bus.as_ref().map(|bus| {
+                EventBridgeBus::new(
+                    aws_sdk_eventbridge::Client::new(&sdk),
+                    bus,
+                    &settings.event_source,
+                )
+            }),
             sdk,
         }
     }

@@ -1,6 +1,8 @@
 //! Errors of engine operations (submit, claim, cancel, resume, reap).
 
-use tessera_core::ports::{EventLogError, ObjectStoreError, QueueError, StoreError};
+use tessera_core::ports::{
+    EventLogError, NoticeBusError, ObjectStoreError, QueueError, StoreError,
+};
 use tessera_core::{Classify, ErrorClass, JobId, TaskId};
 
 /// What can go wrong in the engine itself (not in a task's handler).
@@ -18,6 +20,9 @@ pub enum EngineError {
     /// The object store failed.
     #[error(transparent)]
     Objects(#[from] ObjectStoreError),
+    /// The notice bus failed.
+    #[error(transparent)]
+    Bus(#[from] NoticeBusError),
     /// No such job.
     #[error("job {0} does not exist; `tessera jobs list` shows the jobs in this state directory")]
     NoSuchJob(JobId),
@@ -39,6 +44,7 @@ impl Classify for EngineError {
             EngineError::Queue(e) => e.class(),
             EngineError::Events(e) => e.class(),
             EngineError::Objects(e) => e.class(),
+            EngineError::Bus(e) => e.class(),
             EngineError::NoSuchJob(_) | EngineError::NoSuchTask(_) => ErrorClass::Poison,
             EngineError::InvalidPlan(_) | EngineError::Refused(_) => ErrorClass::Permanent,
         }

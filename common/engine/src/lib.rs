@@ -208,6 +208,8 @@ pub struct Engine {
     pub(crate) registry: Arc<Registry>,
     pub(crate) stats: Option<Arc<EngineStats>>,
     pub(crate) webhooks: notify::WebhookCache,
+    /// Where every notice also goes (EventBridge on AWS); none in embedded mode.
+    pub(crate) bus: Option<Arc<dyn tessera_core::ports::NoticeBus>>,
 }
 
 impl Engine {
@@ -219,7 +221,16 @@ impl Engine {
             registry: Arc::new(registry),
             stats: None,
             webhooks: Default::default(),
+            bus: None,
         }
+    }
+
+    /// Publish every notice to `bus` as well as to the tenants' webhooks. With a bus,
+    /// the end of every task that may be news is looked at, whether or not its tenant
+    /// has a webhook.
+    pub fn with_notice_bus(mut self, bus: Arc<dyn tessera_core::ports::NoticeBus>) -> Self {
+        self.bus = Some(bus);
+        self
     }
 
     /// Record latencies into `stats`.

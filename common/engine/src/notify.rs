@@ -5,7 +5,9 @@
 //! same transaction as its terminal state. The engine then raises the notices and
 //! clears the flag in one transaction with the deliveries it creates; a worker that
 //! dies in between leaves the task in the `advance` due index, and the reaper raises
-//! them. Each delivery is a sealed engine job keyed by a fingerprint of (webhook,
+//! them. With a notice bus (EventBridge on AWS), every notice is published there too,
+//! before the flag is cleared, whether or not the tenant has a webhook. Each delivery
+//! is a sealed engine job keyed by a fingerprint of (webhook,
 //! notice id), so raising the same notice twice (a repeated raise, two failed tasks of
 //! one job) creates one delivery.
 
@@ -14,6 +16,8 @@ use tessera_core::catalog::CatalogError;
 use tessera_core::catalog::webhooks::{self, Delivery};
 use tessera_core::job::{Job, JobStatus};
 use tessera_core::notify::{DELIVERY_JOB, DELIVERY_TASK, Notice, NoticeType, Subscription};
+use tessera_core::ports::NoticeBusError;
+use tessera_core::ports::notice_bus::{MAX_NOTICES_PER_PUBLISH, check_notice};
 use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
@@ -95,7 +99,7 @@ impl Engine {
         if !may_end_job && !own {
             return Ok(false);
         }
-        Ok(!self.webhooks(tenant).await?.is_empty())
+        Ok(self.bus.is_some() || !self.webhooks(tenant).await?.is_empty())
     }
 
     async fn webhooks(
@@ -141,6 +145,12 @@ impl Engine {
         if let Some(h) = self.registry.get(&task.kind) {
             notices.extend(h.notices(task, &job));
         }
+        if let Err(e) = self.publish(&notices).await {
+            // Webhooks are not held back by the bus: their deliveries are made now, and
+            // the flag stays set so that the next raise publishes again.
+            self.raise_with(&notices, None).await?;
+            return Err(e);
+        }
         let mut cleared = task.clone();
         cleared.notify_pending = false;
         let clear = Write::Put {
@@ -172,7 +182,42 @@ impl Engine {
     /// wants it. Returns how many deliveries were created (those raised before are not
     /// created again).
     pub async fn raise(&self, notices: &[Notice]) -> Result<usize, EngineError> {
-        self.raise_with(notices, None).await
+        let published = self.publish(notices).await;
+        let created = self.raise_with(notices, None).await?;
+        published?;
+        Ok(created)
+    }
+
+    /// Publish `notices` to the bus, if there is one, in calls of at most
+    /// [`MAX_NOTICES_PER_PUBLISH`]. A notice the bus refuses for itself (it can never be
+    /// accepted) is logged and skipped, so that it does not hold back the others.
+    async fn publish(&self, notices: &[Notice]) -> Result<(), EngineError> {
+        let Some(bus) = &self.bus else {
+            return Ok(());
+        };
+        let mut sendable = Vec::with_capacity(notices.len());
+        for n in notices {
+            match check_notice(n) {
+                Ok(_) => sendable.push(n.clone()),
+                Err(e) => {
+                    tracing::error!(notice = %n.id, kind = %n.kind, tenant = %n.tenant, error = %e, "notice not published to the bus")
+                }
+            }
+        }
+        for chunk in sendable.chunks(MAX_NOTICES_PER_PUBLISH) {
+            match bus.publish(chunk).await {
+                Ok(()) => {}
+                Err(NoticeBusError::Refused { id, why }) => {
+                    tracing::error!(notice = %id, error = %why, "the bus refused a notice; not published");
+                    let rest: Vec<Notice> = chunk.iter().filter(|n| n.id != id).cloned().collect();
+                    if !rest.is_empty() {
+                        bus.publish(&rest).await?;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// [`Self::raise`], committing `last` with the final batch of deliveries (a

@@ -112,7 +112,11 @@ impl Function {
             ))),
         };
         let config = engine_config(queue, |name| std::env::var(name).ok());
-        let engine = Engine::new(ports, config, registry);
+        let mut engine = Engine::new(ports, config, registry);
+        if let Some(bus) = &adapters.bus {
+            tracing::info!(bus = bus.bus(), "notices are also published to EventBridge");
+            engine = engine.with_notice_bus(Arc::new(bus.clone()));
+        }
         let batch = SqsBatch {
             engine: engine.clone(),
             queue: queue.to_string(),

@@ -9,7 +9,7 @@
 mod support;
 
 use std::time::Duration;
-use support::{Deployment, PREFIX, models, shared};
+use support::{Deployment, PREFIX, models, put_upload, shared};
 use tessera_core::domain::Project;
 use tessera_core::photo::{Photo, keys};
 use tessera_core::ports::ObjectStore;
@@ -36,24 +36,6 @@ async fn project_with_subject(d: &Deployment) -> Project {
     .await
     .unwrap();
     project::load(store, p.id).await.unwrap()
-}
-
-/// Upload through S3 itself (moto notifies the uploads queue).
-async fn put_upload(d: &Deployment, p: &Project, file: &str) -> (PhotoId, String) {
-    let photo = PhotoId::new();
-    let key = keys::upload(p.id, photo, &format!("my {file}"));
-    let bytes = std::fs::read(shared().join("testdata/faces").join(file)).unwrap();
-    d.adapters
-        .objects
-        .client()
-        .put_object()
-        .bucket(d.adapters.objects.bucket())
-        .key(&key)
-        .body(bytes.into())
-        .send()
-        .await
-        .unwrap();
-    (photo, key)
 }
 
 async fn row(d: &Deployment, photo: PhotoId) -> Option<Photo> {

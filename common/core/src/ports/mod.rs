@@ -8,6 +8,7 @@
 
 pub mod compute;
 pub mod event_log;
+pub mod notice_bus;
 pub mod object_store;
 pub mod queue;
 pub mod state_store;
@@ -16,6 +17,7 @@ pub use compute::{
     Compute, ComputeError, ComputePermit, ProcessReport, ProcessSpec, ResourceDemand,
 };
 pub use event_log::{EventLog, EventLogError, Fence, StagedEvent};
+pub use notice_bus::{NoticeBus, NoticeBusError};
 pub use object_store::{ObjectMeta, ObjectStore, ObjectStoreError};
 pub use queue::{Delivery, Queue, QueueError, QueueSettings, Turn};
 pub use state_store::{

@@ -20,6 +20,11 @@ use tessera_lambda::{Function, Role, routes};
 
 pub const PREFIX: &str = "t-";
 
+/// The bus and source the template gives every function (TESSERA_EVENT_BUS,
+/// TESSERA_EVENT_SOURCE = tessera.<stack>; the stack here is `t`).
+pub const TEMPLATE_BUS: &str = "default";
+pub const EVENT_SOURCE: &str = "tessera.t";
+
 pub fn shared() -> PathBuf {
     PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR")
@@ -58,9 +63,18 @@ impl Deployment {
     /// Everything the SAM template creates, on a fresh moto. Queues redrive after
     /// `max_receives` receives with a visibility of `visibility`.
     pub async fn start(visibility: Duration, max_receives: u32) -> Deployment {
+        Self::start_on_bus(visibility, max_receives, TEMPLATE_BUS).await
+    }
+
+    /// [`Self::start`] with the functions publishing notices to `bus` instead of the
+    /// template's default bus (a bus that does not exist yet: the bus is down).
+    pub async fn start_on_bus(visibility: Duration, max_receives: u32, bus: &str) -> Deployment {
         let moto = MotoServer::start();
-        let settings =
+        let mut settings =
             AwsSettings::local(&moto.endpoint, "tessera-state", "tessera-photos", PREFIX);
+        // As infra/template.yaml's Globals set them for every function.
+        settings.event_bus = Some(bus.into());
+        settings.event_source = EVENT_SOURCE.into();
         let adapters = AwsAdapters::connect(&settings).await;
         adapters.store.ensure_table().await.unwrap();
         adapters.objects.ensure_bucket().await.unwrap();
@@ -236,4 +250,27 @@ impl Deployment {
             }
         }
     }
+}
+
+/// Upload `file` of the shared test faces through S3 itself, as `my <file>` (moto
+/// notifies the uploads queue); the photo's id and its upload key.
+pub async fn put_upload(
+    d: &Deployment,
+    p: &tessera_core::domain::Project,
+    file: &str,
+) -> (tessera_core::PhotoId, String) {
+    let photo = tessera_core::PhotoId::new();
+    let key = tessera_core::photo::keys::upload(p.id, photo, &format!("my {file}"));
+    let bytes = std::fs::read(shared().join("testdata/faces").join(file)).unwrap();
+    d.adapters
+        .objects
+        .client()
+        .put_object()
+        .bucket(d.adapters.objects.bucket())
+        .key(&key)
+        .body(bytes.into())
+        .send()
+        .await
+        .unwrap();
+    (photo, key)
 }
