@@ -37,6 +37,7 @@ fn the_console_works_end_to_end_in_chromium() {
         "2-reconstruction-phone",
         "3-privacy",
         "4-photo",
+        "4-webhook",
         "5-api-key",
     ] {
         let shot = root.join(format!("target/console-screenshots/{view}.png"));

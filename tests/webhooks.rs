@@ -316,4 +316,46 @@ async fn notices_arrive_signed_with_stable_ids_through_an_outage_and_only_for_th
     assert_eq!(listed_b["items"].as_array().unwrap().len(), 0, "{listed_b}");
     let r = b.get(&deliveries_url).send().await.unwrap();
     assert_eq!(r.status(), 404);
+
+    // A blur region drawn on the served photo withholds it until it is re-blurred:
+    // whoever copied it hears so, then hears of the new version.
+    let r = a
+        .put(format!("{base}/v1/x-tessera/photos/{photo_a}/blur-regions"))
+        .json(&serde_json::json!({ "regions": [{ "x": 0.1, "y": 0.1, "w": 0.2, "h": 0.2 }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    let about_a = |r: &Received, kind: &str| {
+        r.answered == 200
+            && serde_json::from_slice::<serde_json::Value>(&r.body)
+                .is_ok_and(|v| v["type"] == kind && v["data"]["photo_id"] == photo_a.as_str())
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let got = log.lock().unwrap().clone();
+        let unpublished = got.iter().position(|r| about_a(r, "photo.unpublished"));
+        let republished = got.iter().filter(|r| about_a(r, "photo.published")).count();
+        if let Some(i) = unpublished
+            && republished >= 2
+        {
+            let v: serde_json::Value = serde_json::from_slice(&got[i].body).unwrap();
+            assert!(
+                v["data"]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("blur regions"),
+                "{v}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no photo.unpublished and new photo.published after a regions edit: {:#?}",
+            got.iter()
+                .map(|r| String::from_utf8_lossy(&r.body).to_string())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

@@ -7,6 +7,7 @@ import * as projects from './views/projects.js';
 import * as dataset from './views/dataset.js';
 import * as job from './views/job.js';
 import * as privacy from './views/privacy.js';
+import * as webhooks from './views/webhooks.js';
 
 // What tests and people debugging can read: the page's own state, not pixels.
 window.__tessera = { errors: [], views: 0 };
@@ -18,6 +19,8 @@ const routes = [
   [/^#\/projects\/([\w-]+)\/privacy$/, (pid) => privacy.photos(pid)],
   [/^#\/photos\/([\w-]+)$/, (id) => privacy.photo(id)],
   [/^#\/jobs\/([\w-]+)$/, (id) => job.view(id)],
+  [/^#\/webhooks$/, () => webhooks.list()],
+  [/^#\/webhooks\/([\w-]+)$/, (id) => webhooks.detail(id)],
 ];
 
 let cleanup = null;

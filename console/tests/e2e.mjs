@@ -4,7 +4,8 @@
 // dataset, upload the sample photos, start a recipe, watch the stage timeline reach
 // "succeeded" through a dropped event stream and a reload (no event missing or
 // repeated), see the cloud with the right number of points and click a camera, enrol
-// an opted-out subject, add photos, open one and see its variants and face boxes; then
+// an opted-out subject, add photos, open one and see its variants and face boxes; make
+// a webhook, watch its deliveries arrive (one retried) and delete it; then
 // the same page asking for an API key. Any console error or page error fails the run.
 // Screenshots of each view go to $SCREENSHOTS (default target/console-screenshots).
 //
@@ -16,6 +17,8 @@ import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { createHmac } from 'node:crypto';
 
 const REPO = resolve(process.env.REPO || new URL('../..', import.meta.url).pathname);
 const BIN = process.env.TESSERA_BIN || join(process.env.CARGO_TARGET_DIR || join(REPO, 'target'), 'debug', 'tessera');
@@ -28,9 +31,9 @@ mkdirSync(SHOTS, { recursive: true });
 const log = (...a) => console.log(`[e2e ${new Date().toISOString().slice(11, 19)}]`, ...a);
 
 /** Start `tessera serve` on a free port; answers {base, key, stop}. */
-async function serve(args = []) {
+async function serve(args = [], env = {}) {
   const state = mkdtempSync(join(tmpdir(), 'tessera-console-'));
-  const child = spawn(BIN, ['--state', state, 'serve', '--addr', '127.0.0.1:0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(BIN, ['--state', state, 'serve', '--addr', '127.0.0.1:0', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
   let key = null;
   const base = await new Promise((res, rej) => {
     let buf = '';
@@ -80,7 +83,9 @@ async function until(page, what, predicate, arg = null, timeout = 300_000) {
 }
 
 const t0 = Date.now();
-const server = await serve(['--concurrency', '2']);
+// Webhooks to the receiver on 127.0.0.1 below are allowed, as an operator would allow
+// them for a receiver on its own network.
+const server = await serve(['--concurrency', '2'], { TESSERA_WEBHOOKS_ALLOW_PRIVATE: '1' });
 log('serve at', server.base);
 try {
   const { page, errors, context } = await openPage(server.base);
@@ -289,7 +294,33 @@ try {
   const uploads = await page.locator('.uploads li').allTextContents();
   assert.deepEqual(uploads.map((u) => u.trim()), ['noise.pngadded']);
 
-  // 6. Privacy review: enrol a subject, add photos (one broken), open one.
+  // 6. Webhooks: make one for this project's photo notices from the console. Its
+  // receiver answers the first request 500 and the others 200.
+  const received = [];
+  const receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      received.push({ headers: req.headers, body });
+      res.statusCode = received.length === 1 ? 500 : 200;
+      res.end();
+    });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  const hookUrl = `http://127.0.0.1:${receiver.address().port}/hook`;
+  await page.getByRole('link', { name: 'Webhooks' }).click();
+  await page.getByRole('heading', { name: 'Webhooks' }).waitFor();
+  await page.getByLabel('Receiver URL').fill(hookUrl);
+  await page.getByLabel('Notices from').selectOption({ label: 'Castle survey' });
+  for (const t of ['job.succeeded', 'job.failed', 'job.cancelled']) await page.locator(`#ev-${t.replace('.', '\\.')}`).uncheck();
+  await page.getByRole('button', { name: 'Make webhook' }).click();
+  const secret = (await page.locator('code.secret').textContent()).trim();
+  assert.match(secret, /^whsec_/);
+  await page.getByRole('link', { name: 'See its deliveries' }).click();
+  await until(page, 'the deliveries page', () => window.__tessera.webhook?.loaded === true);
+  const hookPage = page.url();
+
+  // 7. Privacy review: enrol a subject, add photos (one broken), open one.
   await page.goto(`/#/projects/${pid}/privacy`);
   await page.getByLabel(/Match threshold/).fill('0.363');
   await page.getByRole('button', { name: 'Save threshold' }).click();
@@ -335,10 +366,37 @@ try {
   await page.getByRole('button', { name: 'Save regions and re-blur' }).click();
   await page.getByText(/saved/).first().waitFor();
   await shot(page, '4-photo');
+
+  // The webhook's page lists each delivery and keeps itself current (no reload here):
+  // the photo notices arrive, the one answered 500 is tried again under its id.
+  await page.goto(hookPage);
+  await until(page, 'the photo notices delivered', () => {
+    const d = window.__tessera.webhook?.deliveries || [];
+    const done = (t) => d.some((x) => x.type === t && x.state === 'succeeded');
+    return done('photo.published') && done('photo.failed') && d.every((x) => x.state === 'succeeded');
+  });
+  const delivered = await state(page, () => window.__tessera.webhook.deliveries);
+  assert.ok(delivered.some((d) => d.attempts >= 2), `the delivery answered 500 was tried again: ${JSON.stringify(delivered)}`);
+  assert.ok(await page.locator('tbody .badge.succeeded').count() >= 2);
+  await shot(page, '4-webhook');
+  receiver.close();
+  const firstId = received[0].headers['tessera-webhook-id'];
+  assert.ok(received.slice(1).some((r) => r.headers['tessera-webhook-id'] === firstId), 'the refused notice came again under its id');
+  for (const r of received) {
+    const h = r.headers;
+    const mac = createHmac('sha256', secret).update(`${h['tessera-webhook-id']}.${h['tessera-webhook-timestamp']}.${r.body}`).digest('hex');
+    assert.equal(h['tessera-webhook-signature'], `v1=${mac}`, 'the signature verifies with the secret the console showed');
+    assert.ok(!JSON.parse(r.body).type.startsWith('job.'), `only the types asked for: ${r.body}`);
+  }
+  // Deleting it from its page.
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Delete webhook' }).click();
+  await page.waitForURL(/#\/webhooks$/);
+  await until(page, 'the webhook gone from the list', () => window.__tessera.webhooks?.count === 0);
   assert.deepEqual(errors, [], 'no console errors');
   await context.close();
 
-  // 7. With API keys: the page asks for one and keeps it in session storage only.
+  // 8. With API keys: the page asks for one and keeps it in session storage only.
   const keyed = await serve(['--auth', 'api_key', '--no-workers']);
   try {
     const k = await openPage(keyed.base);

@@ -689,8 +689,7 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             let mut p = load_photo(&engine, id).await?;
             if clear_regions || !regions.is_empty() {
                 p.edits_rev = project::set_regions(
-                    store.as_ref(),
-                    engine.ports().objects.as_ref(),
+                    &engine,
                     id,
                     &regions,
                     &Actor::cli(project::load(store.as_ref(), p.project).await?.tenant),

@@ -38,6 +38,7 @@ pub const ASSETS: &[(&str, &[u8])] = assets![
     "src/views/privacy.js",
     "src/views/projects.js",
     "src/views/viewer.js",
+    "src/views/webhooks.js",
 ];
 
 /// The page may load only its own files and call only its own origin; images also from

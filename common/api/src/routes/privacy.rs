@@ -27,6 +27,7 @@ pub(crate) fn photo_error(e: project::PhotoError) -> Problem {
         project::PhotoError::Store(e) => e.into(),
         project::PhotoError::Objects(e) => Problem::internal(e),
         project::PhotoError::Faces(e) => Problem::unavailable(format!("face models: {e}")),
+        project::PhotoError::Engine(e) => e.into(),
     }
 }
 
@@ -691,15 +692,9 @@ pub async fn put_regions(
             "the body must be JSON {{\"regions\": [{{x, y, w, h}}]}}: {e}"
         ))
     })?;
-    let rev = project::set_regions(
-        s.engine.ports().store.as_ref(),
-        s.engine.ports().objects.as_ref(),
-        p.id,
-        &b.regions,
-        &caller.actor(),
-    )
-    .await
-    .map_err(photo_error)?;
+    let rev = project::set_regions(&s.engine, p.id, &b.regions, &caller.actor())
+        .await
+        .map_err(photo_error)?;
     reprocess_one(&s, &p, rev).await
 }
 

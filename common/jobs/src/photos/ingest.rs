@@ -195,21 +195,37 @@ impl TaskHandler for Ingest {
         })))
     }
 
+    fn raises_notices(&self) -> bool {
+        true
+    }
+
+    /// A refused upload is a photo that failed: `photo.failed`, with the reason its
+    /// project records (an upload erased before it was read is no one's news).
+    fn notices(
+        &self,
+        task: &tessera_core::task::Task,
+        job: &tessera_core::job::Job,
+    ) -> Vec<tessera_core::notify::Notice> {
+        use tessera_core::task::TaskState;
+        if !matches!(task.state, TaskState::Failed | TaskState::Dead) {
+            return Vec::new();
+        }
+        let Some((project, photo_id, name, reason)) = refused_upload(task) else {
+            return Vec::new();
+        };
+        vec![super::process::failed_notice(
+            photo_id,
+            project,
+            task,
+            job,
+            serde_json::json!({ "file_name": name, "reason": reason }),
+        )]
+    }
+
     /// An upload refused for good has no row: the refusal is recorded in its project, so
     /// the photo reads as failed with the reason instead of vanishing.
     fn compensate(&self, task: &tessera_core::task::Task) -> Vec<Write> {
-        let reason = task.failure_message("ingest ended without success");
-        if reason.contains(ERASED_LATE) {
-            return Vec::new();
-        }
-        let Ok(event) = serde_json::from_value::<ObjectCreated>(task.payload.clone()) else {
-            return Vec::new();
-        };
-        let Some((project, photo_id, name)) = event
-            .object_key()
-            .ok()
-            .and_then(|k| keys::parse_upload(&k).ok())
-        else {
+        let Some((project, photo_id, name, reason)) = refused_upload(task) else {
             return Vec::new();
         };
         vec![super::status::record_refusal(
@@ -222,4 +238,26 @@ impl TaskHandler for Ingest {
             },
         )]
     }
+}
+
+/// The upload task `task` was refused for good: (its project, photo id, file name, the
+/// reason). `None` when it was erased before it was read, or names no upload.
+fn refused_upload(
+    task: &tessera_core::task::Task,
+) -> Option<(
+    tessera_core::ProjectId,
+    tessera_core::PhotoId,
+    String,
+    String,
+)> {
+    let reason = task.failure_message("ingest ended without success");
+    if reason.contains(ERASED_LATE) {
+        return None;
+    }
+    let event = serde_json::from_value::<ObjectCreated>(task.payload.clone()).ok()?;
+    let (project, photo_id, name) = event
+        .object_key()
+        .ok()
+        .and_then(|k| keys::parse_upload(&k).ok())?;
+    Some((project, photo_id, name, reason))
 }

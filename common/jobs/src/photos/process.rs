@@ -29,7 +29,6 @@ use super::{FaceService, fault, payload_photo, row, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use tessera_core::Millis;
 use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
 use tessera_core::job::Job;
@@ -40,6 +39,7 @@ use tessera_core::privacy::{FaceDecision, MatchPolicy};
 use tessera_core::privacy_view;
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
+use tessera_core::{Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
@@ -318,12 +318,10 @@ impl TaskHandler for Process {
             // the new one is ready (or never, if deciding again fails). Raised before
             // the write that unpublishes: a crash between the two must not lose it (a
             // repeat is the same notice, delivered once).
-            ctx.raise(&[photo_notice(
-                NoticeType::PhotoUnpublished,
+            ctx.raise(&[unpublished_notice(
                 &photo,
-                ctx.job(),
-                photo.variant_version,
-                serde_json::json!({ "reason": "it is being decided again (subjects, settings or regions changed)" }),
+                &ctx.job().tenant,
+                "it is being decided again (subjects, settings or regions changed)",
             )])
             .await?;
         }
@@ -435,17 +433,17 @@ impl TaskHandler for Process {
                     serde_json::json!({ "photo_id": id, "variant_version": version }),
                 )
             }
-            TaskState::Failed | TaskState::Dead => (
-                NoticeType::PhotoFailed,
-                format!(
-                    "photo/{id}/failed/{}/{}",
-                    task.job_id, job.counters.requeued
-                ),
-                serde_json::json!({
-                    "photo_id": id,
-                    "reason": task.failure_message("processing ended without success"),
-                }),
-            ),
+            TaskState::Failed | TaskState::Dead => {
+                return vec![failed_notice(
+                    id,
+                    project,
+                    task,
+                    job,
+                    serde_json::json!({
+                        "reason": task.failure_message("processing ended without success"),
+                    }),
+                )];
+            }
             _ => return Vec::new(),
         };
         vec![Notice::new(
@@ -467,11 +465,52 @@ impl TaskHandler for Process {
     }
 }
 
-/// A notice about `photo` at its version `version`.
+/// `photo.failed` for photo `id` whose task `task` of `job` ended without success:
+/// one notice per time its job ends so (a resumed job that fails again is news).
+pub(crate) fn failed_notice(
+    id: PhotoId,
+    project: ProjectId,
+    task: &Task,
+    job: &Job,
+    extra: serde_json::Value,
+) -> Notice {
+    let mut data = serde_json::json!({ "photo_id": id });
+    if let (Some(d), serde_json::Value::Object(e)) = (data.as_object_mut(), extra) {
+        d.extend(e);
+    }
+    Notice::new(
+        NoticeType::PhotoFailed,
+        &format!(
+            "photo/{id}/failed/{}/{}",
+            task.job_id, job.counters.requeued
+        ),
+        job.tenant.clone(),
+        Some(project),
+        task.finished_at.unwrap_or_else(Millis::now),
+        data,
+    )
+}
+
+/// `photo.unpublished` for the version of `photo` served now: one notice per version
+/// withheld, whatever withholds it (a re-decision, a regions edit).
+pub(crate) fn unpublished_notice(
+    photo: &Photo,
+    tenant: &tessera_core::TenantId,
+    reason: &str,
+) -> Notice {
+    photo_notice(
+        NoticeType::PhotoUnpublished,
+        photo,
+        tenant,
+        photo.variant_version,
+        serde_json::json!({ "reason": reason }),
+    )
+}
+
 fn photo_notice(
     kind: NoticeType,
     photo: &Photo,
-    job: &Job,
+    tenant: &tessera_core::TenantId,
     version: u64,
     extra: serde_json::Value,
 ) -> Notice {
@@ -482,7 +521,7 @@ fn photo_notice(
     Notice::new(
         kind,
         &format!("photo/{}/{}/{version}", photo.id, kind.as_str()),
-        job.tenant.clone(),
+        tenant.clone(),
         Some(photo.project),
         Millis::now(),
         data,

@@ -12,7 +12,6 @@ use tessera_core::audit::{self, Actor};
 use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{KeepMetadata, Photo, Subject};
-use tessera_core::ports::ObjectStore;
 use tessera_core::ports::state_store::{Condition, Index, Query, StateStore, StoreError, Write};
 use tessera_core::projects::ProjectError;
 use tessera_core::weakening::{self, PrivacySettings};
@@ -44,6 +43,9 @@ pub enum PhotoError {
     /// A face model failed.
     #[error(transparent)]
     Faces(#[from] tessera_faces::FaceError),
+    /// The engine failed (raising a notice, submitting a job).
+    #[error(transparent)]
+    Engine(#[from] tessera_engine::EngineError),
 }
 
 impl From<ProjectError> for PhotoError {
@@ -66,6 +68,7 @@ impl Classify for PhotoError {
             PhotoError::Store(e) => e.class(),
             PhotoError::Objects(e) => e.class(),
             PhotoError::Faces(e) => e.class(),
+            PhotoError::Engine(e) => e.class(),
         }
     }
 }
@@ -350,8 +353,7 @@ pub const MAX_BLUR_REGIONS: usize = 200;
 /// [`super::withdraw`]): a download URL handed out for them stops working now, not when
 /// it expires.
 pub async fn set_regions(
-    store: &dyn StateStore,
-    objects: &dyn ObjectStore,
+    engine: &Engine,
     photo: PhotoId,
     regions: &[FracRect],
     actor: &Actor,
@@ -367,6 +369,8 @@ pub async fn set_regions(
             return Err(PhotoError::Invalid(format!("blur region {i} {p}")));
         }
     }
+    let store = engine.ports().store.as_ref();
+    let objects = engine.ports().objects.as_ref();
     let key = records::photo_key(photo);
     // The row changes under a render (every step of it is a write): a conflict means
     // reading it again and deciding again, never an error for the client.
@@ -390,6 +394,18 @@ pub async fn set_regions(
                 Vec::new()
             },
         )?;
+        if row.published_at.is_some() {
+            // Whoever copied the served version should take it down now. Raised before
+            // the write that withholds it, as a render does (the same notice: one
+            // delivery however many edits or re-decisions withhold this version).
+            engine
+                .raise(&[super::process::unpublished_notice(
+                    &row,
+                    &actor.tenant,
+                    "its blur regions changed",
+                )])
+                .await?;
+        }
         let rev = row.edits_rev + 1;
         let saved = store
             .transact(vec![

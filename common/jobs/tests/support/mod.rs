@@ -137,8 +137,7 @@ impl Rig {
     /// Replace a photo's blur regions as the operator; the new edit revision.
     pub async fn set_regions(&self, photo: PhotoId, regions: &[FracRect]) -> u64 {
         project::set_regions(
-            self.store(),
-            self.engine.ports().objects.as_ref(),
+            &self.engine,
             photo,
             regions,
             &tessera_core::audit::Actor::cli(TenantId::local()),
