@@ -269,7 +269,9 @@ class LoadRehearsal(Rehearsal):
         if fair["seconds"] is None:
             self.fail("the second tenant's photo was never servable")
         else:
-            rate = n / seconds
+            # A's throughput while B waited: the backlog B found, over the time from B's
+            # upload until A's last photo was servable (uploads excluded).
+            rate = fair["backlog"] / max(self.phases["burst"][1] - fair["t0"], 1e-9)
             waited = fair["seconds"] * rate
             self.report["scenarios"]["fair_turns"] = {
                 "b_seconds_to_servable": round(fair["seconds"], 1),
@@ -316,7 +318,7 @@ class LoadRehearsal(Rehearsal):
         self.recorder.stats.scopes["load-tenant-b"] = "<tenant>"
         done, total, _ = self.servable(busy_pid)
         out = {"seconds": None, "backlog": self.args.photos - done}
-        t0 = time.time()
+        t0 = out["t0"] = time.time()
         self.put_bytes(pid, "tenant-b.jpg", data, key=key)
 
         def watch():

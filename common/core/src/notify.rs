@@ -26,6 +26,12 @@ use std::net::IpAddr;
 pub const DELIVERY_JOB: &str = "webhook_delivery";
 /// Its one task's kind (the `notify.` attempt policy: retried for about a day).
 pub const DELIVERY_TASK: &str = "notify.deliver";
+/// The job that publishes one notice to the notice bus, made when publishing it inline
+/// failed: the bus is retried by the `notify.*` attempt policy, and nothing (a photo
+/// being withheld, a task's end) waits for it.
+pub const PUBLISH_JOB: &str = "notice_publish";
+/// Its one task's kind.
+pub const PUBLISH_TASK: &str = "notify.publish";
 
 /// What happened, as a receiver filters on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

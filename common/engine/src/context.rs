@@ -100,6 +100,21 @@ impl TaskContext {
         Ok(self.engine.raise(notices).await?)
     }
 
+    /// Publish `notices` to this process's notice bus now (the `notify.publish` task). A
+    /// bus that cannot be reached or refuses this role is tried again by the attempt
+    /// policy (the operator may fix a grant within the day it lasts).
+    pub async fn publish(&self, notices: &[tessera_core::notify::Notice]) -> Result<(), TaskError> {
+        if self.engine.bus.is_none() {
+            return Err(TaskError::transient(
+                "this process publishes to no notice bus (TESSERA_EVENT_BUS is not set)",
+            ));
+        }
+        self.engine
+            .publish_now(notices)
+            .await
+            .map_err(|e| TaskError::transient(e.to_string()))
+    }
+
     /// Store a progress event under the fence.
     pub async fn emit(&self, kind: EventKind) -> Result<(), TaskError> {
         self.engine

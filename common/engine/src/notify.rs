@@ -6,7 +6,8 @@
 //! clears the flag in one transaction with the deliveries it creates; a worker that
 //! dies in between leaves the task in the `advance` due index, and the reaper raises
 //! them. With a notice bus (EventBridge on AWS), every notice is published there too,
-//! before the flag is cleared, whether or not the tenant has a webhook. Each delivery
+//! whether or not the tenant has a webhook: inline, or by a durable job of its own when
+//! the bus fails. Each delivery
 //! is a sealed engine job keyed by a fingerprint of (webhook,
 //! notice id), so raising the same notice twice (a repeated raise, two failed tasks of
 //! one job) creates one delivery.
@@ -15,9 +16,11 @@ use crate::{Engine, EngineError};
 use tessera_core::catalog::CatalogError;
 use tessera_core::catalog::webhooks::{self, Delivery};
 use tessera_core::job::{Job, JobStatus};
-use tessera_core::notify::{DELIVERY_JOB, DELIVERY_TASK, Notice, NoticeType, Subscription};
+use tessera_core::notify::{
+    DELIVERY_JOB, DELIVERY_TASK, Notice, NoticeType, PUBLISH_JOB, PUBLISH_TASK, Subscription,
+};
 use tessera_core::ports::NoticeBusError;
-use tessera_core::ports::notice_bus::{MAX_NOTICES_PER_PUBLISH, check_notice};
+use tessera_core::ports::notice_bus::check_notice;
 use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
@@ -85,7 +88,8 @@ impl Engine {
     /// handler raises notices of its own. One query of the tenant's webhooks; nothing
     /// is written for a tenant without any.
     pub(crate) async fn may_notify(&self, task: &Task) -> Result<bool, EngineError> {
-        if task.kind == DELIVERY_TASK {
+        // Telling of a notice is no news itself.
+        if task.kind == DELIVERY_TASK || task.kind == PUBLISH_TASK {
             return Ok(false);
         }
         let Some(tenant) = &task.tenant else {
@@ -145,12 +149,7 @@ impl Engine {
         if let Some(h) = self.registry.get(&task.kind) {
             notices.extend(h.notices(task, &job));
         }
-        if let Err(e) = self.publish(&notices).await {
-            // Webhooks are not held back by the bus: their deliveries are made now, and
-            // the flag stays set so that the next raise publishes again.
-            self.raise_with(&notices, None).await?;
-            return Err(e);
-        }
+        self.publish_or_queue(&notices).await?;
         let mut cleared = task.clone();
         cleared.notify_pending = false;
         let clear = Write::Put {
@@ -182,36 +181,57 @@ impl Engine {
     /// wants it. Returns how many deliveries were created (those raised before are not
     /// created again).
     pub async fn raise(&self, notices: &[Notice]) -> Result<usize, EngineError> {
-        let published = self.publish(notices).await;
-        let created = self.raise_with(notices, None).await?;
-        published?;
-        Ok(created)
+        self.publish_or_queue(notices).await?;
+        self.raise_with(notices, None).await
     }
 
-    /// Publish `notices` to the bus, if there is one, in calls of at most
-    /// [`MAX_NOTICES_PER_PUBLISH`]. A notice the bus refuses for itself (it can never be
-    /// accepted) is logged and skipped, so that it does not hold back the others.
-    async fn publish(&self, notices: &[Notice]) -> Result<(), EngineError> {
+    /// Publish `notices` to the bus, if there is one; when that fails, make a durable
+    /// job per notice that publishes it later ([`PUBLISH_JOB`], retried by the
+    /// `notify.*` attempt policy, then dead with the reason). So a bus that is down or
+    /// refuses this role never holds back what raised the notice (a photo being
+    /// withheld, a task's end) and never leaves a task due for the reaper to retry on
+    /// every pass. An error here is the state store's.
+    async fn publish_or_queue(&self, notices: &[Notice]) -> Result<(), EngineError> {
+        if self.bus.is_none() || notices.is_empty() {
+            return Ok(());
+        }
+        let Err(e) = self.publish_now(notices).await else {
+            return Ok(());
+        };
+        tracing::warn!(error = %e, notices = notices.len(), "publishing to the notice bus failed; each notice is queued to be published again");
+        for n in notices {
+            self.submit(publish_plan(n)).await?;
+        }
+        Ok(())
+    }
+
+    /// Publish `notices` to the bus now, if there is one, in calls of at most
+    /// [`MAX_NOTICES_PER_PUBLISH`]. A notice the bus refuses for itself (too large,
+    /// malformed: it can never be accepted) is logged and skipped, so that it does not
+    /// hold back the others; any other failure is returned.
+    pub(crate) async fn publish_now(&self, notices: &[Notice]) -> Result<(), EngineError> {
         let Some(bus) = &self.bus else {
             return Ok(());
         };
-        let mut sendable = Vec::with_capacity(notices.len());
+        let mut pending = Vec::with_capacity(notices.len());
         for n in notices {
             match check_notice(n) {
-                Ok(_) => sendable.push(n.clone()),
+                Ok(_) => pending.push(n.clone()),
                 Err(e) => {
                     tracing::error!(notice = %n.id, kind = %n.kind, tenant = %n.tenant, error = %e, "notice not published to the bus")
                 }
             }
         }
-        for chunk in sendable.chunks(MAX_NOTICES_PER_PUBLISH) {
-            match bus.publish(chunk).await {
-                Ok(()) => {}
+        while !pending.is_empty() {
+            match bus.publish(&pending).await {
+                Ok(()) => return Ok(()),
                 Err(NoticeBusError::Refused { id, why }) => {
                     tracing::error!(notice = %id, error = %why, "the bus refused a notice; not published");
-                    let rest: Vec<Notice> = chunk.iter().filter(|n| n.id != id).cloned().collect();
-                    if !rest.is_empty() {
-                        bus.publish(&rest).await?;
+                    let before = pending.len();
+                    pending.retain(|n| n.id != id);
+                    if pending.len() == before {
+                        // The bus named a notice that was not sent: nothing to drop.
+                        return Err(NoticeBusError::Refused { id, why }.into());
                     }
                 }
                 Err(e) => return Err(e.into()),
@@ -326,6 +346,24 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// The job that publishes `notice` to the bus later: its fingerprint is the notice id,
+/// so the same notice queued again is the same job.
+fn publish_plan(notice: &Notice) -> crate::JobPlan {
+    crate::JobPlan {
+        tenant: notice.tenant.clone(),
+        project: notice.project,
+        kind: PUBLISH_JOB.into(),
+        label: format!("{} to the notice bus", notice.kind),
+        spec: serde_json::json!({ "notice": notice.id }),
+        priority: 0,
+        tasks: vec![crate::TaskPlan::new(
+            "publish",
+            PUBLISH_TASK,
+            serde_json::json!({ "notice": notice }),
+        )],
     }
 }
 

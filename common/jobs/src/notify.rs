@@ -31,9 +31,27 @@ pub mod headers {
     pub const ATTEMPT: &str = "tessera-webhook-attempt";
 }
 
-/// Register the delivery task kind.
+/// Register the delivery task kinds.
 pub fn register(r: &mut Registry) {
-    r.register(notify::DELIVERY_TASK, Deliver);
+    r.register(notify::DELIVERY_TASK, Deliver)
+        .register(notify::PUBLISH_TASK, Publish);
+}
+
+/// Publishes one notice to the notice bus, after publishing it inline failed.
+pub struct Publish;
+
+#[async_trait]
+impl TaskHandler for Publish {
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let task = ctx.task();
+        let notice: Notice = serde_json::from_value(task.payload["notice"].clone())
+            .map_err(|e| TaskError::poison(format!("task {} carries no notice: {e}", task.id)))?;
+        ctx.publish(std::slice::from_ref(&notice)).await?;
+        tracing::info!(task_id = %task.id, notice = %notice.id, kind = %notice.kind, attempt = task.attempts, "notice published to the bus");
+        Ok(TaskOutput::result(
+            serde_json::json!({ "published": true, "attempt": task.attempts }),
+        ))
+    }
 }
 
 /// Delivers one notice to one webhook.

@@ -44,6 +44,7 @@ pub fn routes() -> QueueRoutes {
                 (kinds::CLEANUP, INGEST),
                 (kinds::REBLUR, INGEST),
                 (tessera_core::notify::DELIVERY_TASK, INGEST),
+                (tessera_core::notify::PUBLISH_TASK, INGEST),
                 (kinds::THUMBNAIL_DIMS, THUMBNAIL_DIMS),
                 (kinds::FACE_PROCESS, FACE_PROCESS),
                 (kinds::REPROCESS, REPROCESS),
@@ -125,6 +126,11 @@ mod tests {
             .unwrap();
         assert!(deliver.needs.is_empty());
         assert_eq!(deliver.queues[&ResourceClass::Small], INGEST);
+        let publish = placements
+            .iter()
+            .find(|p| p.kind == tessera_core::notify::PUBLISH_TASK)
+            .unwrap();
+        assert_eq!(publish.queues[&ResourceClass::Small], INGEST);
         let extract = placements.iter().find(|p| p.kind == "sfm.extract").unwrap();
         assert_eq!(extract.queues[&ResourceClass::Small], STAGE_RUNNER);
         assert_eq!(extract.queues[&ResourceClass::Large], ORCHESTRATOR);

@@ -94,6 +94,7 @@ const CHILD_ENV: &str = "TESSERA_TEST_LEDGER_CHILD";
 async fn child_process_holds_a_heavy_stage() {
     let spec = std::env::var(CHILD_ENV).expect("run by the parent test");
     let (ledger, out) = spec.split_once('|').unwrap();
+    let out = std::path::Path::new(out);
     let owner = format!("pid-{}", std::process::id());
     // The process's gate as embedded mode builds it: its own count, the shared ledger
     // with the lease a worker uses.
@@ -102,6 +103,13 @@ async fn child_process_holds_a_heavy_stage() {
         &owner,
         tessera_local::memory_ledger::RESERVATION_LEASE,
     );
+    // Both processes ask at once: ready, then wait for the parent's go.
+    std::fs::write(out.with_extension("ready"), b"").unwrap();
+    let go = out.parent().unwrap().join("go");
+    while !go.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let asked = std::time::SystemTime::now();
     let permit = gate
         .admit(3 * GIB, &CancellationToken::new())
         .await
@@ -113,7 +121,7 @@ async fn child_process_holds_a_heavy_stage() {
     drop(permit);
     let ms =
         |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
-    std::fs::write(out, format!("{} {}", ms(from), ms(to))).unwrap();
+    std::fs::write(out, format!("{} {} {}", ms(asked), ms(from), ms(to))).unwrap();
 }
 
 #[test]
@@ -139,6 +147,15 @@ fn two_processes_on_one_budget_run_their_heavy_stages_in_turn() {
             (child, out)
         })
         .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !(0..2).all(|i| dir.path().join(format!("held-{i}.ready")).exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker processes never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(dir.path().join("go"), b"").unwrap();
     let mut held = Vec::new();
     for (child, out) in children {
         let done = child.wait_with_output().unwrap();
@@ -149,10 +166,14 @@ fn two_processes_on_one_budget_run_their_heavy_stages_in_turn() {
             String::from_utf8_lossy(&done.stdout)
         );
         let text = std::fs::read_to_string(&out).expect("the child ran its stage");
-        let (a, b) = text.split_once(' ').unwrap();
-        held.push((a.parse::<u128>().unwrap(), b.parse::<u128>().unwrap()));
+        let t: Vec<u128> = text.split(' ').map(|n| n.parse().unwrap()).collect();
+        held.push((t[1], t[2], t[0]));
     }
     held.sort();
+    assert!(
+        held[1].2 < held[0].1,
+        "the second process asked only after the first released: no contention tested {held:?}"
+    );
     assert!(
         held[0].1 <= held[1].0,
         "3 + 3 GiB in a 4-GiB budget ran at once in two processes: {held:?}"

@@ -22,8 +22,11 @@ const SETTLED = ['succeeded', 'failed', 'dead', 'cancelled'];
 /** Deliveries shown: the newest. */
 const PAGE = 50;
 
-/** How often the deliveries page reads again while a delivery is still being tried. */
+/** How often the deliveries page reads again while a delivery is still being tried,
+ * and while none is (new notices may be raised): each read is a query and a read per
+ * delivery listed, so an idle page reads rarely, and a hidden tab not at all. */
 const REFRESH_MS = 3000;
+const IDLE_REFRESH_MS = 30000;
 
 export async function list() {
   const [hooks, projects] = await Promise.all([
@@ -112,16 +115,24 @@ export async function detail(id) {
   window.__tessera.webhook = state;
   let timer = null;
   let gone = false;
+  let open = 1;
+  const later = () => {
+    if (!gone) timer = setTimeout(refresh, open ? REFRESH_MS : IDLE_REFRESH_MS);
+  };
   async function refresh() {
     timer = null;
+    if (document.hidden) {
+      // Read again when the tab is shown (the listener below).
+      return;
+    }
     try {
       // The newest page only: a busy webhook has thousands, read again every few seconds.
       const items = (await api(`/v1/x-tessera/webhooks/${encodeURIComponent(id)}/deliveries?page_size=${PAGE}`)).items;
       if (gone) return;
       fill(body, items.map(deliveryRow));
-      const open = items.filter((d) => !SETTLED.includes(d.state)).length;
+      open = items.filter((d) => !SETTLED.includes(d.state)).length;
       fill(summary, items.length
-        ? `${items.length === PAGE ? `The newest ${PAGE}` : items.length} deliveries, ${open} still being tried.${open ? ' This list updates itself.' : ''}`
+        ? `${items.length === PAGE ? `The newest ${PAGE}` : items.length} deliveries, ${open} still being tried. This list updates itself.`
         : 'Nothing delivered yet: notices appear here as they are raised. This list updates itself.');
       state.deliveries = items.map((d) => ({ type: d.type, state: d.state, attempts: d.attempts }));
       state.loaded = true;
@@ -129,8 +140,12 @@ export async function detail(id) {
       if (gone) return;
       fill(summary, errorBox(err));
     }
-    if (!gone) timer = setTimeout(refresh, REFRESH_MS);
+    later();
   }
+  const shown = () => {
+    if (!document.hidden && !timer && !gone) refresh();
+  };
+  document.addEventListener('visibilitychange', shown);
   await refresh();
   const out = h('div');
   const remove = h('button', {
@@ -152,6 +167,10 @@ export async function detail(id) {
       h('p', { class: 'dim' }, hook.events?.length ? `Types: ${hook.events.join(', ')}` : 'Every notice type', hook.project_id ? ` · project ${project?.name || hook.project_id}` : ' · every project'),
       h('h2', {}, 'Deliveries'), summary, table,
       h('h2', {}, 'Delete'), remove, out),
-    cleanup: () => { gone = true; if (timer) clearTimeout(timer); },
+    cleanup: () => {
+      gone = true;
+      if (timer) clearTimeout(timer);
+      document.removeEventListener('visibilitychange', shown);
+    },
   };
 }

@@ -14,9 +14,13 @@ use async_trait::async_trait;
 /// takes at most ten entries).
 pub const MAX_NOTICES_PER_PUBLISH: usize = 10;
 
-/// The largest notice a bus accepts, in bytes of its JSON (EventBridge's entry limit is
-/// 256 KiB for the whole entry; the margin is for the entry's other fields).
+/// The largest notice a bus accepts, in bytes of its JSON (EventBridge's limit is 256 KB
+/// for a whole request; the margin is for the entry's other fields).
 pub const MAX_NOTICE_BYTES: usize = 250 * 1024;
+
+/// The most bytes one publish call carries (EventBridge: 256 KB per `PutEvents`
+/// request, every entry counted).
+pub const MAX_PUBLISH_BYTES: usize = 256 * 1024;
 
 /// Errors of the notice bus.
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +72,9 @@ pub fn check_notice(notice: &Notice) -> Result<String, NoticeBusError> {
 /// The notice bus port.
 #[async_trait]
 pub trait NoticeBus: Send + Sync + 'static {
-    /// Publish `notices` (at most [`MAX_NOTICES_PER_PUBLISH`]). `Ok` means every one
-    /// was accepted; an error means some may have been and the call should be repeated
-    /// whole (consumers deduplicate on the notice id).
+    /// Publish `notices` (the adapter splits them into calls its service takes). `Ok`
+    /// means every one was accepted; an error means some may have been and the call
+    /// should be repeated (consumers deduplicate on the notice id), without the notice a
+    /// [`NoticeBusError::Refused`] names.
     async fn publish(&self, notices: &[Notice]) -> Result<(), NoticeBusError>;
 }
