@@ -35,6 +35,10 @@ async fn project_with_subject(d: &Deployment) -> Project {
     )
     .await
     .unwrap();
+    // The enrolment's sweep runs now, over an empty project: left queued, it may run
+    // between a photo's ingest and its first decision and re-decide it (correct, and
+    // one render more), which would make "processed once" below depend on timing.
+    while d.pump_once().await > 0 {}
     project::load(store, p.id).await.unwrap()
 }
 
