@@ -38,6 +38,7 @@ from lambda_service import SqsPoller  # noqa: E402
 from pricing import AWS_LATENCY_S, LAMBDA_MB_PER_VCPU, S3_FREE, S3_PUT_CLASS, USD  # noqa: E402
 from recorder import Recorder, key_class  # noqa: E402
 from rehearse import REPO, SHARED, Rehearsal, log  # noqa: E402
+from fairness import FairTurns  # noqa: E402
 from workload import STRANGER, SUBJECT, phone_photos  # noqa: E402
 
 # AWS's per-partition throughput (DynamoDB Developer Guide, "Burst and adaptive capacity").
@@ -87,7 +88,7 @@ class Stall:
                 and time.time() - self.since_wall > self.timeout
                 and self.polls * self.every > self.timeout)
 
-class LoadRehearsal(Rehearsal):
+class LoadRehearsal(FairTurns, Rehearsal):
     def __init__(self, args):
         super().__init__(args)
         self.phases = {}
@@ -265,24 +266,7 @@ class LoadRehearsal(Rehearsal):
         ok = self.wait_servable(pid, n, "burst", max(900, 4 * n))
         self.end("burst")
         seconds = self.phases["burst"][1] - self.phases["burst"][0]
-        fair["thread"].join(timeout=max(900, 4 * n))
-        if fair["seconds"] is None:
-            self.fail("the second tenant's photo was never servable")
-        else:
-            # A's throughput while B waited: the backlog B found, over the time from B's
-            # upload until A's last photo was servable (uploads excluded).
-            rate = fair["backlog"] / max(self.phases["burst"][1] - fair["t0"], 1e-9)
-            waited = fair["seconds"] * rate
-            self.report["scenarios"]["fair_turns"] = {
-                "b_seconds_to_servable": round(fair["seconds"], 1),
-                "a_photos_per_s": round(rate, 3),
-                "b_wait_in_a_photos": round(waited, 1),
-                "a_backlog_when_b_uploaded": fair["backlog"],
-                # Oldest first, B waits behind the whole backlog: the baseline is 1.
-                "b_wait_over_backlog": round(waited / max(fair["backlog"], 1), 3),
-            }
-            log(f"fair turns: tenant B's one photo servable in {fair['seconds']:.1f}s = {waited:.1f} of A's photos, "
-                f"with {fair['backlog']} of A's waiting when it was uploaded")
+        self.report_fair_turns(fair)
         # Privacy at load: every photo of the opted-out subject ends with her face decided
         # `subject` (blurred in the public copy), no stranger's face is.
         _, _, rows = self.servable(pid)
@@ -305,32 +289,6 @@ class LoadRehearsal(Rehearsal):
         }
         log(f"burst: {n} photos servable in {seconds:.1f}s ({n / seconds:.2f}/s); subject missed on {len(missed)}, "
             f"group photo {len(group.get('faces') or [])} faces")
-
-    def second_tenant_photo(self, data, busy_pid):
-        """Fair turns (issue 25): once tenant A's whole burst is queued, tenant B uploads
-        one photo; a thread records the seconds until it is servable. Returns
-        {"thread", "seconds", "backlog"} (A's photos not yet servable at B's upload)."""
-        key = self.create_api_key("load-tenant-b")
-        s, p = self.http("POST", "/v1/projects", {"name": "load-fair-b"}, key=key)
-        assert s == 201, (s, p)
-        pid = p["project_id"]
-        self.recorder.stats.scopes[pid] = "<project>"
-        self.recorder.stats.scopes["load-tenant-b"] = "<tenant>"
-        done, total, _ = self.servable(busy_pid)
-        out = {"seconds": None, "backlog": self.args.photos - done}
-        t0 = out["t0"] = time.time()
-        self.put_bytes(pid, "tenant-b.jpg", data, key=key)
-
-        def watch():
-            until = time.time() + max(900, 4 * self.args.photos)
-            while time.time() < until:
-                if self.servable(pid)[0] >= 1:
-                    out["seconds"] = time.time() - t0
-                    return
-                time.sleep(1)
-        out["thread"] = threading.Thread(target=watch, daemon=True)
-        out["thread"].start()
-        return out
 
     def phase_sweep(self):
         pid = self.burst_project

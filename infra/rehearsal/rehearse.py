@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,25 +41,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 import image_rootfs  # noqa: E402
 from lambda_service import Function, FunctionUrl, Schedule, SqsPoller  # noqa: E402
 from stack import Stack  # noqa: E402
-from webhook_receiver import Receiver, signed  # noqa: E402
+from common import CACHE, REPO, SHARED, STACK, free_port, log  # noqa: E402,F401
+from notices import NoticeScenarios  # noqa: E402
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
-CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
-STACK = "tessera"
 # moto's services whose IAM checks the rehearsal cannot use (see scripts/moto_serve.py);
 # S3 and SQS are checked, resource by resource, against each function's own role.
 UNCHECKED = ("dynamodb", "awslambda", "sts", "events", "cloudwatch", "batch", "iam", "cloudformation")
-
-
-def log(msg):
-    print(f"[rehearsal {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Clients:
@@ -103,7 +89,7 @@ def image_contents(dockerfile):
     return crate_of_package(package), installs
 
 
-class Rehearsal:
+class Rehearsal(NoticeScenarios):
     def __init__(self, args):
         self.args = args
         self.work = tempfile.mkdtemp(prefix="tessera-rehearsal-")
@@ -438,75 +424,6 @@ class Rehearsal:
                                                     "photo": row.get("status"),
                                                     "variant_version": version, "objects": len(kept or [])}
         log(f"photos: face-process killed at 1 s ({fp.timeouts}×), the task redelivered and published in {time.time() - t2:.1f}s")
-
-    def scenario_webhooks(self):
-        """A webhook whose receiver on 127.0.0.1 is down, then answers 500 once, then 200:
-        the photo's notices arrive through the deployed functions, signed, with the id of
-        the refused try repeated on the retry."""
-        port = free_port()
-        s, p = self.http("POST", "/v1/projects", {"name": "rehearsal-webhooks"})
-        self.check(s == 201, f"webhook project: {s} {p}")
-        # This project's notices only: the other scenarios run in the same tenant.
-        s, hook = self.http("POST", "/v1/x-tessera/webhooks",
-                            {"url": f"http://127.0.0.1:{port}/hook", "project_id": p["project_id"]})
-        self.check(s == 201, f"create a webhook: {s} {hook}")
-        if s != 201:
-            return
-        # The functions other scenarios keep warm read this tenant's webhooks at most
-        # every 10 s (tessera_engine::notify::WEBHOOK_CACHE): a webhook is live for
-        # every function after that.
-        time.sleep(11)
-        bus_tap = self.tap_event_bus()
-        photo = self.presigned_put(p["project_id"], "camera.png")
-        deliveries = f"/v1/x-tessera/webhooks/{hook['id']}/deliveries"
-        tried = self.wait("a delivery tried against the closed port", lambda: any(
-            "could not be reached" in (i.get("last_error") or "") for i in self.http("GET", deliveries)[1]["items"]), 240)
-        self.check(tried, f"no delivery was tried while the receiver was down: {self.http('GET', deliveries)}")
-        receiver = Receiver(port)
-        received = receiver.received
-        try:
-            def done():
-                items = self.http("GET", deliveries)[1]["items"]
-                published = any(json.loads(b).get("type") == "photo.published" and st == 200 for _, b, st in received)
-                return published and items and all(i["state"] == "succeeded" for i in items)
-            ok = self.wait("every notice delivered", done, 240)
-            self.check(ok, f"notices not delivered: {self.http('GET', deliveries)[1]} received {[(st, b[:200]) for _, b, st in received]}")
-        finally:
-            receiver.stop()
-        for headers, body, _ in received:
-            self.check(signed(hook["secret"], headers, body), f"a delivery's signature does not verify: {headers}")
-            self.check(json.loads(body)["data"].get("photo_id") in (None, photo), f"a notice about another photo: {body[:300]}")
-        if received:
-            first = received[0][0]["tessera-webhook-id"]
-            again = [st for h, _, st in received[1:] if h["tessera-webhook-id"] == first]
-            self.check(200 in again, f"the delivery answered 500 ({first}) was not delivered again under its id")
-        self.report["webhooks"] = {"requests": len(received), "delivered": sum(st == 200 for _, _, st in received)}
-        log(f"webhooks: {len(received)} requests, {self.report['webhooks']['delivered']} delivered")
-        # The same notices are events on the default bus, where an operator's rule found them.
-        events = []
-
-        def bus_has_photo_published():
-            for m in self.op.sqs.receive_message(QueueUrl=bus_tap, MaxNumberOfMessages=10).get("Messages", []):
-                events.append(json.loads(m["Body"]))
-                self.op.sqs.delete_message(QueueUrl=bus_tap, ReceiptHandle=m["ReceiptHandle"])
-            return any(e.get("detail-type") == "photo.published" and e["detail"]["data"].get("photo_id") == photo
-                       for e in events)
-        ok = self.wait("photo.published on the default event bus", bus_has_photo_published, 60)
-        self.check(ok, f"no photo.published event for {photo} on the bus: {[e.get('detail-type') for e in events]}")
-        for e in events:
-            self.check(e.get("source") == f"tessera.{STACK}", f"an event from source {e.get('source')}")
-        self.report["events"] = {"received": len(events)}
-
-    def tap_event_bus(self):
-        """An operator's rule on the default bus forwarding this stack's events to a queue;
-        the queue's URL."""
-        url = self.op.sqs.create_queue(QueueName="operator-bus-tap")["QueueUrl"]
-        arn = self.op.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.op.events.put_rule(Name="tessera-notices", EventBusName="default",
-                                EventPattern=json.dumps({"source": [f"tessera.{STACK}"]}))
-        self.op.events.put_targets(Rule="tessera-notices", EventBusName="default",
-                                   Targets=[{"Id": "tap", "Arn": arn}])
-        return url
 
     def presigned_put(self, pid, name):
         """Upload one test photo through a presigned URL, as a phone app would; its id."""

@@ -688,7 +688,7 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             let id = parse_photo(&photo)?;
             let mut p = load_photo(&engine, id).await?;
             if clear_regions || !regions.is_empty() {
-                p.edits_rev = project::set_regions(
+                p.edits_rev = tessera_jobs::photos::regions::set_regions(
                     &engine,
                     id,
                     &regions,

@@ -7,10 +7,9 @@
 //! dies in between leaves the task in the `advance` due index, and the reaper raises
 //! them. With a notice bus (EventBridge on AWS), every notice is published there too,
 //! whether or not the tenant has a webhook: inline, or by a durable job of its own when
-//! the bus fails. Each delivery
-//! is a sealed engine job keyed by a fingerprint of (webhook,
-//! notice id), so raising the same notice twice (a repeated raise, two failed tasks of
-//! one job) creates one delivery.
+//! the bus fails. Each delivery is a sealed engine job keyed by a fingerprint of
+//! (webhook, notice id), so raising the same notice twice (a repeated raise, two failed
+//! tasks of one job) creates one delivery.
 
 use crate::{Engine, EngineError};
 use tessera_core::catalog::CatalogError;
@@ -20,7 +19,6 @@ use tessera_core::notify::{
     DELIVERY_JOB, DELIVERY_TASK, Notice, NoticeType, PUBLISH_JOB, PUBLISH_TASK, Subscription,
 };
 use tessera_core::ports::NoticeBusError;
-use tessera_core::ports::notice_bus::check_notice;
 use tessera_core::ports::state_store::{Condition, MAX_TRANSACTION_ITEMS, StoreError, Write};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
@@ -164,8 +162,9 @@ impl Engine {
             Err(EngineError::Store(StoreError::Conflict { .. })) => {
                 let now = self.task(task.id).await?;
                 if !now.state.is_terminal() {
-                    // Resumed meanwhile: the end still happened, and is told.
-                    self.raise(&notices).await?;
+                    // Resumed meanwhile: the end still happened, and is told (published
+                    // to the bus already).
+                    self.raise_with(&notices, None).await?;
                 } else if now.notify_pending {
                     // Written meanwhile (an advance chunk): raise against this revision.
                     Box::pin(self.raise_ended(&now)).await?;
@@ -205,23 +204,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Publish `notices` to the bus now, if there is one, in calls of at most
-    /// [`MAX_NOTICES_PER_PUBLISH`]. A notice the bus refuses for itself (too large,
-    /// malformed: it can never be accepted) is logged and skipped, so that it does not
-    /// hold back the others; any other failure is returned.
+    /// Publish `notices` to the bus now, if there is one. A notice the bus refuses for
+    /// itself (too large, malformed: it can never be accepted) is logged and skipped,
+    /// so that it does not hold back the others; any other failure is returned.
     pub(crate) async fn publish_now(&self, notices: &[Notice]) -> Result<(), EngineError> {
         let Some(bus) = &self.bus else {
             return Ok(());
         };
-        let mut pending = Vec::with_capacity(notices.len());
-        for n in notices {
-            match check_notice(n) {
-                Ok(_) => pending.push(n.clone()),
-                Err(e) => {
-                    tracing::error!(notice = %n.id, kind = %n.kind, tenant = %n.tenant, error = %e, "notice not published to the bus")
-                }
-            }
-        }
+        let mut pending = notices.to_vec();
         while !pending.is_empty() {
             match bus.publish(&pending).await {
                 Ok(()) => return Ok(()),

@@ -221,7 +221,7 @@ async fn a_bus_that_cannot_be_reached_holds_back_nothing_and_its_events_come_lat
         }
     }
     // A photo is withheld for new regions with the bus down: privacy never waits on it.
-    project::set_regions(
+    tessera_jobs::photos::regions::set_regions(
         engine,
         photo,
         &[tessera_core::geometry::FracRect {

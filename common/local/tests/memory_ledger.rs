@@ -88,11 +88,17 @@ async fn a_held_reservation_is_renewed_past_its_lease() {
 const CHILD_ENV: &str = "TESSERA_TEST_LEDGER_CHILD";
 
 /// One worker process of [`two_processes_on_one_budget_run_their_heavy_stages_in_turn`]:
-/// run by that test as a child (`--ignored --exact`), never on its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a child process of two_processes_on_one_budget_run_their_heavy_stages_in_turn"]
-async fn child_process_holds_a_heavy_stage() {
-    let spec = std::env::var(CHILD_ENV).expect("run by the parent test");
+/// that test run again with [`CHILD_ENV`] set (`spec` is its value).
+fn child_process_holds_a_heavy_stage(spec: &str) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(hold_a_heavy_stage(spec));
+}
+
+async fn hold_a_heavy_stage(spec: &str) {
     let (ledger, out) = spec.split_once('|').unwrap();
     let out = std::path::Path::new(out);
     let owner = format!("pid-{}", std::process::id());
@@ -126,6 +132,9 @@ async fn child_process_holds_a_heavy_stage() {
 
 #[test]
 fn two_processes_on_one_budget_run_their_heavy_stages_in_turn() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return child_process_holds_a_heavy_stage(&spec);
+    }
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("memory.db");
     let me = std::env::current_exe().unwrap();
@@ -134,9 +143,8 @@ fn two_processes_on_one_budget_run_their_heavy_stages_in_turn() {
             let out = dir.path().join(format!("held-{i}"));
             let child = std::process::Command::new(&me)
                 .args([
-                    "--ignored",
                     "--exact",
-                    "child_process_holds_a_heavy_stage",
+                    "two_processes_on_one_budget_run_their_heavy_stages_in_turn",
                     "--test-threads=1",
                 ])
                 .env(CHILD_ENV, format!("{}|{}", ledger.display(), out.display()))

@@ -692,9 +692,10 @@ pub async fn put_regions(
             "the body must be JSON {{\"regions\": [{{x, y, w, h}}]}}: {e}"
         ))
     })?;
-    let rev = project::set_regions(&s.engine, p.id, &b.regions, &caller.actor())
-        .await
-        .map_err(photo_error)?;
+    let rev =
+        tessera_jobs::photos::regions::set_regions(&s.engine, p.id, &b.regions, &caller.actor())
+            .await
+            .map_err(photo_error)?;
     reprocess_one(&s, &p, rev).await
 }
 

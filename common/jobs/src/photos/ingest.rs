@@ -218,7 +218,8 @@ impl TaskHandler for Ingest {
             project,
             task,
             job,
-            serde_json::json!({ "file_name": name, "reason": reason }),
+            reason,
+            Some(&name),
         )]
     }
 

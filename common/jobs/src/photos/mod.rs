@@ -24,6 +24,7 @@ pub mod ingest;
 pub mod process;
 pub mod project;
 pub mod reblur;
+pub mod regions;
 pub mod render;
 pub mod row;
 pub mod scenes;

@@ -439,9 +439,8 @@ impl TaskHandler for Process {
                     project,
                     task,
                     job,
-                    serde_json::json!({
-                        "reason": task.failure_message("processing ended without success"),
-                    }),
+                    task.failure_message("processing ended without success"),
+                    None,
                 )];
             }
             _ => return Vec::new(),
@@ -465,18 +464,20 @@ impl TaskHandler for Process {
     }
 }
 
-/// `photo.failed` for photo `id` whose task `task` of `job` ended without success:
-/// one notice per time its job ends so (a resumed job that fails again is news).
+/// `photo.failed` for photo `id` whose task `task` of `job` ended without success,
+/// for `reason`: one notice per time its job ends so (a resumed job that fails again is
+/// news).
 pub(crate) fn failed_notice(
     id: PhotoId,
     project: ProjectId,
     task: &Task,
     job: &Job,
-    extra: serde_json::Value,
+    reason: String,
+    file_name: Option<&str>,
 ) -> Notice {
-    let mut data = serde_json::json!({ "photo_id": id });
-    if let (Some(d), serde_json::Value::Object(e)) = (data.as_object_mut(), extra) {
-        d.extend(e);
+    let mut data = serde_json::json!({ "photo_id": id, "reason": reason });
+    if let Some(name) = file_name {
+        data["file_name"] = name.into();
     }
     Notice::new(
         NoticeType::PhotoFailed,
@@ -498,33 +499,21 @@ pub(crate) fn unpublished_notice(
     tenant: &tessera_core::TenantId,
     reason: &str,
 ) -> Notice {
-    photo_notice(
-        NoticeType::PhotoUnpublished,
-        photo,
-        tenant,
-        photo.variant_version,
-        serde_json::json!({ "reason": reason }),
-    )
-}
-
-fn photo_notice(
-    kind: NoticeType,
-    photo: &Photo,
-    tenant: &tessera_core::TenantId,
-    version: u64,
-    extra: serde_json::Value,
-) -> Notice {
-    let mut data = serde_json::json!({ "photo_id": photo.id, "variant_version": version, "file_name": photo.file_name });
-    if let (Some(d), serde_json::Value::Object(e)) = (data.as_object_mut(), extra) {
-        d.extend(e);
-    }
+    let version = photo.variant_version;
     Notice::new(
-        kind,
-        &format!("photo/{}/{}/{version}", photo.id, kind.as_str()),
+        NoticeType::PhotoUnpublished,
+        &format!(
+            "photo/{}/{}/{version}",
+            photo.id,
+            NoticeType::PhotoUnpublished.as_str()
+        ),
         tenant.clone(),
         Some(photo.project),
         Millis::now(),
-        data,
+        serde_json::json!({
+            "photo_id": photo.id, "variant_version": version,
+            "file_name": photo.file_name, "reason": reason,
+        }),
     )
 }
 

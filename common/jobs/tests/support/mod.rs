@@ -136,7 +136,7 @@ impl Rig {
 
     /// Replace a photo's blur regions as the operator; the new edit revision.
     pub async fn set_regions(&self, photo: PhotoId, regions: &[FracRect]) -> u64 {
-        project::set_regions(
+        photos::regions::set_regions(
             &self.engine,
             photo,
             regions,
