@@ -89,6 +89,36 @@ export async function blobUrl(path, version = '') {
   return blobCache.get(k);
 }
 
+/** Hand `blob` to the browser as a file download named `name`. */
+function saveBlob(blob, name) {
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+}
+
+/**
+ * Download what `path` answers as a file: a plain link cannot send the key, so the bytes
+ * are fetched with it and saved under the name the server's Content-Disposition gives
+ * (else `name`, else the path's last part).
+ */
+export async function download(path, name) {
+  const r = await api(path, { raw: true });
+  const blob = await r.blob();
+  const given = /filename="([^"]+)"/.exec(r.headers.get('content-disposition') || '')?.[1];
+  const saved = given || name || path.split('?')[0].split('/').pop();
+  saveBlob(blob, saved);
+  return { name: saved, bytes: blob.size };
+}
+
+/** Save `value` as a pretty-printed JSON file. */
+export function saveJson(value, name) {
+  saveBlob(new Blob([JSON.stringify(value, null, 2)], { type: 'application/json' }), name);
+}
+
 /** Drop the key and everything fetched or kept with it. */
 export function forget() {
   auth.key = null;

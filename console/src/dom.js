@@ -58,12 +58,27 @@ export function toast(message, kind = 'info') {
   toast.timer = setTimeout(() => { t.textContent = ''; t.className = ''; }, 6000);
 }
 
-/** An error shown where it happened, with what the server said. */
+/** What an HTTP status means to the person who asked, instead of its reason phrase. */
+const HEADLINES = {
+  0: 'The server did not answer.',
+  400: 'That was not accepted.', 403: 'This key may not do that.', 404: 'Not found.',
+  409: 'Not possible right now.', 413: 'Too large.', 415: 'Not a file type this accepts.',
+  422: 'That was not accepted.', 429: 'Too many requests: try again shortly.',
+  501: 'This server cannot do that.', 503: 'The server is busy: try again shortly.',
+};
+
+/** Ids (26-character ULIDs) shortened to their last six characters: people compare those. */
+export const shortIds = (text) => String(text).replace(/\b[0-9A-HJKMNP-TV-Z]{26}\b/g, (id) => `…${id.slice(-6)}`);
+
+/** An error shown where it happened, with what the server said (ids shortened; the full text on hover). */
 export function errorBox(e) {
   const p = e?.problem || {};
-  return h('div', { class: 'error', role: 'alert' },
-    h('strong', {}, p.title || 'Error'), ' ', e?.message || String(e),
-    p.capability ? h('span', { class: 'dim' }, ` (capability ${p.capability})`) : null);
+  const status = e?.status;
+  const headline = HEADLINES[status] || (status >= 500 ? 'The server failed.' : 'Something went wrong.');
+  const said = e?.message || String(e);
+  return h('div', { class: 'error', role: 'alert', title: said },
+    h('strong', {}, headline), ' ', shortIds(said),
+    p.capability ? h('span', { class: 'dim' }, ` (this server lacks ${p.capability})`) : null);
 }
 
 export const fmt = {
@@ -76,6 +91,13 @@ export const fmt = {
   },
   time(iso) { return iso ? new Date(iso).toLocaleString() : '–'; },
   ms(ms) { return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`; },
+  /** From one ISO time to another (or to now), as people say it: 42 s, 3 min 5 s, 2 h 4 min. */
+  duration(from, to) {
+    const s = Math.max(0, Math.round(((to ? new Date(to) : new Date()) - new Date(from)) / 1000));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  },
   phase(p) { return String(p || '').replaceAll('_', ' '); },
 };
 
@@ -84,4 +106,34 @@ export function field(label, input, hint) {
   const id = input.id || `f-${Math.random().toString(36).slice(2)}`;
   input.id = id;
   return h('div', { class: 'field' }, h('label', { for: id }, label), input, hint ? h('small', { class: 'dim' }, hint) : null);
+}
+
+/**
+ * A reconstruction's options in a few words ("incremental · sequential pairs · two-stage
+ * BA · GPS · PLY, NVM"), from the job's `x-tessera.options`: what tells two runs over
+ * one dataset apart. `datasets` maps dataset ids to names, where known.
+ */
+export function describeSpec(job, datasets = new Map()) {
+  const o = job['x-tessera']?.options;
+  if (!o) return job.recipe;
+  const parts = [];
+  if (o.image_set && datasets.has(o.image_set)) parts.push(datasets.get(o.image_set));
+  parts.push(o.mapper || job.recipe);
+  if (o.pairs?.strategy) parts.push(`${o.pairs.strategy.replaceAll('_', ' ')} pairs`);
+  if (o.ba && o.ba !== 'standard') parts.push(`${o.ba.replaceAll('_', '-')} BA`);
+  if (o.georef?.mode && o.georef.mode !== 'none') parts.push(`georeferenced by ${o.georef.mode.toUpperCase()}`);
+  const ex = (o.exports || []).filter((e) => e !== 'colmap-bin' && e !== 'points-bin');
+  const names = { ply: 'PLY', nvm: 'NVM', 'colmap-text': 'COLMAP text' };
+  if (ex.length) parts.push(`exports ${ex.map((e) => names[e] || e).join(', ')}`);
+  if (o.max_image_size) parts.push(`≤ ${o.max_image_size} px`);
+  return parts.join(' · ');
+}
+
+/**
+ * Ask before deleting (the browser's own dialog, which a keyboard and a screen reader
+ * handle), then run `act`; an error is shown in `out`.
+ */
+export async function confirmDelete(question, act, out) {
+  if (!window.confirm(question)) return;
+  try { await act(); } catch (e) { if (out) fill(out, errorBox(e)); else toast(e.message, 'error'); }
 }

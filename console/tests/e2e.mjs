@@ -77,8 +77,9 @@ const state = (page, expr) => page.evaluate(expr);
 
 /** Wait for `predicate(arg)` in the page (a function: the page's CSP forbids eval). */
 async function until(page, what, predicate, arg = null, timeout = 300_000) {
-  await page.waitForFunction(predicate, arg, { timeout, polling: 250 }).catch((e) => {
-    throw new Error(`${what}: ${e.message}`);
+  await page.waitForFunction(predicate, arg, { timeout, polling: 250 }).catch(async (e) => {
+    const seen = await page.evaluate(() => JSON.stringify({ ...window.__tessera, job: undefined })).catch(() => '?');
+    throw new Error(`${what}: ${e.message}\npage state: ${seen.slice(0, 2000)}`);
   });
 }
 
@@ -107,6 +108,9 @@ try {
   await page.waitForURL(/datasets\//);
   const photos = readdirSync(SAMPLE).filter((f) => /\.jpe?g$/i.test(f)).sort();
   const datasetUrl = page.url();
+  await until(page, 'the empty dataset listed', () => window.__tessera.dataset?.images === 0);
+  assert.equal(await page.getByRole('button', { name: 'Start reconstruction' }).isDisabled(), true, 'nothing to reconstruct yet');
+  await page.getByText(/Add at least two photos first/).waitFor();
   await page.locator('#files').setInputFiles(photos.map((f) => join(SAMPLE, f)));
   await until(page, 'every photo uploaded and listed', (n) => window.__tessera.dataset?.images === n, photos.length);
   await page.locator('svg.gps circle').first().waitFor();
@@ -116,6 +120,9 @@ try {
   await page.locator('aside.detail dd').first().waitFor();
   assert.match(await page.locator('aside.detail').textContent(), /Focal length\s*[\d.]+ mm/);
   await page.waitForFunction(() => [...document.querySelectorAll('.thumb img')].every((i) => i.complete && i.naturalWidth > 0));
+  assert.equal(await page.getByRole('button', { name: 'Start reconstruction' }).isEnabled(), true);
+  assert.equal(await page.getByLabel('ply').isChecked(), true, 'the point cloud is exported by default');
+  assert.doesNotMatch(await page.locator('section').first().textContent(), /manifest [0-9a-f]{12}/, 'no internal hash on the page');
   await shot(page, '1-dataset');
   await page.goto(`/#/projects/${pid}`);
   await page.getByRole('heading', { name: 'Datasets' }).waitFor();
@@ -143,6 +150,32 @@ try {
   assert.deepEqual(unfinished, [], 'every stage in the timeline completed');
   assert.ok(await page.locator('.timeline li.done').count() >= 4);
   await page.getByText('succeeded', { exact: true }).first().waitFor();
+  assert.match(await page.locator('.conn').textContent(), new RegExp(`finished · ${progress.latest_event_id} events`), 'the event count is the real one');
+
+  // 3b. Take the results away: the point cloud, the COLMAP model and the report, from
+  // the job page's buttons, as files the browser saves.
+  await until(page, 'the downloads listed', () => window.__tessera.job.report?.files > 0);
+  const [ply] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /Point cloud \(PLY\)/ }).click()]);
+  assert.equal(ply.suggestedFilename(), 'export-model.ply');
+  const plyBytes = readFileSync(await ply.path());
+  assert.equal(plyBytes.subarray(0, 4).toString(), 'ply\n', 'a PLY file');
+  const vertices = Number(/element vertex (\d+)/.exec(plyBytes.subarray(0, 400).toString())[1]);
+  const [colmapCams] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /COLMAP model, binary: cameras\.bin/ }).click()]);
+  assert.equal(colmapCams.suggestedFilename(), 'export-sparse-0-cameras.bin');
+  const [rep] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /Report \(JSON\)/ }).click()]);
+  const report = JSON.parse(readFileSync(await rep.path(), 'utf8'));
+  assert.equal(report.photos.total, photos.length, 'the report counts the run\'s photos');
+  assert.equal(report.model.points, vertices, 'the PLY holds the final model\'s points');
+  assert.ok(report.stages.every((st) => st.status === 'succeeded'), JSON.stringify(report.stages.map((st) => st.status)));
+  // Figures a person reads, not raw counter names; what each process cost is folded away.
+  const figures = await page.locator('dl.metrics').first().textContent();
+  assert.match(figures, /3D points/);
+  assert.doesNotMatch(figures, /peak rss/i, 'memory counters are not among the figures');
+  // Rename the run; the project's list then tells it apart by name and options.
+  await page.locator('summary', { hasText: 'Rename' }).click();
+  await page.getByLabel('Name of this run').fill('Facade, first try');
+  await page.getByRole('button', { name: 'Rename' }).click();
+  await page.getByRole('heading', { name: /Facade, first try/ }).waitFor();
 
   // 4. The viewer: the final snapshot's full cloud, read back from the page's state.
   const snaps = await (await fetch(`${server.base}/v1/reconstructions/${jobId}/snapshots`)).json();
@@ -241,7 +274,7 @@ try {
     return page.url().split('/').pop();
   };
   const cancelled = ['cancelled', 'cancelled_dirty'];
-  const second = await startWith(() => page.getByLabel('ply').check());
+  const second = await startWith(() => page.getByLabel('ply').uncheck());
   assert.notEqual(second, jobId, 'a new job');
   await page.getByRole('button', { name: 'Cancel', exact: true }).click();
   await until(page, 'the cancel to land', (c) => c.includes(window.__tessera.job.status), cancelled, 120_000);
@@ -254,6 +287,17 @@ try {
   await until(page, 'the force cancel to land', (c) => c.includes(window.__tessera.job.status), cancelled, 120_000);
   const forced = await (await fetch(`${server.base}/v1/jobs/${third}`)).json();
   assert.equal(forced.cancel_force, true, JSON.stringify(forced));
+  // The project's list of runs: each with its options, photos and time.
+  await page.goto(`/#/projects/${pid}`);
+  const run = page.locator(`tr[data-job="${jobId}"]`);
+  await run.getByRole('link', { name: 'Facade, first try' }).waitFor();
+  assert.match(await run.locator('td.options').textContent(), /facade · incremental · .*exports PLY/);
+  await until(page, 'the photo counts from the reports', (id) => /\d+ of \d+/.test(document.querySelector(`tr[data-job="${id}"] td:nth-child(3)`)?.textContent || ''), jobId);
+  assert.notEqual(await page.locator(`tr[data-job="${second}"] td.options`).textContent(), await run.locator('td.options').textContent(), 'two runs of one dataset read differently');
+  // Run the first one again from its page: the same photos and options are that run.
+  await page.goto(`/#/jobs/${jobId}`);
+  await page.getByRole('button', { name: 'Run again with these options' }).click();
+  await page.getByText(/Nothing changed since this run/).waitFor();
 
   // 5. Drag and drop, and an upload that survives a dropped connection: the second chunk's
   // connection is reset once; the uploader asks the server how much it has and goes on.
@@ -293,6 +337,16 @@ try {
   assert.ok(dropped.every((e) => /ERR_CONNECTION_RESET/.test(e)), `only the reset connection is logged: ${dropped}`);
   const uploads = await page.locator('.uploads li').allTextContents();
   assert.deepEqual(uploads.map((u) => u.trim()), ['noise.pngadded']);
+  // Remove the photo added by mistake, then the dataset itself, from their pages.
+  await page.locator('.thumb').first().click();
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Remove noise.png' }).click();
+  await until(page, 'the photo removed', () => window.__tessera.dataset?.images === 0);
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Delete dataset' }).click();
+  await page.waitForURL(new RegExp(`#/projects/${pid}$`));
+  await page.getByRole('heading', { name: 'Datasets' }).waitFor();
+  assert.equal(await page.getByRole('link', { name: 'dropped' }).count(), 0, 'the dataset is gone');
 
   // 6. Webhooks: make one for this project's photo notices from the console. Its
   // receiver answers the first request 500 and the others 200.
@@ -322,7 +376,9 @@ try {
 
   // 7. Privacy review: enrol a subject, add photos (one broken), open one.
   await page.goto(`/#/projects/${pid}/privacy`);
-  await page.getByLabel(/Match threshold/).fill('0.363');
+  await page.getByText(/No match threshold is set, so every face in every photo is blurred/).waitFor();
+  await page.getByRole('button', { name: /Use the recommended/ }).click();
+  assert.equal(await page.getByLabel(/Match threshold/).inputValue(), '0.363');
   await page.getByRole('button', { name: 'Save threshold' }).click();
   await page.getByText(/Threshold saved/).waitFor();
   await page.getByLabel('Name or label').fill('astronaut');
@@ -336,12 +392,14 @@ try {
   ]);
   await page.getByRole('button', { name: 'Add photos' }).click();
   await page.getByText(/Photos added/).waitFor();
-  for (let i = 0; i < 240; i += 1) {
-    const p = await state(page, () => window.__tessera.privacy?.photos || []);
-    if (p.length === 2 && p.some((x) => x.status === 'published') && p.some((x) => x.status === 'failed')) break;
-    await page.waitForTimeout(500);
-    await page.evaluate(() => window.dispatchEvent(new HashChangeEvent('hashchange')));
-  }
+  // The page keeps itself current: no reload, no navigation.
+  const views = await state(page, () => window.__tessera.views);
+  await until(page, 'both photos settled, shown without a reload', () => {
+    const p = window.__tessera.privacy?.photos || [];
+    return p.length === 2 && p.some((x) => x.status === 'published') && p.some((x) => x.status === 'failed');
+  }, null, 240_000);
+  assert.equal(await state(page, () => window.__tessera.views), views, 'the page was not rendered again');
+  assert.match(await page.locator('#not-current').textContent(), /1 of 2 photos published; 1 failed\./);
   const listed = await state(page, () => window.__tessera.privacy.photos);
   assert.deepEqual(listed.map((p) => p.status).sort(), ['failed', 'published'], JSON.stringify(listed));
   await page.locator('.reason').first().waitFor();
@@ -357,15 +415,55 @@ try {
   await page.getByRole('button', { name: /Show astronaut's own copy/ }).click();
   await until(page, 'the subject\'s copy beside the public one', () => window.__tessera.photo.variants.length === 2);
   assert.equal(await page.locator('svg.boxes rect.face').count(), shown.faces, 'a box per face over the original (admin in none mode)');
-  // Draw a blur region with the mouse and save it.
+  assert.equal(await page.locator('.face-number').count(), shown.faces, 'each box numbered as in the table');
+  await page.getByRole('list', { name: 'Box colours' }).waitFor();
+  assert.match(await page.locator('figcaption').first().textContent(), /Public copy: \d+ of \d+ face\(s\) blurred/);
+  assert.equal(await page.locator('svg.boxes rect.face.blurred').count() > 0, true);
+  // Draw a blur region with the mouse and save it (the image scrolled into view first:
+  // the mouse draws where the screen shows it).
+  await page.locator('.boxed').scrollIntoViewIfNeeded();
   const box = await page.locator('.boxed').boundingBox();
   await page.mouse.move(box.x + 10, box.y + 10);
   await page.mouse.down();
   await page.mouse.move(box.x + 120, box.y + 90, { steps: 5 });
   await page.mouse.up();
+  assert.equal(await page.getByText(/manual region\(s\)/).textContent(), '1 manual region(s), unsaved', 'the mouse drew a region');
   await page.getByRole('button', { name: 'Save regions and re-blur' }).click();
-  await page.getByText(/saved/).first().waitFor();
+  await page.getByText(/Regions saved/).waitFor();
   await shot(page, '4-photo');
+
+  // The same on a touch screen: a finger draws a region (the page does not scroll
+  // instead), a gesture the browser cancels leaves nothing, and after saving the page
+  // shows the re-blurred version by itself.
+  const photoUrl = page.url();
+  await until(page, 'the mouse-drawn region re-blurred and shown', () => window.__tessera.photo?.status === 'published' && window.__tessera.photo.regions === 1, null, 120_000);
+  const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, baseURL: server.base });
+  const tp = await phone.newPage();
+  const touchErrors = [];
+  tp.on('console', (m) => { if (m.type() === 'error') touchErrors.push(m.text()); });
+  tp.on('pageerror', (e) => touchErrors.push(e.message));
+  await tp.goto(photoUrl);
+  await until(tp, 'the photo page on the phone', () => window.__tessera.photo?.loaded === true);
+  const version = await state(tp, () => window.__tessera.photo.version);
+  const cdp = await phone.newCDPSession(tp);
+  await tp.locator('.boxed').scrollIntoViewIfNeeded();
+  const tb = await tp.locator('.boxed').boundingBox();
+  const touch = async (type, x, y) => cdp.send('Input.dispatchTouchEvent', { type, touchPoints: type === 'touchEnd' || type === 'touchCancel' ? [] : [{ x: tb.x + x, y: tb.y + y }] });
+  const scrolled = await tp.evaluate(() => window.scrollY);
+  await touch('touchStart', 30, 20);
+  for (let i = 1; i <= 8; i += 1) await touch('touchMove', 30 + i * 15, 20 + i * 10);
+  await touch('touchEnd');
+  assert.match(await tp.getByText(/manual region\(s\)/).textContent(), /2 manual region\(s\), unsaved/, 'the finger drew a region');
+  assert.equal(await tp.evaluate(() => window.scrollY), scrolled, 'the page did not scroll under the finger');
+  await touch('touchStart', 200, 40);
+  await touch('touchMove', 230, 80);
+  await touch('touchCancel');
+  assert.equal(await tp.locator('svg.boxes rect.region.drawing').count(), 0, 'a cancelled gesture leaves no stray box');
+  assert.match(await tp.getByText(/manual region\(s\)/).textContent(), /2 manual region\(s\), unsaved/);
+  await tp.getByRole('button', { name: 'Save regions and re-blur' }).click();
+  await until(tp, 'the re-blurred version shown without a reload', (v) => window.__tessera.photo?.version > v && window.__tessera.photo.regions === 2 && window.__tessera.photo.loaded === true, version, 120_000);
+  assert.deepEqual(touchErrors, [], 'no console errors on the phone');
+  await phone.close();
 
   // The webhook's page lists each delivery and keeps itself current (no reload here):
   // the photo notices arrive, the one answered 500 is tried again under its id.
@@ -388,6 +486,16 @@ try {
     assert.equal(h['tessera-webhook-signature'], `v1=${mac}`, 'the signature verifies with the secret the console showed');
     assert.ok(!JSON.parse(r.body).type.startsWith('job.'), `only the types asked for: ${r.body}`);
   }
+  // Delete the broken upload from its page; the list then holds only the good photo.
+  await page.goto(`/#/projects/${pid}/privacy`);
+  await page.getByRole('link', { name: 'truncated.jpg' }).click();
+  await page.getByRole('button', { name: 'Delete photo' }).waitFor();
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Delete photo' }).click();
+  await page.waitForURL(/\/privacy$/);
+  await until(page, 'the broken upload gone', () => (window.__tessera.privacy?.photos || []).length === 1);
+  await page.goto(hookPage);
+  await until(page, 'the deliveries page again', () => window.__tessera.webhook?.loaded === true);
   // Deleting it from its page.
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Delete webhook' }).click();

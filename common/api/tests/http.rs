@@ -1579,6 +1579,11 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
     );
     let recommended = privacy["recommended_threshold"].as_f64().unwrap();
     assert!((0.25..=0.5).contains(&recommended), "{privacy}");
+    // As written, not as an f32 widened to a double (0.3630000054836273).
+    assert_eq!(
+        recommended.to_string(),
+        tessera_core::privacy::RECOMMENDED_THRESHOLD.to_string()
+    );
     assert_eq!(
         (
             privacy["photos"].clone(),

@@ -685,6 +685,123 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
         assert_eq!(paged["items"].as_array().unwrap().len(), 2);
         assert!(paged["next_page_token"].is_string());
     }
+    // Taking results away: each listed file downloads by its `download_url` with the
+    // bytes its checksum names, as an attachment, immutable; a name the manifest does
+    // not hold (a path that climbs out, another stage's file) is 404.
+    let exports = get(
+        &c,
+        format!("{}/v1/jobs/{job}/artifacts?kind=export", s.base),
+    )
+    .await;
+    let files = exports["items"][0]["files"].as_array().unwrap().clone();
+    assert!(
+        files.iter().any(|f| f["name"] == "sparse/0/cameras.bin"),
+        "{exports}"
+    );
+    for f in &files {
+        let url = format!("{}{}", s.base, f["download_url"].as_str().unwrap());
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{url}");
+        let disposition = r.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let etag = r.headers()["etag"].to_str().unwrap().to_string();
+        let body = r.bytes().await.unwrap();
+        use sha2::Digest;
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&body)),
+            f["sha256"].as_str().unwrap(),
+            "{url}"
+        );
+        let base = f["name"].as_str().unwrap().replace('/', "-");
+        assert_eq!(
+            disposition,
+            format!("attachment; filename=\"export-{base}\"")
+        );
+        let again = c
+            .get(&url)
+            .header("if-none-match", etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304);
+    }
+    for wrong in [
+        "export/files/..%2F..%2Fingest%2Fmanifest.json",
+        "export/files/database.db",
+        "nonsense/files/model.ply",
+        "extract/files/sparse/0/cameras.bin",
+    ] {
+        let r = c
+            .get(format!("{}/v1/jobs/{job}/artifacts/{wrong}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{wrong}");
+    }
+    // The report: what was asked, each stage, the photos, and every file to download.
+    let report = get(&c, format!("{}/v1/reconstructions/{job}/report", s.base)).await;
+    assert_eq!(report["status"], "succeeded");
+    let (total, registered) = (
+        report["photos"]["total"].as_u64().unwrap(),
+        report["photos"]["registered"].as_u64().unwrap(),
+    );
+    assert!(registered > 0 && registered <= total, "{report}");
+    assert_eq!(
+        report["photos"]["left_out"].as_array().unwrap().len() as u64,
+        total - registered,
+        "every photo not in the model is named: {report}"
+    );
+    assert!(report["seconds"].as_f64().unwrap() > 0.0);
+    assert!(report["model"]["points"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        report["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|st| st["status"] == "succeeded" && st["result"].is_object()),
+        "{report}"
+    );
+    assert!(
+        report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["stage"] == "export" && f["url"].as_str().unwrap().contains("/files/"))
+    );
+    // A run is renamed; its options are in its view (and nothing else changes).
+    let renamed: Value = c
+        .patch(format!("{}/v1/jobs/{job}", s.base))
+        .json(&json!({ "label": "  façade, first try " }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(renamed["label"], "façade, first try");
+    assert_eq!(renamed["status"], "succeeded");
+    assert_eq!(renamed["x-tessera"]["options"]["mapper"], "incremental");
+    assert!(renamed["x-tessera"]["options"]["pairs"]["strategy"].is_string());
+    assert_eq!(
+        renamed["x-tessera"]["tasks_done"],
+        renamed["x-tessera"]["tasks_total"]
+    );
+    for bad in [
+        json!({ "label": "" }),
+        json!({ "label": "a\nb" }),
+        json!({ "label": "x".repeat(201) }),
+        json!({ "name": "x" }),
+    ] {
+        let r = c
+            .patch(format!("{}/v1/jobs/{job}", s.base))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{bad}");
+    }
     // §6.7: the list's filters.
     let mine = get(
         &c,

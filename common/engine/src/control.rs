@@ -106,6 +106,34 @@ impl Engine {
         }
     }
 
+    /// Give a job another label (what people call the run; nothing else changes: not
+    /// its fingerprint, not its tasks). 1–200 characters, no control characters.
+    pub async fn relabel(&self, id: JobId, label: &str) -> Result<Job, EngineError> {
+        let label = label.trim();
+        if label.is_empty() || label.chars().count() > 200 || label.chars().any(char::is_control) {
+            return Err(EngineError::Refused(
+                "label: give 1 to 200 characters, without line breaks or control characters".into(),
+            ));
+        }
+        loop {
+            let mut job = self.job(id).await?;
+            if job.label == label {
+                return Ok(job);
+            }
+            job.label = label.to_string();
+            match self
+                .ports
+                .store
+                .put(records::job_item(&job), Condition::Rev(job.rev))
+                .await
+            {
+                Ok(()) => return self.job(id).await,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Cancel a job. Waiting and queued tasks are cancelled now. Running tasks stop at
     /// their next checkpoint (cooperative) or lose their lease now, which kills their
     /// subprocesses (force).

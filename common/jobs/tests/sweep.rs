@@ -219,3 +219,41 @@ async fn a_part_out_of_time_hands_on_mid_page_from_the_last_photo_it_handled() {
         "one photo a part, each once"
     );
 }
+
+/// The privacy page's counts: a photo uploaded after a subject change and not decided
+/// yet is being processed, not "waiting to be re-blurred"; one decided before the change
+/// is waiting; one that failed is counted as failed; and the counts add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_tell_a_new_photo_from_one_waiting_for_its_reblur() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let change = project::reblur_all(&r.engine, p.id).await.unwrap();
+    assert!(change.subjects_rev > 0);
+    let decided_before = row(p.id);
+    let mut new = row(p.id);
+    new.published_at = None;
+    new.faces = None;
+    let mut failed = row(p.id);
+    failed.published_at = None;
+    failed.failure = Some("p.jpg: the file is truncated".into());
+    let mut current = row(p.id);
+    current.subjects_rev = change.subjects_rev;
+    r.store()
+        .transact(
+            [&decided_before, &new, &failed, &current]
+                .iter()
+                .map(|ph| Write::Put {
+                    item: records::photo_item(ph),
+                    condition: Condition::Absent,
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let s = project::privacy_status(r.store(), p.id).await.unwrap();
+    assert_eq!(
+        (s.photos, s.published, s.not_current, s.processing, s.failed),
+        (4, 1, 1, 1, 1),
+        "{s:?}"
+    );
+}

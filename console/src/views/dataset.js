@@ -3,7 +3,7 @@
 // starts a reconstruction with what the server's capabilities allow.
 
 import { api, all, blobUrl, capabilities } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES, confirmDelete } from '../dom.js';
 import { uploadFile } from '../upload.js';
 import { gpsMap } from './map.js';
 
@@ -29,8 +29,11 @@ function recipeForm(pid, did, caps) {
   const georef = h('select', { name: 'georeference' }, h('option', { value: 'none' }, 'none'),
     engine.has('georegister.sim3') ? h('option', { value: 'gps' }, 'GPS from EXIF') : null);
   const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin'].filter((e) => engine.has(`export.${e}`))
-    .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e }), fmt.phase(e)));
+    // PLY on by default: the point cloud is what most people take away.
+    .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e, checked: e === 'ply' }), fmt.phase(e)));
   const out = h('div');
+  const start = h('button', { type: 'submit', disabled: true }, 'Start reconstruction');
+  const why = h('p', { class: 'dim' });
   const form = h('form', {
     class: 'recipe',
     'aria-label': 'Start a reconstruction',
@@ -56,8 +59,15 @@ function recipeForm(pid, did, caps) {
   },
   field('Mapper', mapper), field('Pairs', pairs), field('Bundle adjustment', ba), field('Georeference', georef),
   h('fieldset', {}, h('legend', {}, 'Exports (points for the viewer always)'), exports),
-  h('button', { type: 'submit', disabled: !mappers.length }, 'Start reconstruction'),
-  mappers.length ? null : h('p', { class: 'dim' }, 'This server has no reconstruction engine.'), out);
+  start, why, out);
+  // Whether there is anything to reconstruct: called again after each upload or delete,
+  // which also clears an error the form showed before (say "has no images").
+  form.images = (n) => {
+    start.disabled = !mappers.length || n < 2;
+    why.textContent = !mappers.length ? 'This server has no reconstruction engine.'
+      : n < 2 ? `Add at least two photos first (${n} so far).` : '';
+    fill(out);
+  };
   return form;
 }
 
@@ -91,15 +101,25 @@ export async function view(pid, did) {
         ['GPS', exif.gps ? `${exif.gps.lat.toFixed(6)}, ${exif.gps.lon.toFixed(6)}${exif.gps.alt != null ? `, ${exif.gps.alt.toFixed(1)} m` : ''}` : '–'],
         ['Taken', exif.exif?.DateTimeOriginal || '–'],
       ];
+      const remove = h('button', {
+        class: 'danger',
+        onclick: () => confirmDelete(`Remove ${img.name} from this dataset? Runs already made keep it; new runs will not have it.`, async () => {
+          await api(`/v1/images/${img.image_id}`, { method: 'DELETE' });
+          toast(`${img.name} removed`);
+          fill(detail);
+          await refresh();
+        }, detail),
+      }, `Remove ${img.name}`);
       fill(detail, h('h3', {}, img.name), h('img', { src, alt: img.name, class: 'preview' }),
-        h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
+        h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), remove);
     } catch (e) { fill(detail, errorBox(e)); }
   }
 
   async function refresh() {
     const images = await all(`/v1/datasets/${did}/images`);
-    count.textContent = `${images.length} image${images.length === 1 ? '' : 's'}`;
+    count.textContent = `${images.length} photo${images.length === 1 ? '' : 's'}`;
     window.__tessera.dataset = { id: did, images: images.length };
+    recipe.images(images.length);
     fill(grid, images.map((img) => {
       const thumb = h('img', { alt: img.name, loading: 'lazy', width: 160, height: 120 });
       blobUrl(`/v1/images/${img.image_id}/thumbnail?size=256`).then((u) => { thumb.src = u; }).catch(() => {});
@@ -150,16 +170,27 @@ export async function view(pid, did) {
     ondrop: (e) => { e.preventDefault(); drop.classList.remove('over'); uploadAll(e.dataTransfer.files); },
   }, h('p', {}, 'Drop photos here, or '), h('label', { for: 'files', class: 'button', tabindex: 0, onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); input.click(); } } }, 'choose files'), input);
 
+  const recipe = recipeForm(pid, did, caps);
+  const gone = h('div');
+  const deleteDataset = h('button', {
+    class: 'danger',
+    onclick: () => confirmDelete(`Delete the dataset “${d.name}” and its photos? Runs already made keep their results.`, async () => {
+      await api(`/v1/projects/${pid}/datasets/${did}`, { method: 'DELETE' });
+      toast(`Dataset ${d.name} deleted`);
+      location.hash = `#/projects/${pid}`;
+    }, gone),
+  }, 'Delete dataset');
   await refresh().catch((e) => toast(e.message, 'error'));
   return {
     title: d.name,
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, 'Project'), ' / '),
       h('h1', {}, d.name, ' ', count),
-      h('p', { class: 'dim' }, `${d.camera_model} · ${fmt.phase(d.intrinsics_mode)} · manifest ${String(d.manifest_hash).slice(0, 12)}`),
+      h('p', { class: 'dim' }, `Camera model ${d.camera_model} · ${d.intrinsics_mode === 'per_image' ? 'one camera per photo' : 'photos of one size share a camera'}`),
       drop, overall, uploads,
       h('div', { class: 'split' }, grid, detail),
       h('h2', {}, 'Where they were taken'), mapBox,
-      h('h2', {}, 'Reconstruct'), recipeForm(pid, did, caps)),
+      h('h2', {}, 'Reconstruct'), recipe,
+      h('h2', {}, 'Delete'), deleteDataset, gone),
   };
 }

@@ -3,8 +3,8 @@
 // errors, cancel / force cancel / resume, and the 3D viewer following the newest sealed
 // snapshot.
 
-import { api, all, blobUrl } from '../api.js';
-import { h, fill, errorBox, fmt, toast, badge as statusBadge, RECON_RECIPES } from '../dom.js';
+import { api, all, blobUrl, download, saveJson } from '../api.js';
+import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec } from '../dom.js';
 import { follow, TERMINAL } from '../sse.js';
 import { Viewer } from './viewer.js';
 
@@ -56,6 +56,38 @@ export async function view(jobId) {
   async function refreshJob() {
     job = await api(`/v1/jobs/${jobId}`);
     renderTasks();
+    if (isRecon && TERMINAL.has(job.status)) await showReport();
+  }
+
+  // What to take away, from the run's report: every file of its exports (the point
+  // cloud, the COLMAP model, NVM) and the report itself; and which photos it left out.
+  const downloads = h('div', { class: 'downloads', 'aria-label': 'Downloads' });
+  const leftOut = h('div');
+  let reportShown = null;
+  async function showReport() {
+    if (reportShown === job.status) return;
+    reportShown = job.status;
+    try {
+      const report = await api(`/v1/reconstructions/${jobId}/report`);
+      state.report = { files: report.files.length, leftOut: report.photos?.left_out || [] };
+      const exports = report.files.filter((f) => f.stage === 'export' && !f.name.startsWith('submodels/'));
+      const save = (f) => h('button', {
+        class: 'ghost download',
+        onclick: async () => {
+          try { await download(f.url); } catch (err) { toast(err.message, 'error'); }
+        },
+      }, FILE_LABELS(f.name), h('span', { class: 'dim' }, ` ${fmt.bytes(f.byte_size)}`));
+      const name = (job.label || 'reconstruction').replace(/[^\w.-]+/g, '_');
+      fill(downloads,
+        exports.length ? h('ul', { class: 'files' }, exports.map((f) => h('li', {}, save(f)))) : h('p', { class: 'dim' }, 'No exports: the run did not reach its export stage.'),
+        h('button', { class: 'ghost download', onclick: () => saveJson(report, `${name}-report.json`) }, 'Report (JSON): options, stages, timings, photos left out'));
+      const out = report.photos?.left_out || [];
+      fill(leftOut, out.length
+        ? h('p', { class: 'warn' }, `${report.photos.registered} of ${report.photos.total} photos are in the model. Left out: ${out.join(', ')}`)
+        : report.photos?.total ? h('p', { class: 'dim' }, `All ${report.photos.total} photos are in the model.`) : null);
+      // An error an attempt raised is over once the job got past it.
+      if (job.status === 'succeeded') problems.querySelectorAll('li.error').forEach((li) => li.classList.add('resolved'));
+    } catch (err) { fill(downloads, errorBox(err)); }
   }
 
   function phaseRow(name) {
@@ -70,14 +102,35 @@ export async function view(jobId) {
     return phases.get(name);
   }
 
+  // Figures a person reads, first; what each process cost (memory, CPU) folded away.
+  const resources = h('dl', { class: 'metrics' });
+  function renderFigures() {
+    const main = [];
+    const cost = [];
+    for (const [name, e] of metricValues) (name.includes('.') ? cost : main).push(e);
+    fill(metrics, main.map((e) => [h('dt', {}, FIGURES[e.name] || fmt.phase(e.name)), h('dd', {}, figure(e))]));
+    fill(resources, cost.map((e) => [h('dt', {}, fmt.phase(e.name.replace('.', ': '))), h('dd', {}, figure(e))]));
+  }
+  let lastError = 0;
+  function connText() {
+    const n = state.seqs.length ? state.seqs[state.seqs.length - 1] : 0;
+    if (state.ended) return `finished · ${n} events`;
+    if (state.streamError) return `events stopped: ${state.streamError}`;
+    return state.connected ? `live · ${n} events` : `reconnecting · after event ${n}`;
+  }
+
   function onEvent(e) {
     if (state.seqs.length && e.seq !== state.seqs[state.seqs.length - 1] + 1) {
       if (e.seq <= state.seqs[state.seqs.length - 1]) state.duplicates += 1; else state.gaps += 1;
     }
     state.seqs.push(e.seq);
+    conn.textContent = connText();
     switch (e.type) {
       case 'phase_started': {
         const p = phaseRow(e.phase);
+        // A phase can run again (a retry, a resumed job): it is running, not done.
+        p.li.className = 'running';
+        state.phases[e.phase] = 'running';
         p.info.textContent = `started ${new Date(e.ts || e.at).toLocaleTimeString()}`;
         break;
       }
@@ -97,14 +150,16 @@ export async function view(jobId) {
         break;
       }
       case 'metric':
-        metricValues.set(e.name, `${Number.isInteger(e.value) ? e.value : e.value.toFixed(3)}${e.unit ? ` ${e.unit}` : ''}`);
-        fill(metrics, [...metricValues].map(([k, v]) => [h('dt', {}, fmt.phase(k)), h('dd', {}, v)]));
+        metricValues.set(e.name, e);
+        renderFigures();
         break;
       case 'warning':
-        problems.append(h('li', { class: 'warn' }, e.message));
+        problems.append(h('li', { class: 'warn', dataset: { seq: e.seq } }, e.message));
         break;
       case 'error':
-        problems.append(h('li', { class: 'error' }, `${e.class}: ${e.message}`));
+        // Kept with its sequence number: a resume that gets past it marks it resolved.
+        problems.append(h('li', { class: 'error', dataset: { seq: e.seq } }, e.message));
+        lastError = e.seq;
         break;
       case 'log_line':
         logLines.push(e.line);
@@ -157,13 +212,12 @@ export async function view(jobId) {
       onState: (s) => {
         state.connected = s.connected;
         state.reconnects = s.reconnects;
-        conn.textContent = s.error
-          ? `events stopped: ${s.error}`
-          : s.connected ? `live · event ${s.last}` : `reconnecting · after event ${s.last}`;
+        state.streamError = s.error || null;
+        conn.textContent = connText();
       },
       onEnd: async () => {
-        conn.textContent = `ended · ${state.seqs.length} events`;
         state.ended = true;
+        conn.textContent = connText();
         stream = null;
         await refreshJob();
         if (isRecon) await showLatest();
@@ -172,9 +226,36 @@ export async function view(jobId) {
     state.stream = stream;
   }
 
+  // Rename the run, or run its options again over the dataset's photos as they are now.
+  const title = h('span', {}, job.label || 'Reconstruction');
+  const newLabel = h('input', { value: job.label || '', maxlength: 200, required: true });
+  const manage = h('div');
+  const rename = h('form', {
+    class: 'inline',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      try {
+        job = await api(`/v1/jobs/${jobId}`, { method: 'PATCH', body: { label: newLabel.value.trim() } });
+        title.textContent = job.label;
+        document.title = `${job.label} · Tessera console`;
+        toast('Renamed');
+      } catch (err) { fill(manage, errorBox(err)); }
+    },
+  }, field('Name of this run', newLabel), h('button', { type: 'submit' }, 'Rename'));
+  const again = isRecon && job['x-tessera']?.options ? h('button', {
+    onclick: async () => {
+      try {
+        const r = await api(`/v1/projects/${job.project_id}/pipelines/${job.recipe}`, { method: 'POST', body: rerunRequest(job) });
+        if (r.job_id === jobId) toast('Nothing changed since this run (same photos, same options): this is that run', 'warn');
+        else location.hash = `#/jobs/${r.job_id}`;
+      } catch (err) { fill(manage, errorBox(err)); }
+    },
+  }, 'Run again with these options') : null;
+
   renderTasks();
   startStream();
   if (isRecon) showLatest();
+  if (isRecon && TERMINAL.has(job.status)) showReport();
   const poll = setInterval(() => { if (!TERMINAL.has(job.status)) refreshJob().catch(() => {}); }, 3000);
 
   return {
@@ -182,12 +263,74 @@ export async function view(jobId) {
     cleanup: () => { stream?.stop(); clearInterval(poll); viewer?.destroy(); },
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', job.project_id ? h('a', { href: `#/projects/${job.project_id}` }, 'Project') : null, ' / '),
-      h('h1', {}, job.label || jobId, ' ', badge),
-      h('p', { class: 'dim' }, `${job.recipe} · created ${fmt.time(job.created_at)} · `, conn),
-      h('div', { class: 'actions' }, buttons.cancel, buttons.force, buttons.resume),
+      h('h1', {}, title, ' ', badge),
+      h('p', { class: 'dim' }, describeSpec(job), ` · started ${fmt.time(job.started_at || job.created_at)}`, job.finished_at ? ` · took ${fmt.duration(job.started_at || job.created_at, job.finished_at)}` : '', ' · ', conn),
+      leftOut,
+      h('div', { class: 'actions' }, buttons.cancel, buttons.force, buttons.resume, again),
+      h('details', {}, h('summary', {}, 'Rename'), rename), manage,
       h('div', { class: 'split' },
-        h('div', {}, h('h2', {}, 'Stages'), timeline, h('h3', {}, 'Tasks'), tasks, h('h3', {}, 'Figures'), metrics, h('h3', {}, 'Warnings and errors'), problems),
+        h('div', {}, h('h2', {}, 'Stages'), timeline,
+          isRecon ? [h('h3', {}, 'Downloads'), downloads] : null,
+          h('h3', {}, 'Figures'), metrics, h('details', {}, h('summary', {}, 'What each step cost (memory, time)'), resources),
+          h('h3', {}, 'Warnings and errors'), problems,
+          h('details', {}, h('summary', {}, 'Tasks'), tasks)),
         viewer ? h('div', {}, h('h2', {}, '3D'), viewer.el, photo) : null),
       h('details', {}, h('summary', {}, 'Log'), log)),
   };
+}
+
+/** What the figures a run reports mean to a person. */
+const FIGURES = {
+  images: 'Photos in the run',
+  image_bytes: 'Photo bytes',
+  images_accepted: 'Photos accepted',
+  keypoints: 'Keypoints found',
+  matched_pairs: 'Photo pairs matched',
+  verified_pairs: 'Pairs geometrically verified',
+  inlier_matches: 'Verified matches',
+  registered_new_images: 'Photos registered',
+  registered_images: 'Photos in the model',
+  points: '3D points',
+  submodels: 'Separate models',
+  alignment_residual_m: 'GPS alignment error',
+};
+
+function figure(e) {
+  if (/bytes$/.test(e.name) || e.unit === 'bytes') return fmt.bytes(e.value);
+  const v = Number.isInteger(e.value) ? e.value.toLocaleString() : e.value.toFixed(e.value < 10 ? 2 : 1);
+  return `${v}${e.unit ? ` ${e.unit}` : ''}`;
+}
+
+/** A checkpoint file's name as a person reads it. */
+function FILE_LABELS(name) {
+  const base = name.split('/').pop();
+  if (name === 'model.ply') return 'Point cloud (PLY)';
+  if (name === 'model.nvm') return 'Cameras and points (NVM)';
+  if (name === 'points.bin') return 'Points (sfmapi binary)';
+  if (name.startsWith('sparse_text/')) return `COLMAP model, text: ${base}`;
+  if (name.startsWith('sparse/')) return `COLMAP model, binary: ${base}`;
+  return name;
+}
+
+/**
+ * The pipeline request that asks for `job`'s options again: its dataset, mapper, pairs,
+ * bundle adjustment, georeferencing and exports. Sent again over unchanged photos it is
+ * the same job (the server recognises its fingerprint).
+ */
+function rerunRequest(job) {
+  const o = job['x-tessera'].options;
+  const dataset = /datasets\/([\w-]+)/.exec(o.image_set || '')?.[1];
+  const body = {
+    dataset_id: dataset,
+    spec: {
+      kind: o.mapper || job.recipe,
+      'x-tessera': {
+        ba: o.ba || 'standard',
+        georeference: o.georef?.mode === 'gps' ? 'gps' : 'none',
+        exports: (o.exports || []).map((e) => e.replaceAll('-', '_')).filter((e) => e !== 'points_bin'),
+      },
+    },
+  };
+  if (o.pairs?.strategy) body.pairs = { ...o.pairs };
+  return body;
 }

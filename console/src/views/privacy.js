@@ -3,10 +3,11 @@
 // from reference photos; one photo with its faces boxed over the unblurred original
 // (admin keys only: the server decides, answering 403 to others), each face's decision
 // and similarity, the public and per-subject variants side by side, manual blur
-// regions drawn with the mouse, and reprocessing.
+// regions drawn with a mouse, a pen or a finger, and reprocessing. Both pages keep
+// themselves current while anything on them is still being processed.
 
-import { api, all, blobUrl } from '../api.js';
-import { h, fill, errorBox, field, toast, badge, svg as svgEl } from '../dom.js';
+import { api, all, blobUrl, download } from '../api.js';
+import { h, fill, errorBox, field, toast, badge, svg as svgEl, confirmDelete } from '../dom.js';
 import { uploadFile } from '../upload.js';
 
 
@@ -16,12 +17,43 @@ const who = (id) => labels.get(id) || `subject …${id.slice(-6)}`;
 
 function decisionText(d) {
   switch (d?.decision) {
-    case 'subject': return [`opted out: ${who(d.subject)}`, d.similarity];
-    case 'ambiguous': return [`ambiguous between ${d.candidates.length} subjects`, d.candidates[0]?.[1]];
-    case 'not_opted_out': return ['not opted out: shown', d.best];
-    case 'fail_closed': return ['no threshold: blurred everywhere', null];
-    default: return ['undecided', null];
+    case 'subject': return [`opted out (${who(d.subject)}): blurred`, d.similarity];
+    case 'ambiguous': return [`could be ${d.candidates.length} opted-out people: blurred`, d.candidates[0]?.[1]];
+    case 'not_opted_out': return ['matches nobody who opted out: shown', d.best];
+    case 'fail_closed': return ['no threshold set: blurred', null];
+    default: return ['not decided yet: blurred', null];
   }
+}
+
+/** A photo's state in words (the badge keeps the API's name as its class). */
+const STATE_WORDS = {
+  ingesting: 'uploading', ingested: 'waiting for face detection', processing: 'finding and blurring faces',
+  published: 'published', failed: 'failed',
+};
+const stateBadge = (status) => { const b = badge(status); b.textContent = STATE_WORDS[status] || status; return b; };
+const settled = (status) => status === 'published' || status === 'failed';
+
+/** What the project's threshold means for its photos, in a sentence. */
+function thresholdSays(settings, subjects) {
+  if (settings.match_threshold == null) {
+    return subjects
+      ? 'No match threshold is set, so every face in every photo is blurred. Opting someone out changes nothing until a threshold is set; then only opted-out people are blurred.'
+      : 'No match threshold is set, so every face in every photo is blurred.';
+  }
+  return subjects
+    ? `Faces at or above similarity ${settings.match_threshold} to an opted-out person are blurred; everyone else is shown.`
+    : 'Nobody has opted out, so photos are published as they are.';
+}
+
+/** Call `f` every `ms` while the page is visible and `wanted()` holds; answers a stop. */
+function keepCurrent(f, wanted, ms = 2000) {
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy || document.hidden || !wanted()) return;
+    busy = true;
+    try { await f(); } catch { /* the next turn tries again */ } finally { busy = false; }
+  }, ms);
+  return () => clearInterval(timer);
 }
 
 export async function photos(pid) {
@@ -31,8 +63,41 @@ export async function photos(pid) {
     all(`/v1/x-tessera/projects/${pid}/photos`).then((items) => ({ items })),
     api(`/v1/x-tessera/projects/${pid}/subjects`).then((s) => s.items).catch(() => []),
   ]);
-  window.__tessera.privacy = { photos: list.items.map((p) => ({ id: p.photo_id, status: p.status })), notCurrent: settings.photos_not_current };
   const out = h('div');
+  const counts = h('p', { id: 'not-current' });
+  const tbody = h('tbody');
+  const table = h('table', { class: 'list' }, h('thead', {}, h('tr', {}, h('th', {}, 'Photo'), h('th', {}, 'State'), h('th', {}, 'Faces'), h('th', {}, 'Copies'))), tbody);
+  const empty = h('p', { class: 'dim' }, 'No photos yet.');
+  let current = { settings, items: list.items };
+  function render() {
+    const { settings: st, items } = current;
+    window.__tessera.privacy = { photos: items.map((p) => ({ id: p.photo_id, status: p.status })), notCurrent: st.photos_not_current, processing: st.photos_processing, refreshes: (window.__tessera.privacy?.refreshes || 0) };
+    const parts = [`${st.photos_published} of ${st.photos} photos published`];
+    if (st.photos_processing) parts.push(`${st.photos_processing} being processed`);
+    if (st.photos_failed) parts.push(`${st.photos_failed} failed`);
+    if (st.photos_not_current) parts.push(`${st.photos_not_current} withheld until re-blurred after the last change to who opted out or to the threshold`);
+    counts.textContent = `${parts.join('; ')}.`;
+    counts.className = st.photos_not_current || st.photos_failed ? 'warn' : 'dim';
+    fill(tbody, items.map((p) => h('tr', {},
+      h('td', {}, h('a', { href: `#/photos/${p.photo_id}` }, p.name || 'photo')),
+      h('td', {}, stateBadge(p.status), p.reason ? h('div', { class: 'reason' }, p.reason) : null),
+      h('td', {}, p.faces ? String(p.faces.length) : '–'),
+      h('td', { class: 'dim' }, p.variants?.length ? `${p.variants.length}` : '–'))));
+    table.hidden = !items.length;
+    empty.hidden = Boolean(items.length);
+  }
+  async function refresh() {
+    const [st, items] = await Promise.all([api(`/v1/x-tessera/projects/${pid}/privacy`), all(`/v1/x-tessera/projects/${pid}/photos`)]);
+    current = { settings: st, items };
+    render();
+    window.__tessera.privacy.refreshes += 1;
+  }
+  const busy = () => current.items.some((p) => !settled(p.status)) || current.settings.photos_not_current > 0 || current.settings.photos_processing > 0;
+  // Kept current while anything is in flight, and for a while after this page changed
+  // something (a photo added is not listed until its ingest has run).
+  let until = 0;
+  const poke = (ms = 15000) => { until = Date.now() + ms; };
+  const stop = keepCurrent(refresh, () => busy() || Date.now() < until);
   const progress = h('ul', { class: 'uploads' });
 
   async function addFiles(files, asPhotos) {
@@ -47,7 +112,8 @@ export async function photos(pid) {
     return shas;
   }
 
-  const threshold = h('input', { type: 'number', min: 0, max: 1, step: 0.001, value: settings.match_threshold ?? '', placeholder: String(settings.recommended_threshold ?? '') });
+  const threshold = h('input', { type: 'number', min: 0, max: 1, step: 0.001, value: settings.match_threshold ?? '', placeholder: `empty: blur every face; recommended ${settings.recommended_threshold}` });
+  const useRecommended = h('button', { type: 'button', class: 'ghost', onclick: () => { threshold.value = String(settings.recommended_threshold); threshold.focus(); } }, `Use the recommended ${settings.recommended_threshold}`);
   const settingsForm = h('form', {
     class: 'inline',
     onsubmit: async (e) => {
@@ -61,10 +127,15 @@ export async function photos(pid) {
           keep_metadata: settings.keep_metadata,
         } });
         toast('Threshold saved: every photo is re-decided');
-        window.dispatchEvent(new HashChangeEvent('hashchange'));
+        current.settings.match_threshold = v === '' ? null : Number(v);
+        fill(says, thresholdSays(current.settings, subjects.length));
+        poke();
+        await refresh();
       } catch (err) { fill(out, errorBox(err)); }
     },
-  }, field(`Match threshold (cosine similarity of a face to an opted-out person's reference; recommended ${settings.recommended_threshold}, measured; lower blurs more; empty: blur every face)`, threshold), h('button', { type: 'submit' }, 'Save threshold'));
+  }, field('Match threshold', threshold,
+    `How sure a match must be: the cosine similarity (0 to 1) of a face to an opted-out person's reference photos. ${settings.recommended_threshold} is recommended: on held-out test photos it left no opted-out face recognisable and blurred at most 5 % of bystanders. Lower blurs more people; empty blurs every face.`),
+  useRecommended, h('button', { type: 'submit' }, 'Save threshold'));
 
   const photoInput = h('input', { type: 'file', multiple: true, accept: 'image/*,.heic,.heif', id: 'photo-files' });
   const addPhotos = h('form', {
@@ -74,7 +145,9 @@ export async function photos(pid) {
       try {
         await addFiles([...photoInput.files], true);
         toast('Photos added: ingest and face processing follow');
-        setTimeout(() => window.dispatchEvent(new HashChangeEvent('hashchange')), 800);
+        photoInput.value = '';
+        poke();
+        await refresh();
       } catch (err) { fill(out, errorBox(err)); }
     },
   }, field('Photos to publish', photoInput), h('button', { type: 'submit' }, 'Add photos'));
@@ -88,31 +161,39 @@ export async function photos(pid) {
       try {
         const shas = await addFiles([...refs.files], false);
         const r = await api(`/v1/x-tessera/projects/${pid}/subjects`, { method: 'POST', body: { label: label.value.trim(), blob_shas: shas } });
-        toast(`${r.label} enrolled: every photo is re-decided`);
+        toast(`${r.label} enrolled: every photo is re-decided${r.warnings?.length ? `. ${r.warnings.join(' ')}` : ''}`, r.warnings?.length ? 'warn' : 'info');
         window.dispatchEvent(new HashChangeEvent('hashchange'));
       } catch (err) { fill(out, errorBox(err)); }
     },
   }, field('Name or label', label), field('Reference photos (1–20, one face each)', refs), h('button', { type: 'submit' }, 'Enrol opted-out subject'));
 
-  const rows = list.items.map((p) => h('tr', {},
-    h('td', {}, h('a', { href: `#/photos/${p.photo_id}` }, p.name || p.photo_id)),
-    h('td', {}, badge(p.status), p.reason ? h('div', { class: 'reason' }, p.reason) : null),
-    h('td', {}, p.faces ? String(p.faces.length) : '–'),
-    h('td', { class: 'dim' }, p.variants?.length ? `${p.variants.length}` : '–')));
+  render();
+  const says = h('p', { class: settings.match_threshold == null && subjects.length ? 'warn' : 'dim' }, thresholdSays(settings, subjects.length));
+  const people = subjects.length
+    ? h('ul', { class: 'subjects' }, subjects.map((sub) => h('li', {},
+      h('strong', {}, sub.label), h('span', { class: 'dim' }, ` · ${sub.usable_views} usable reference view(s)`),
+      sub.warnings?.length ? h('div', { class: 'warn' }, sub.warnings.join(' ')) : null,
+      h('button', {
+        class: 'ghost danger',
+        onclick: () => confirmDelete(`Remove ${sub.label}'s opt-out? Their face will be shown again in every photo once it is re-decided, and their reference faces are erased.`, async () => {
+          await api(`/v1/x-tessera/projects/${pid}/subjects/${sub.subject_id}`, { method: 'DELETE' });
+          toast(`${sub.label}'s opt-out removed: every photo is re-decided`);
+          window.dispatchEvent(new HashChangeEvent('hashchange'));
+        }, out),
+      }, `Remove ${sub.label}'s opt-out`))))
+    : h('p', { class: 'dim' }, 'Nobody has opted out in this project.');
   return {
     title: `${project.name}: privacy`,
+    cleanup: stop,
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, project.name), ' / '),
       h('h1', {}, 'Photo privacy review'),
-      h('p', { class: settings.photos_not_current ? 'warn' : 'dim', id: 'not-current' },
-        `${settings.photos_published} of ${settings.photos} photos published; ${settings.photos_not_current} not yet re-blurred since the last subject change.`),
-      h('p', { class: 'dim' }, `Match threshold ${settings.match_threshold ?? 'none (every face blurred)'} · ${subjects.length} opted-out subject(s): ${subjects.map((s) => s.label).join(', ') || 'none'}`),
-      list.items.length
-        ? h('table', { class: 'list' }, h('thead', {}, h('tr', {}, h('th', {}, 'Photo'), h('th', {}, 'State'), h('th', {}, 'Faces'), h('th', {}, 'Variants'))), h('tbody', {}, rows))
-        : h('p', { class: 'dim' }, 'No photos yet.'),
+      counts, says,
+      table, empty,
+      h('h2', {}, 'People who opted out'), people,
       h('h2', {}, 'Matching'), settingsForm,
       h('h2', {}, 'Add photos'), addPhotos,
-      h('h2', {}, 'Enrol a subject who asked not to be shown'), enrol, progress, out),
+      h('h2', {}, 'Enrol a person who asked not to be shown'), enrol, progress, out),
   };
 }
 
@@ -125,69 +206,112 @@ function overlay(img, faces, regions, onDraw) {
     svg.append(el);
     return el;
   };
-  faces.forEach((f, i) => rect(f.bbox, `face ${f.decision?.decision || ''}`, `face ${i + 1}: ${decisionText(f.decision)[0]}`));
+  const look = (f) => (f.decision?.decision === 'not_opted_out' ? 'shown' : 'blurred');
+  faces.forEach((f, i) => rect(f.bbox, `face ${look(f)} ${f.decision?.decision || ''}`, `face ${i + 1}: ${decisionText(f.decision)[0]}`));
   regions.forEach((r) => rect(r, 'region'));
+  // Numbers in HTML over the image, matching the table's rows (SVG text would be
+  // stretched with the non-uniform viewBox).
+  const numbers = faces.map((f, i) => {
+    const n = h('span', { class: `face-number ${look(f)}`, 'aria-hidden': 'true' }, String(i + 1));
+    // Placed through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    n.style.left = `${(f.bbox.x * 100).toFixed(3)}%`;
+    n.style.top = `${(f.bbox.y * 100).toFixed(3)}%`;
+    return n;
+  });
   if (onDraw) {
+    // One pointer draws; a touch screen's finger included: the layer takes the gesture
+    // (`touch-action: none` in the style sheet), and a gesture the browser cancels after
+    // all (a second finger, a system gesture) leaves nothing behind.
     let start = null;
     let live = null;
+    let pointer = null;
     const at = (e) => {
       const b = svg.getBoundingClientRect();
       return [Math.min(1, Math.max(0, (e.clientX - b.left) / b.width)), Math.min(1, Math.max(0, (e.clientY - b.top) / b.height))];
     };
-    svg.addEventListener('pointerdown', (e) => { start = at(e); live = rect({ x: start[0], y: start[1], w: 0, h: 0 }, 'region drawing'); svg.setPointerCapture(e.pointerId); });
+    const abandon = () => { live?.remove(); start = null; live = null; pointer = null; };
+    svg.addEventListener('pointerdown', (e) => {
+      if (pointer !== null) { abandon(); return; }
+      e.preventDefault();
+      pointer = e.pointerId;
+      start = at(e);
+      live = rect({ x: start[0], y: start[1], w: 0, h: 0 }, 'region drawing');
+      svg.setPointerCapture(e.pointerId);
+    });
     svg.addEventListener('pointermove', (e) => {
-      if (!start) return;
+      if (!start || e.pointerId !== pointer) return;
       const [x, y] = at(e);
       live.setAttribute('x', Math.min(x, start[0])); live.setAttribute('y', Math.min(y, start[1]));
       live.setAttribute('width', Math.abs(x - start[0])); live.setAttribute('height', Math.abs(y - start[1]));
     });
     svg.addEventListener('pointerup', (e) => {
-      if (!start) return;
+      if (!start || e.pointerId !== pointer) return;
       const [x, y] = at(e);
       const r = { x: Math.min(x, start[0]), y: Math.min(y, start[1]), w: Math.abs(x - start[0]), h: Math.abs(y - start[1]) };
-      start = null;
-      live.setAttribute('class', 'region');
-      if (r.w > 0.005 && r.h > 0.005) onDraw(r); else live.remove();
+      const drawn = live;
+      start = null; live = null; pointer = null;
+      drawn.setAttribute('class', 'region');
+      if (r.w > 0.005 && r.h > 0.005) onDraw(r); else drawn.remove();
     });
+    svg.addEventListener('pointercancel', abandon);
+    svg.addEventListener('lostpointercapture', (e) => { if (e.pointerId === pointer) abandon(); });
   }
-  return h('div', { class: 'boxed' }, img, svg);
+  return h('div', { class: 'boxed' }, img, svg, numbers);
 }
+
+/** What the red, blue and yellow boxes mean. */
+const legend = () => h('ul', { class: 'legend', 'aria-label': 'Box colours' },
+  h('li', {}, h('span', { class: 'swatch blurred' }), 'blurred in the public copy (opted out, unsure, or no threshold)'),
+  h('li', {}, h('span', { class: 'swatch shown' }), 'shown: matches nobody who opted out'),
+  h('li', {}, h('span', { class: 'swatch region' }), 'blur region drawn by hand'));
 
 export async function photo(id) {
   const p = await api(`/v1/x-tessera/photos/${id}`);
-  const subjects = await api(`/v1/x-tessera/projects/${p.project_id}/subjects`).then((s) => s.items).catch(() => []);
+  const [subjects, settings] = await Promise.all([
+    api(`/v1/x-tessera/projects/${p.project_id}/subjects`).then((s) => s.items).catch(() => []),
+    api(`/v1/x-tessera/projects/${p.project_id}/privacy`).catch(() => null),
+  ]);
   labels = new Map(subjects.map((s) => [s.subject_id, s.label]));
-  window.__tessera.photo = { id, status: p.status, faces: p.faces?.length ?? null, variants: [] };
+  window.__tessera.photo = { id, status: p.status, faces: p.faces?.length ?? null, variants: [], version: p.variant_version, regions: (p.blur_regions || []).length };
   const out = h('div');
   const regions = [...(p.blur_regions || [])];
   const regionList = h('span', { class: 'dim' }, `${regions.length} manual region(s)`);
 
   // The unblurred original, only if the server lets this key see it.
+  // A refused upload (no size: ingest never read it) has nothing to show.
   let original = null;
-  try {
-    const src = await blobUrl(`/v1/x-tessera/photos/${id}/original`, p.variant_version);
-    original = h('img', { src, alt: `${p.name}, unblurred original` });
-  } catch (e) {
-    original = e.status === 403 ? null : h('p', { class: 'dim' }, e.message);
+  if (p.width) {
+    try {
+      const src = await blobUrl(`/v1/x-tessera/photos/${id}/original`, p.variant_version);
+      original = h('img', { src, alt: `${p.name}, unblurred original` });
+    } catch (e) {
+      original = e.status === 403 ? null : h('p', { class: 'dim' }, e.message);
+    }
   }
   const variants = h('div', { class: 'variants' });
   const loaded = [];
   const show = (v, img) => blobUrl(v.url, p.variant_version)
     .then((u) => new Promise((res) => { img.onload = () => res(img.naturalWidth); img.onerror = () => res(0); img.src = u; }))
     .then((w) => { window.__tessera.photo.variants.push({ variant: v.variant, width: w }); });
+  const faceList = p.faces || [];
+  const blurredInPublic = faceList.filter((f) => f.decision?.decision !== 'not_opted_out').length;
+  const publicCaption = settings && settings.match_threshold == null
+    ? `Public copy: every face blurred (${faceList.length}), because no match threshold is set`
+    : `Public copy: ${blurredInPublic} of ${faceList.length} face(s) blurred (opted out or unsure); the others shown`;
   for (const v of p.variants || []) {
     if (!v.url) continue;
     const img = h('img', { alt: `${v.variant} variant of ${p.name}` });
     if (v.variant === 'public') {
       loaded.push(show(v, img));
-      variants.append(h('figure', {}, img, h('figcaption', {}, 'public (opted-out faces blurred)')));
+      const save = h('button', { class: 'ghost download', onclick: () => download(v.url, `${p.name.replace(/\.[^.]+$/, '')}-public.jpg`).catch((e) => toast(e.message, 'error')) }, 'Download the public copy');
+      variants.append(h('figure', {}, img, h('figcaption', {}, publicCaption, ' ', save)));
     } else {
       // A subject's own copy shows their face: fetched (and audited) only when asked for.
       const ask = h('button', {
         class: 'ghost',
         onclick: () => { ask.replaceWith(img); show(v, img); },
       }, `Show ${who(v.variant)}'s own copy (audited)`);
-      variants.append(h('figure', {}, ask, h('figcaption', {}, `${who(v.variant)}'s own copy: their face shown, others blurred`)));
+      variants.append(h('figure', {}, ask, h('figcaption', {}, `${who(v.variant)}'s own copy: ${who(v.variant)} shown; other opted-out or unsure faces blurred, the rest shown as in the public copy`)));
       window.__tessera.photo.subjectCopies = (window.__tessera.photo.subjectCopies || 0) + 1;
     }
   }
@@ -203,24 +327,52 @@ export async function photo(id) {
   }
   const canvas = base ? overlay(base, original ? faces : [], regions, draw) : h('p', { class: 'dim' }, 'Nothing to show yet.');
 
+  // After a change, the page follows the photo until its new version is published (or
+  // fails), then shows it: the re-blurred copy replaces the old one without a reload.
+  let waitingFor = settled(p.status) ? null : Date.now();
+  const stop = keepCurrent(async () => {
+    const now = await api(`/v1/x-tessera/photos/${id}`);
+    window.__tessera.photo.polls = (window.__tessera.photo.polls || 0) + 1;
+    if (!settled(now.status)) return;
+    if (now.variant_version !== p.variant_version || now.status !== p.status) {
+      waitingFor = null;
+      window.dispatchEvent(new HashChangeEvent('hashchange'));
+    } else if (Date.now() - waitingFor > 30_000) {
+      // Asked, but nothing came of it (an edit that changed nothing): stop asking.
+      waitingFor = null;
+    }
+  }, () => waitingFor !== null);
   const save = h('button', {
     onclick: async () => {
       try {
         await api(`/v1/x-tessera/photos/${id}/blur-regions`, { method: 'PUT', body: { regions } });
         toast('Regions saved: re-blurring');
-        regionList.textContent = `${regions.length} manual region(s), saved`;
+        regionList.textContent = `${regions.length} manual region(s), saved; re-blurring…`;
+        waitingFor = Date.now();
       } catch (e) { fill(out, errorBox(e)); }
     },
   }, 'Save regions and re-blur');
   const clear = h('button', { class: 'ghost', onclick: () => window.dispatchEvent(new HashChangeEvent('hashchange')) }, 'Discard unsaved');
   const reprocess = h('button', {
     onclick: async () => {
-      try { await api(`/v1/x-tessera/photos/${id}:reprocess`, { method: 'POST' }); toast('Reprocessing'); } catch (e) { fill(out, errorBox(e)); }
+      try {
+        await api(`/v1/x-tessera/photos/${id}:reprocess`, { method: 'POST' });
+        toast('Reprocessing');
+        waitingFor = Date.now();
+      } catch (e) { fill(out, errorBox(e)); }
     },
   }, 'Reprocess');
+  const remove = h('button', {
+    class: 'danger',
+    onclick: () => confirmDelete(`Delete ${p.name}? Its upload and every copy made of it are erased.`, async () => {
+      await api(`/v1/x-tessera/photos/${id}`, { method: 'DELETE' });
+      toast(`${p.name} deleted`);
+      location.hash = `#/projects/${p.project_id}/privacy`;
+    }, out),
+  }, 'Delete photo');
 
   const table = h('table', { class: 'list' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'Face'), h('th', {}, 'Detector score'), h('th', {}, 'Decision'), h('th', {}, 'Similarity'), h('th', {}, 'Decided at'))),
+    h('thead', {}, h('tr', {}, h('th', {}, 'Face'), h('th', {}, 'Detector score'), h('th', {}, 'Decision'), h('th', {}, 'Best similarity'), h('th', {}, 'Threshold it was held to'))),
     h('tbody', {}, faces.map((f, i) => {
       const [text, sim] = decisionText(f.decision);
       // The threshold this face was held to, and why (smaller or tilted faces are held to what
@@ -230,15 +382,16 @@ export async function photo(id) {
     })));
   return {
     title: p.name,
+    cleanup: stop,
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${p.project_id}/privacy` }, 'Privacy review'), ' / '),
-      h('h1', {}, p.name, ' ', badge(p.status)),
+      h('h1', {}, p.name, ' ', stateBadge(p.status)),
       p.reason ? h('p', { class: 'error' }, p.reason) : null,
-      h('p', { class: 'dim' }, `${p.width}×${p.height} · version ${p.variant_version} · `, regionList),
+      p.width ? h('p', { class: 'dim' }, `${p.width}×${p.height} · version ${p.variant_version} · `, regionList) : null,
       h('div', { class: 'split' },
         h('div', {}, h('h2', {}, original ? 'Original, faces boxed (admin)' : 'Public variant'),
           original ? null : h('p', { class: 'dim' }, 'The unblurred original needs an admin key.'),
-          canvas, h('p', { class: 'dim' }, 'Drag on the image to add a blur region.'), h('div', { class: 'actions' }, save, clear, reprocess), out),
+          canvas, original ? legend() : null, h('p', { class: 'dim' }, 'Drag on the image (with a mouse, a pen or a finger) to add a blur region.'), h('div', { class: 'actions' }, save, clear, reprocess, remove), out),
         h('div', {}, h('h2', {}, 'Faces'), faces.length ? table : h('p', { class: 'dim' }, p.faces ? 'No faces found.' : 'Faces not detected: nobody in this project opted out, so photos are published as they are.'))),
       h('h2', {}, 'Variants'), variants),
   };

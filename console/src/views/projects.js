@@ -1,7 +1,7 @@
 // Projects and their datasets and reconstructions.
 
 import { api, all } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES, describeSpec, confirmDelete } from '../dom.js';
 
 export async function list() {
   const items = await all('/v1/projects');
@@ -61,6 +61,31 @@ export async function detail(pid) {
     },
   }, field('Name', name), field('Camera model', camera), field('Intrinsics', intrinsics), h('button', { type: 'submit' }, 'Create dataset'));
   const recons = jobs.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse();
+  const names = new Map(datasets.map((d) => [`datasets/${d.dataset_id}/images`, d.name]));
+  // Each run's photo count comes from its report: asked for the newest few only.
+  const photoCells = new Map();
+  recons.slice(0, 20).forEach((j) => {
+    const cell = h('td', { class: 'dim' }, '…');
+    photoCells.set(j.job_id, cell);
+    api(`/v1/reconstructions/${j.job_id}/report`).then((r) => {
+      const p = r.photos || {};
+      cell.textContent = p.total != null ? `${p.registered ?? '–'} of ${p.total}` : '–';
+    }).catch(() => { cell.textContent = '–'; });
+  });
+  const progressOf = (j) => {
+    const x = j['x-tessera'] || {};
+    if (j.status !== 'running' && j.status !== 'pending') return null;
+    return h('progress', { max: x.tasks_total || 1, value: x.tasks_done || 0, 'aria-label': `${j.label} progress` });
+  };
+  const out2 = h('div');
+  const deleteProject = h('button', {
+    class: 'danger',
+    onclick: () => confirmDelete(`Delete the project “${project.name}” and everything in it: datasets, runs, photos, subjects?`, async () => {
+      await api(`/v1/projects/${pid}?cascade=true`, { method: 'DELETE' });
+      toast(`Project ${project.name} deleted`);
+      location.hash = '#/';
+    }, out2),
+  }, 'Delete project');
   return {
     title: project.name,
     el: h('section', {},
@@ -78,10 +103,15 @@ export async function detail(pid) {
       h('h2', {}, 'Reconstructions'),
       recons.length
         ? h('table', { class: 'list' },
-          h('thead', {}, h('tr', {}, h('th', {}, 'Job'), h('th', {}, 'Recipe'), h('th', {}, 'Status'), h('th', {}, 'Created'))),
-          h('tbody', {}, recons.map((j) => h('tr', {},
-            h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || j.job_id)),
-            h('td', {}, j.recipe), h('td', {}, badge(j.status)), h('td', { class: 'dim' }, fmt.time(j.created_at))))))
-        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a recipe.')),
+          h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Options'), h('th', {}, 'Photos in model'), h('th', {}, 'Status'), h('th', {}, 'Took'), h('th', {}, 'Started'))),
+          h('tbody', {}, recons.map((j) => h('tr', { dataset: { job: j.job_id } },
+            h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || 'Reconstruction')),
+            h('td', { class: 'options' }, describeSpec(j, names)),
+            photoCells.get(j.job_id) || h('td', { class: 'dim' }, '–'),
+            h('td', {}, badge(j.status), progressOf(j)),
+            h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
+            h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
+        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a recipe.'),
+      h('h2', {}, 'Delete'), h('p', { class: 'dim' }, 'Deleting a project erases its datasets, photos, opted-out subjects and their reference faces, and its runs\' files. It cannot be undone.'), deleteProject, out2),
   };
 }

@@ -65,6 +65,7 @@ async fn list(s: &ApiState, job: &Job, q: &ArtifactQuery) -> Result<Json<Value>,
             "files": cp.files.iter().map(|f| json!({
                 "name": f.name, "uri": format!("{prefix}/{}", f.name),
                 "sha256": f.sha256, "byte_size": f.size,
+                "download_url": super::downloads::file_url(job, stage, &f.name),
             })).collect::<Vec<_>>(),
             "byte_size": cp.files.iter().map(|f| f.size).sum::<u64>(),
             "producer": { "stage": stage.name(), "spec_kind": spec_dag::kind_of(stage).name() },

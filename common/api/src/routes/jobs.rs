@@ -33,7 +33,7 @@ pub fn status(job: &Job) -> &'static str {
     }
 }
 
-fn task_status(t: &Task) -> &'static str {
+pub(crate) fn task_status(t: &Task) -> &'static str {
     match t.state {
         TaskState::Succeeded => "succeeded",
         TaskState::Running => "running",
@@ -116,7 +116,37 @@ pub fn view(job: &Job, tasks: Option<&[Task]>, times: (Option<Millis>, Option<Mi
     if let Some(ts) = tasks {
         v["tasks"] = task_views(job, ts).into();
     }
+    v["x-tessera"] = json!({
+        // From counters on the job row, so a list shows progress without reading tasks.
+        "tasks_done": job.counters.succeeded.clamp(0, job.tasks_total),
+        "tasks_total": job.tasks_total,
+        "options": options(job),
+    });
     v
+}
+
+/// What a reconstruction was asked to do, in the spec's own words: enough to tell two
+/// runs over one dataset apart (`null` for other kinds).
+fn options(job: &Job) -> Value {
+    if job.kind != tessera_jobs::reconstruct::KIND {
+        return Value::Null;
+    }
+    let pick = [
+        "image_set",
+        "mapper",
+        "pairs",
+        "ba",
+        "georef",
+        "exports",
+        "camera_model",
+        "max_image_size",
+        "max_features",
+    ];
+    Value::Object(
+        pick.iter()
+            .filter_map(|k| Some((k.to_string(), job.spec.get(*k)?.clone())))
+            .collect(),
+    )
 }
 
 /// The tasks a client sees: for a reconstruction, one per spec node, with Tessera's
@@ -216,6 +246,38 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
     let job = owned(&s, &caller, &id).await?;
+    let tasks = s.engine.job_tasks(job.id).await?;
+    let times = times(&s, &job, &tasks).await?;
+    Ok(Json(view(&job, Some(&tasks), times)))
+}
+
+/// `PATCH /v1/jobs/{id}` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobPatch {
+    /// What people call the run.
+    pub label: String,
+}
+
+/// `PATCH /v1/jobs/{id}` `{"label": "…"}`: rename a run; the job as it is now.
+pub async fn patch(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Json<JobPatch>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let job = owned(&s, &caller, &id).await?;
+    let Json(b) = body.map_err(|e| {
+        Problem::validation(format!("the body must be JSON {{\"label\": \"…\"}}: {e}"))
+    })?;
+    let job = s
+        .engine
+        .relabel(job.id, &b.label)
+        .await
+        .map_err(|e| match e {
+            EngineError::Refused(m) => Problem::validation(m),
+            other => other.into(),
+        })?;
     let tasks = s.engine.job_tasks(job.id).await?;
     let times = times(&s, &job, &tasks).await?;
     Ok(Json(view(&job, Some(&tasks), times)))

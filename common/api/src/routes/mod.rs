@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod artifacts;
 pub mod datasets;
+pub mod downloads;
 pub mod events;
 pub mod jobs;
 pub mod meta;
@@ -919,6 +920,15 @@ pub fn table() -> Vec<Operation> {
             get(jobs::get),
         ),
         op(
+            M::PATCH,
+            "/v1/jobs/{job_id}",
+            "/v1/jobs/{job_id}",
+            "Rename a run (`{\"label\": …}`)",
+            "jobs",
+            200,
+            patch(jobs::patch),
+        ),
+        op(
             M::POST,
             "/v1/jobs/{job_id}",
             "/v1/jobs/{job_id}:cancel",
@@ -953,6 +963,24 @@ pub fn table() -> Vec<Operation> {
             "jobs",
             200,
             get(artifacts::of_job),
+        ),
+        op(
+            M::GET,
+            "/v1/jobs/{job_id}/artifacts/{artifact_id}/files/{*name}",
+            "/v1/jobs/{job_id}/artifacts/{artifact_id}/files/{name}",
+            "One file of a sealed stage output, as an attachment (immutable; ETag, Range)",
+            "jobs",
+            200,
+            get(downloads::artifact_file),
+        ),
+        op(
+            M::GET,
+            "/v1/reconstructions/{recon_id}/report",
+            "/v1/reconstructions/{recon_id}/report",
+            "What the run was asked and did: stages, timings, photos left out, files to download",
+            "reconstructions",
+            200,
+            get(downloads::report),
         ),
         op(
             M::GET,

@@ -64,12 +64,7 @@ pub async fn list(
                 }
                 super::privacy::photo_view(&row, &state, &none)
             }
-            Listed::Refused(r) => json!({
-                "photo_id": r.photo_id, "project_id": r.project, "name": r.name,
-                "status": "failed", "reason": r.reason, "created_at": r.at.to_rfc3339(),
-                "faces": null, "variants": [],
-                "_links": super::links(&format!("/v1/x-tessera/photos/{}", r.photo_id), &[]),
-            }),
+            Listed::Refused(r) => super::privacy::refusal_view(&r),
         })
         .collect();
     Ok(super::page_json(items, next.map(|p| p.to_string())))

@@ -63,12 +63,19 @@ pub struct Settings {
 /// current subjects.
 fn privacy_view(p: &tessera_core::domain::Project, status: &project::PrivacyStatus) -> Value {
     json!({
-        "match_threshold": p.match_threshold, "blur_expand": p.blur_expand,
+        "match_threshold": p.match_threshold.map(as_written), "blur_expand": as_written(p.blur_expand),
         "keep_metadata": p.keep_metadata, "opted_out": p.opted_out,
         "subjects_rev": status.subjects_rev, "photos": status.photos,
         "photos_not_current": status.not_current, "photos_published": status.published,
-        "recommended_threshold": tessera_core::privacy::RECOMMENDED_THRESHOLD,
+        "photos_processing": status.processing, "photos_failed": status.failed,
+        "recommended_threshold": as_written(tessera_core::privacy::RECOMMENDED_THRESHOLD),
     })
+}
+
+/// A stored `f32` as the number people wrote (0.363, not 0.3630000054836273 as its
+/// widening to JSON's double would say): its shortest decimal form, read as a double.
+fn as_written(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
 }
 
 /// `GET /v1/x-tessera/projects/{pid}/privacy`: settings, and the photos not yet
@@ -513,10 +520,31 @@ pub async fn get_photo(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    let p = owned_photo(&s, &caller, &id).await?;
+    let p = match owned_photo(&s, &caller, &id).await {
+        Ok(p) => p,
+        // An upload ingest refused has no row; it is listed, so it can be opened (and
+        // erased) too.
+        Err(missing) if missing.status == StatusCode::NOT_FOUND => {
+            return match refused_of(&s, &caller, &id).await? {
+                Some(r) => Ok(Json(refusal_view(&r))),
+                None => Err(missing),
+            };
+        }
+        Err(other) => return Err(other),
+    };
     let state = super::photo_review::state_of(&p);
     let downloads = download_urls(&s, &p).await;
     Ok(Json(photo_view(&p, &state, &downloads)))
+}
+
+/// A refused upload as the photo list and the photo's own page show it.
+pub fn refusal_view(r: &photos::status::RefusedUpload) -> Value {
+    json!({
+        "photo_id": r.photo_id, "project_id": r.project, "name": r.name,
+        "status": "failed", "reason": r.reason, "created_at": r.at.to_rfc3339(),
+        "faces": null, "variants": [], "blur_regions": [],
+        "_links": super::links(&format!("/v1/x-tessera/photos/{}", r.photo_id), &[]),
+    })
 }
 
 /// `?page_token=…&page_size=…` for the audit trail.

@@ -493,13 +493,45 @@ pub async fn set_settings(
 pub struct PrivacyStatus {
     /// The project's subject revision.
     pub subjects_rev: u64,
-    /// Photos in the project.
+    /// Photos in the project, refused uploads included (as the list shows them).
     pub photos: u64,
     /// Photos whose files were decided at an older revision or under older rules: they
-    /// are being re-decided, and their files are not served meanwhile.
+    /// are being re-decided, and their files are not served meanwhile. A photo never
+    /// decided yet is not one of them (it is `processing`).
     pub not_current: u64,
+    /// Photos being processed for the first time (uploaded, not yet decided once).
+    pub processing: u64,
+    /// Photos whose processing failed for good, and uploads ingest refused (listed with
+    /// their reason).
+    pub failed: u64,
     /// Photos whose files are served now (published, and decided at the current subjects).
     pub published: u64,
+}
+
+/// Where one photo stands against its project's subjects, for counting. Exactly one per
+/// photo, so the counts add up to the number of photos.
+fn standing(ph: &Photo, subjects_rev: u64) -> Standing {
+    if ph.servable(subjects_rev) {
+        Standing::Published
+    } else if ph.failure.is_some() {
+        Standing::Failed
+    } else if ph.subjects_rev == 0 && ph.published_at.is_none() && ph.renditions.is_empty() {
+        Standing::Processing
+    } else if ph.needs_reprocess(subjects_rev) {
+        Standing::NotCurrent
+    } else {
+        // Decided at the current subjects, not yet published again (a regions edit, a
+        // reprocess): still being processed.
+        Standing::Processing
+    }
+}
+
+#[derive(PartialEq)]
+enum Standing {
+    Published,
+    Failed,
+    Processing,
+    NotCurrent,
 }
 
 /// Count the project's photos against its subject revision.
@@ -509,13 +541,24 @@ pub async fn privacy_status(
 ) -> Result<PrivacyStatus, PhotoError> {
     let p = load(store, project).await?;
     let all = photos(store, project).await?;
+    // Uploads ingest refused have no row but are listed (as failed): counted the same.
+    let rows: std::collections::HashSet<_> = all.iter().map(|ph| ph.id).collect();
+    let refused = tessera_core::catalog::refusals::refusals(store, project)
+        .await?
+        .into_iter()
+        .filter(|r| !rows.contains(&r.photo_id))
+        .count() as u64;
+    let count = |s: Standing| {
+        all.iter()
+            .filter(|ph| standing(ph, p.subjects_rev) == s)
+            .count() as u64
+    };
     Ok(PrivacyStatus {
         subjects_rev: p.subjects_rev,
-        photos: all.len() as u64,
-        not_current: all
-            .iter()
-            .filter(|ph| ph.needs_reprocess(p.subjects_rev))
-            .count() as u64,
-        published: all.iter().filter(|ph| ph.servable(p.subjects_rev)).count() as u64,
+        photos: all.len() as u64 + refused,
+        not_current: count(Standing::NotCurrent),
+        processing: count(Standing::Processing),
+        failed: count(Standing::Failed) + refused,
+        published: count(Standing::Published),
     })
 }

@@ -749,15 +749,19 @@ impl Run<'_> {
                 (primary, primary_metrics) = (p, m);
             }
         }
+        // Named, so a person can see which photo did not fit (a portrait in a drone set)
+        // instead of a count that could be any of them.
+        let left_out = left_out(&photos, &model_names(&primary)?);
         if primary_metrics.registered_images < photos.len() {
             self.ctx
                 .emit(EventKind::Warning {
                     message: format!(
-                        "partial result: the largest model registers {} of {} photos ({} sub-models kept, {} models tried in all)",
+                        "partial result: the largest model registers {} of {} photos ({} sub-models kept, {} models tried in all); not in it: {}",
                         primary_metrics.registered_images,
                         photos.len(),
                         submodels.len(),
-                        models.len()
+                        models.len(),
+                        names_in_brief(&left_out, 20)
                     ),
                 })
                 .await?;
@@ -804,6 +808,7 @@ impl Run<'_> {
             "merged": merged,
             "models": models.iter().map(|(_, m)| m).collect::<Vec<_>>(),
             "total_images": photos.len(),
+            "left_out": left_out,
             "snapshots_sealed": sealed,
             "relaxed_retry": relaxed_tried,
             "resumed_from_snapshot": resume_from.map(|(s, _)| s),
@@ -1160,6 +1165,29 @@ fn model_names(dir: &Path) -> Result<BTreeSet<String>, TaskError> {
         .values()
         .map(|i| i.name.clone())
         .collect())
+}
+
+/// The photos a model does not register, in the photo set's order.
+fn left_out(photos: &[PhotoFacts], registered: &BTreeSet<String>) -> Vec<String> {
+    photos
+        .iter()
+        .filter(|p| !registered.contains(&p.name))
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// Up to `most` names, then how many more.
+fn names_in_brief(names: &[String], most: usize) -> String {
+    let shown = names
+        .iter()
+        .take(most)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    match names.len().saturating_sub(most) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
 }
 
 /// Largest first: most registered photos, then most points, then by folder.
