@@ -287,6 +287,14 @@ try {
   await until(page, 'the force cancel to land', (c) => c.includes(window.__tessera.job.status), cancelled, 120_000);
   const forced = await (await fetch(`${server.base}/v1/jobs/${third}`)).json();
   assert.equal(forced.cancel_force, true, JSON.stringify(forced));
+  // The force-cancelled run was a mistake: delete it from its page once it has ended.
+  await until(page, 'the delete button on once the run ended', () => document.querySelector('button.danger:not([disabled])')?.textContent === 'Delete this run');
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Delete this run' }).click();
+  await page.waitForURL(new RegExp(`#/projects/${pid}$`));
+  await page.getByRole('heading', { name: 'Reconstructions' }).waitFor();
+  assert.equal(await page.locator(`tr[data-job="${third}"]`).count(), 0, 'the deleted run is not listed');
+  assert.equal((await fetch(`${server.base}/v1/jobs/${third}`)).status, 404);
   // The project's list of runs: each with its options, photos and time.
   await page.goto(`/#/projects/${pid}`);
   const run = page.locator(`tr[data-job="${jobId}"]`);

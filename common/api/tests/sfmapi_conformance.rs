@@ -694,6 +694,7 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
     )
     .await;
     let files = exports["items"][0]["files"].as_array().unwrap().clone();
+    let a_file = files[0]["download_url"].as_str().unwrap().to_string();
     assert!(
         files.iter().any(|f| f["name"] == "sparse/0/cameras.bin"),
         "{exports}"
@@ -849,6 +850,45 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
     assert_eq!(r.status(), 202);
     let resumed: Value = r.json().await.unwrap();
     assert_eq!(resumed["job_id"], job.as_str());
+    // A run made by mistake is erased with what it made: the job, its report, its files
+    // answer 404, and the same request is a new run (its fingerprint went with it).
+    let r = c
+        .delete(format!("{}/v1/jobs/{job}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    for gone in [
+        format!("/v1/jobs/{job}"),
+        format!("/v1/reconstructions/{job}/report"),
+        format!("/v1/jobs/{job}/events"),
+        a_file.clone(),
+    ] {
+        let r = c.get(format!("{}{gone}", s.base)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{gone}");
+    }
+    let again = c
+        .delete(format!("{}/v1/jobs/{job}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+    let r = c
+        .post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({ "dataset_id": did, "spec": { "kind": "incremental" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let rerun: Value = r.json().await.unwrap();
+    assert_ne!(
+        rerun["job_id"],
+        job.as_str(),
+        "a new run, not the erased one"
+    );
 }
 
 async fn post_json(c: &reqwest::Client, url: String, body: Value) -> (StatusCode, Value) {

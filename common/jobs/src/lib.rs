@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod erase_job;
 pub mod notify;
 pub mod photos;
 pub mod reconstruct;

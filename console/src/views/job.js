@@ -4,7 +4,7 @@
 // snapshot.
 
 import { api, all, blobUrl, download, saveJson } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec, confirmDelete } from '../dom.js';
 import { follow, TERMINAL } from '../sse.js';
 import { Viewer } from './viewer.js';
 
@@ -30,6 +30,14 @@ export async function view(jobId) {
     cancel: h('button', { onclick: () => act(':cancel', 'Cancel') }, 'Cancel'),
     force: h('button', { class: 'danger', onclick: () => act(':cancel?force=true', 'Force cancel') }, 'Force cancel'),
     resume: h('button', { onclick: () => act(':resume', 'Resume') }, 'Resume'),
+    remove: h('button', {
+      class: 'danger',
+      onclick: () => confirmDelete(`Delete the run “${job.label}” with its models, exports and events? The dataset's photos stay.`, async () => {
+        await api(`/v1/jobs/${jobId}`, { method: 'DELETE' });
+        toast('Run deleted');
+        location.hash = job.project_id ? `#/projects/${job.project_id}` : '#/';
+      }),
+    }, 'Delete this run'),
   };
   async function act(action, label) {
     try {
@@ -48,6 +56,8 @@ export async function view(jobId) {
     buttons.cancel.disabled = !live || job.cancel_requested;
     buttons.force.disabled = !live;
     buttons.resume.disabled = !['failed', 'cancelled', 'cancelled_dirty'].includes(job.status);
+    // A run is deleted once it has ended (cancel it first).
+    buttons.remove.disabled = live;
     badge.textContent = job.status;
     badge.className = `badge ${job.status}`;
     state.status = job.status;
@@ -266,7 +276,7 @@ export async function view(jobId) {
       h('h1', {}, title, ' ', badge),
       h('p', { class: 'dim' }, describeSpec(job), ` · started ${fmt.time(job.started_at || job.created_at)}`, job.finished_at ? ` · took ${fmt.duration(job.started_at || job.created_at, job.finished_at)}` : '', ' · ', conn),
       leftOut,
-      h('div', { class: 'actions' }, buttons.cancel, buttons.force, buttons.resume, again),
+      h('div', { class: 'actions' }, buttons.cancel, buttons.force, buttons.resume, again, buttons.remove),
       h('details', {}, h('summary', {}, 'Rename'), rename), manage,
       h('div', { class: 'split' },
         h('div', {}, h('h2', {}, 'Stages'), timeline,

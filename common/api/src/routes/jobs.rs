@@ -283,6 +283,18 @@ pub async fn patch(
     Ok(Json(view(&job, Some(&tasks), times)))
 }
 
+/// `DELETE /v1/jobs/{id}`: erase a job that has ended, with everything it made (its
+/// files, tasks and events); 409 while it runs.
+pub async fn delete(
+    State(s): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let job = owned(&s, &caller, &id).await?;
+    tessera_jobs::erase_job::erase_job(&s.engine, job.id, &caller.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `?force=true` on `:cancel`.
 #[derive(Debug, Deserialize, Default)]
 pub struct ActionParams {

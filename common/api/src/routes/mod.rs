@@ -920,6 +920,15 @@ pub fn table() -> Vec<Operation> {
             get(jobs::get),
         ),
         op(
+            M::DELETE,
+            "/v1/jobs/{job_id}",
+            "/v1/jobs/{job_id}",
+            "Erase a job that has ended, with its files, tasks and events (409 while it runs)",
+            "jobs",
+            204,
+            delete(jobs::delete),
+        ),
+        op(
             M::PATCH,
             "/v1/jobs/{job_id}",
             "/v1/jobs/{job_id}",

@@ -1,0 +1,98 @@
+//! Erasing a finished job: the files it made (a reconstruction's checkpoints, models and
+//! exports), its tasks, its events and its record, so a run made by mistake goes away
+//! for good.
+//!
+//! Only a job that has ended may go: a running task would write into what is being
+//! deleted. The job record and its fingerprint go first, in one transaction with an
+//! erasure marker and the audit entry: from then on the job is not listed or found, the
+//! same request submitted again is a new job, and a crash half-way is finished by the
+//! marker's second sweep ([`tessera_core::catalog::erasure`]). A stage-cache entry that
+//! named this job finds no checkpoint there any more and the stage runs again.
+
+use tessera_core::audit::{self, Actor};
+use tessera_core::catalog::CatalogError;
+use tessera_core::catalog::erasure::{self, Erasure};
+use tessera_core::job::JobStatus;
+use tessera_core::ports::state_store::{Condition, StoreError, Write};
+use tessera_core::{JobId, Millis, records};
+use tessera_engine::{Engine, EngineError};
+
+/// What erasing a job removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct JobErased {
+    /// Objects deleted.
+    pub objects: usize,
+    /// Rows deleted (tasks and events).
+    pub rows: usize,
+}
+
+/// What a job's erasure sweeps: its object prefix, its tasks and its events.
+fn job_erasure(id: JobId) -> Erasure {
+    Erasure {
+        target: format!("job/{id}"),
+        prefixes: vec![format!(
+            "{}/",
+            crate::reconstruct::checkpoint::prefix(id, "").trim_end_matches('/')
+        )],
+        partitions: vec![
+            ("by_parent".into(), records::job_tasks_partition(id)),
+            ("table".into(), records::events_partition(id)),
+        ],
+        erased_at: Millis::now(),
+        swept: false,
+    }
+}
+
+/// Erase job `id` of `actor`'s tenant, which must have ended.
+pub async fn erase_job(
+    engine: &Engine,
+    id: JobId,
+    actor: &Actor,
+) -> Result<JobErased, CatalogError> {
+    let store = engine.ports().store.as_ref();
+    let job = engine.job(id).await.map_err(|e| match e {
+        EngineError::NoSuchJob(_) => CatalogError::NotFound(format!("job {id} does not exist")),
+        other => CatalogError::Unavailable(other.to_string()),
+    })?;
+    if job.tenant != actor.tenant {
+        return Err(CatalogError::NotFound(format!("job {id} does not exist")));
+    }
+    if matches!(job.status(), JobStatus::Queued | JobStatus::Running) {
+        return Err(CatalogError::Conflict(format!(
+            "job {id} has not ended: cancel it first, then delete it"
+        )));
+    }
+    let e = job_erasure(id);
+    let writes = vec![
+        Write::Delete {
+            key: records::job_key(id),
+            condition: Condition::Rev(job.rev),
+        },
+        Write::Delete {
+            key: records::fingerprint_key(&job.tenant, &job.kind, &job.fingerprint),
+            condition: Condition::None,
+        },
+        erasure::marker(&e),
+        audit::entry(
+            actor,
+            "job.erase",
+            e.target.clone(),
+            serde_json::json!({ "label": job.label, "kind": job.kind }),
+        ),
+    ];
+    match store.transact(writes).await {
+        Ok(()) => {}
+        Err(StoreError::Conflict { .. }) => {
+            return Err(CatalogError::Conflict(format!(
+                "job {id} changed while it was being deleted; nothing was deleted, try again"
+            )));
+        }
+        Err(other) => return Err(other.into()),
+    }
+    let swept = erasure::sweep(store, engine.ports().objects.as_ref(), &e).await?;
+    tracing::info!(job_id = %id, objects = swept.objects, rows = swept.rows, "job erased");
+    Ok(JobErased {
+        objects: swept.objects,
+        rows: swept.rows,
+    })
+}
