@@ -32,6 +32,11 @@ export function onUnauthorized(f) { listeners.add(f); }
  * Answers the parsed JSON (or null for 204), or the Response itself with `raw`.
  */
 export async function api(path, { method = 'GET', body, headers = {}, raw = false, signal } = {}) {
+  // The key goes to this server only: never to a URL of another origin (a presigned
+  // download URL, say), whatever a caller passes.
+  if (new URL(path, location.origin).origin !== location.origin) {
+    throw new ApiError(0, { detail: `${path} is not on this server; the key is not sent there` });
+  }
   const h = headersWithAuth(headers);
   let payload = body;
   const binary = body instanceof Blob || body instanceof ArrayBuffer || ArrayBuffer.isView(body);
@@ -100,15 +105,31 @@ function saveBlob(blob, name) {
   setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
 }
 
+/** Bytes per request of a download: under the 6 MB a Lambda function may answer on AWS. */
+const PART = 4 * 1024 * 1024;
+
 /**
  * Download what `path` answers as a file: a plain link cannot send the key, so the bytes
- * are fetched with it and saved under the name the server's Content-Disposition gives
- * (else `name`, else the path's last part).
+ * are fetched with it, in Range parts of at most 4 MiB (a PLY of a survey is hundreds of
+ * MB; on AWS one answer of the API function holds at most 6 MB), and saved under the name
+ * the server's Content-Disposition gives (else `name`, else the path's last part).
+ * `window.__tessera.downloadPart` sets a smaller part (tests).
  */
 export async function download(path, name) {
-  const r = await api(path, { raw: true });
-  const blob = await r.blob();
-  const given = /filename="([^"]+)"/.exec(r.headers.get('content-disposition') || '')?.[1];
+  const part = window.__tessera?.downloadPart || PART;
+  const first = await api(path, { raw: true, headers: { Range: `bytes=0-${part - 1}` } });
+  const parts = [await first.blob()];
+  const total = Number(/\/(\d+)$/.exec(first.headers.get('content-range') || '')?.[1]);
+  if (first.status === 206 && Number.isFinite(total)) {
+    for (let at = parts[0].size; at < total; at += part) {
+      const r = await api(path, { raw: true, headers: { Range: `bytes=${at}-${Math.min(at + part, total) - 1}` } });
+      if (r.status !== 206) throw new ApiError(r.status, { detail: `${path}: the server stopped answering in parts` });
+      parts.push(await r.blob());
+    }
+  }
+  const blob = new Blob(parts, { type: first.headers.get('content-type') || 'application/octet-stream' });
+  if (first.status === 206 && blob.size !== total) throw new ApiError(0, { detail: `${path}: got ${blob.size} of ${total} bytes` });
+  const given = /filename="([^"]+)"/.exec(first.headers.get('content-disposition') || '')?.[1];
   const saved = given || name || path.split('?')[0].split('/').pop();
   saveBlob(blob, saved);
   return { name: saved, bytes: blob.size };

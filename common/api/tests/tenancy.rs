@@ -210,6 +210,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         ("name", image_name.clone()),
         ("upload_id", open_upload.clone()),
         ("job_id", job.clone()),
+        ("artifact_id", format!("{job}-export")),
         ("rid", job.clone()),
         ("reconstruction_id", job.clone()),
         ("seq", "1".into()),

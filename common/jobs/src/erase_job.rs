@@ -26,6 +26,13 @@ pub struct JobErased {
     pub rows: usize,
 }
 
+/// The kinds of job that may be erased: a run and the jobs that refine one.
+pub const ERASABLE_KINDS: &[&str] = &[
+    crate::reconstruct::KIND,
+    crate::reconstruct::refine::RELOCALIZE,
+    crate::reconstruct::refine::TRIANGULATE,
+];
+
 /// What a job's erasure sweeps: its object prefix, its tasks and its events.
 fn job_erasure(id: JobId) -> Erasure {
     Erasure {
@@ -57,9 +64,23 @@ pub async fn erase_job(
     if job.tenant != actor.tenant {
         return Err(CatalogError::NotFound(format!("job {id} does not exist")));
     }
-    if matches!(job.status(), JobStatus::Queued | JobStatus::Running) {
+    // Runs only: a photo job's events and fingerprint are the photo's history, and
+    // erasing a photo (or its project) is how that goes.
+    if !ERASABLE_KINDS.contains(&job.kind.as_str()) {
+        return Err(CatalogError::Invalid(format!(
+            "job {id} is a {} job; only reconstructions and their refinements are deleted this way (a photo goes with DELETE /v1/x-tessera/photos/{{id}})",
+            job.kind
+        )));
+    }
+    // Ended means every task ended, not the job's status alone: a cancelled job's
+    // running stage goes on to its next checkpoint, and would write into what is being
+    // deleted.
+    if matches!(job.status(), JobStatus::Queued | JobStatus::Running)
+        || !job.sealed
+        || job.finished() < job.tasks_total
+    {
         return Err(CatalogError::Conflict(format!(
-            "job {id} has not ended: cancel it first, then delete it"
+            "job {id} has not ended (a stage may still be stopping after a cancel): cancel it, wait until every stage has stopped, then delete it"
         )));
     }
     let e = job_erasure(id);

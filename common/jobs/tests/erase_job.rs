@@ -1,31 +1,45 @@
-//! Erasing a job: refused while it runs; once it has ended, its record, tasks, events and
-//! fingerprint go, and the same plan submitted again is a new job. Real SQLite, the real
-//! photo jobs.
+//! Erasing a run: refused while any of its stages runs and for jobs that are not runs;
+//! once every stage has ended, its record, tasks, events and fingerprint go, and the same
+//! plan submitted again is a new job. Real SQLite; the run is planned and cancelled, not
+//! run (nothing here needs COLMAP).
 
 mod support;
 
+use serde_json::json;
 use support::rig;
+use tessera_core::TenantId;
 use tessera_core::audit::Actor;
 use tessera_core::catalog::CatalogError;
+use tessera_core::job::CancelMode;
+use tessera_core::spec::ReconstructionSpec;
 use tessera_jobs::erase_job::erase_job;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_is_erased_only_once_it_has_ended_and_then_entirely() {
-    let r = rig().await;
-    let p = r.project(None).await;
-    let (_, event) = r.upload(&p, "grace_hopper.jpg").await;
-    let job = r.ingest(&p, &event).await;
-    let actor = Actor::cli(p.tenant.clone());
+fn plan() -> tessera_engine::plan::JobPlan {
+    let spec: ReconstructionSpec = serde_json::from_value(json!({
+        "project": "01JA0000000000000000000000", "image_set": "images/x",
+        "backend": {"name": "colmap"}, "camera_model": "SIMPLE_RADIAL",
+        "max_features": 2048, "max_image_size": 1000, "pairs": {"strategy": "exhaustive"},
+        "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
+        "exports": ["points-bin"], "respect_exif_orientation": true, "priority": 0
+    }))
+    .unwrap();
+    tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "a run", 12, 12.0).unwrap()
+}
 
-    let running = erase_job(&r.engine, job, &actor).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_erased_only_once_every_stage_has_ended_and_then_entirely() {
+    let r = rig().await;
+    let actor = Actor::cli(TenantId::local());
+    let job = r.engine.submit(plan()).await.unwrap().job_id;
+
+    let queued = erase_job(&r.engine, job, &actor).await;
     assert!(
-        matches!(running, Err(CatalogError::Conflict(ref m)) if m.contains("cancel it first")),
-        "{running:?}"
+        matches!(queued, Err(CatalogError::Conflict(ref m)) if m.contains("has not ended")),
+        "{queued:?}"
     );
     assert!(r.engine.job(job).await.is_ok(), "nothing was erased");
 
-    r.settle().await;
-    assert!(!r.engine.job_tasks(job).await.unwrap().is_empty());
+    r.engine.cancel(job, CancelMode::Cooperative).await.unwrap();
     assert!(
         !r.engine
             .ports()
@@ -33,10 +47,10 @@ async fn a_job_is_erased_only_once_it_has_ended_and_then_entirely() {
             .read_after(job, 0, 10)
             .await
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "the cancel is an event"
     );
-    let stranger =
-        Actor::cli(tessera_core::TenantId::try_from("someone-else".to_string()).unwrap());
+    let stranger = Actor::cli(TenantId::try_from("someone-else".to_string()).unwrap());
     assert!(matches!(
         erase_job(&r.engine, job, &stranger).await,
         Err(CatalogError::NotFound(_))
@@ -59,9 +73,24 @@ async fn a_job_is_erased_only_once_it_has_ended_and_then_entirely() {
             .is_empty(),
         "its events"
     );
-    let again = r.ingest(&p, &event).await;
+    let again = r.engine.submit(plan()).await.unwrap().job_id;
     assert_ne!(
         again, job,
         "the same plan is a new job once the old one is erased"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photo_job_is_not_erased_as_a_run() {
+    let r = rig().await;
+    let p = r.project(None).await;
+    let (_, event) = r.upload(&p, "grace_hopper.jpg").await;
+    let job = r.ingest(&p, &event).await;
+    r.settle().await;
+    let refused = erase_job(&r.engine, job, &Actor::cli(p.tenant.clone())).await;
+    assert!(
+        matches!(refused, Err(CatalogError::Invalid(_))),
+        "{refused:?}"
+    );
+    assert!(r.engine.job(job).await.is_ok());
 }

@@ -238,22 +238,46 @@ async fn counts_tell_a_new_photo_from_one_waiting_for_its_reblur() {
     failed.failure = Some("p.jpg: the file is truncated".into());
     let mut current = row(p.id);
     current.subjects_rev = change.subjects_rev;
-    r.store()
-        .transact(
-            [&decided_before, &new, &failed, &current]
-                .iter()
-                .map(|ph| Write::Put {
-                    item: records::photo_item(ph),
-                    condition: Condition::Absent,
-                })
-                .collect(),
+    // Withheld for good, not "being processed": an original deleted under retention
+    // that needs deciding again, and a row whose upload was refused after ingest.
+    let mut retention = row(p.id);
+    retention.original_deleted_at = Some(Millis::now());
+    let mut refused_row = row(p.id);
+    refused_row.subjects_rev = change.subjects_rev;
+    refused_row.published_at = None;
+    let refusal = |photo: PhotoId| {
+        tessera_core::catalog::refusals::record_refusal(
+            &tessera_core::catalog::refusals::RefusedUpload {
+                photo_id: photo,
+                project: p.id,
+                name: "p.jpg".into(),
+                reason: "p.jpg: refused".into(),
+                at: Millis::now(),
+            },
         )
-        .await
-        .unwrap();
+    };
+    let mut writes: Vec<Write> = [
+        &decided_before,
+        &new,
+        &failed,
+        &current,
+        &retention,
+        &refused_row,
+    ]
+    .iter()
+    .map(|ph| Write::Put {
+        item: records::photo_item(ph),
+        condition: Condition::Absent,
+    })
+    .collect();
+    // One refused upload with no row at all.
+    writes.push(refusal(refused_row.id));
+    writes.push(refusal(PhotoId::new()));
+    r.store().transact(writes).await.unwrap();
     let s = project::privacy_status(r.store(), p.id).await.unwrap();
     assert_eq!(
         (s.photos, s.published, s.not_current, s.processing, s.failed),
-        (4, 1, 1, 1, 1),
+        (7, 1, 1, 1, 4),
         "{s:?}"
     );
 }

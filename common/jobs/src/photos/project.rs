@@ -513,7 +513,8 @@ pub struct PrivacyStatus {
 fn standing(ph: &Photo, subjects_rev: u64) -> Standing {
     if ph.servable(subjects_rev) {
         Standing::Published
-    } else if ph.failure.is_some() {
+    } else if ph.failure.is_some() || ph.original_deleted_at.is_some() {
+        // An original deleted under retention can never be decided again.
         Standing::Failed
     } else if ph.subjects_rev == 0 && ph.published_at.is_none() && ph.renditions.is_empty() {
         Standing::Processing
@@ -541,16 +542,27 @@ pub async fn privacy_status(
 ) -> Result<PrivacyStatus, PhotoError> {
     let p = load(store, project).await?;
     let all = photos(store, project).await?;
-    // Uploads ingest refused have no row but are listed (as failed): counted the same.
+    // Uploads ingest refused are listed as failed: those with no row are counted the
+    // same, and a row whose upload was later refused (its bytes changed after ingest)
+    // is withheld for good, not "being processed".
     let rows: std::collections::HashSet<_> = all.iter().map(|ph| ph.id).collect();
-    let refused = tessera_core::catalog::refusals::refusals(store, project)
-        .await?
-        .into_iter()
-        .filter(|r| !rows.contains(&r.photo_id))
-        .count() as u64;
+    let refusals = tessera_core::catalog::refusals::refusals(store, project).await?;
+    let refused_rows: std::collections::HashSet<_> = refusals
+        .iter()
+        .map(|r| r.photo_id)
+        .filter(|id| rows.contains(id))
+        .collect();
+    let refused = (refusals.len() - refused_rows.len()) as u64;
     let count = |s: Standing| {
         all.iter()
-            .filter(|ph| standing(ph, p.subjects_rev) == s)
+            .filter(|ph| {
+                let st = if refused_rows.contains(&ph.id) && !ph.servable(p.subjects_rev) {
+                    Standing::Failed
+                } else {
+                    standing(ph, p.subjects_rev)
+                };
+                st == s
+            })
             .count() as u64
     };
     Ok(PrivacyStatus {

@@ -39,6 +39,12 @@ pub fn state(row: &Photo, servable: bool) -> PhotoState {
         (Some(reason), false) => PhotoState::Failed {
             reason: reason.clone(),
         },
+        (None, false) if row.original_deleted_at.is_some() => PhotoState::Failed {
+            reason: format!(
+                "{}: its original was deleted under the project's retention, so it cannot be decided again; it stays unpublished",
+                row.file_name
+            ),
+        },
         (None, false) if row.faces.is_none() => PhotoState::Ingested,
         (None, false) => PhotoState::Processing,
     }

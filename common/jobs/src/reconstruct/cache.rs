@@ -115,9 +115,15 @@ pub async fn adopt(
         return Ok(None);
     }
     for f in &cp.files {
-        let bytes = objects
+        let bytes = match objects
             .get(&format!("{}/{}", checkpoint::prefix(origin, name), f.name))
-            .await?;
+            .await
+        {
+            Ok(b) => b,
+            // The origin was erased while this copied it: a miss, and the stage runs.
+            Err(tessera_core::ports::ObjectStoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         objects
             .put(
                 &format!("{}/{}", checkpoint::prefix(job, name), f.name),
