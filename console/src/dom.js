@@ -137,3 +137,17 @@ export async function confirmDelete(question, act, out) {
   if (!window.confirm(question)) return;
   try { await act(); } catch (e) { if (out) fill(out, errorBox(e)); else toast(e.message, 'error'); }
 }
+
+/**
+ * The pipeline request for a reconstruction of `dataset` (what the recipe form sends,
+ * and what "run again" sends again from a run's options). `pairs` absent: the server
+ * chooses.
+ */
+export function pipelineRequest({ dataset, mapper, pairs, ba, georeference, exports }) {
+  const body = {
+    dataset_id: dataset,
+    spec: { kind: mapper, 'x-tessera': { ba: ba || 'standard', georeference: georeference || 'none', exports } },
+  };
+  if (pairs) body.pairs = pairs;
+  return body;
+}

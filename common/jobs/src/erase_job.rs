@@ -37,10 +37,7 @@ pub const ERASABLE_KINDS: &[&str] = &[
 fn job_erasure(id: JobId) -> Erasure {
     Erasure {
         target: format!("job/{id}"),
-        prefixes: vec![format!(
-            "{}/",
-            crate::reconstruct::checkpoint::prefix(id, "").trim_end_matches('/')
-        )],
+        prefixes: vec![crate::reconstruct::checkpoint::job_prefix(id)],
         partitions: vec![
             ("by_parent".into(), records::job_tasks_partition(id)),
             ("table".into(), records::events_partition(id)),

@@ -4,10 +4,8 @@
 
 mod support;
 
-use serde_json::json;
 use std::collections::BTreeMap;
 use tessera_core::attempts::attempt_policy;
-use tessera_core::spec::ReconstructionSpec;
 use tessera_core::{ProjectId, TenantId};
 use tessera_engine::JobPlan;
 use tessera_jobs::photos::{ObjectCreated, ingest_plan};
@@ -43,14 +41,7 @@ async fn a_photo_upload_is_tried_three_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_reconstruction_stage_gets_the_stage_policy() {
-    let spec: ReconstructionSpec = serde_json::from_value(json!({
-        "project": "01JA0000000000000000000000", "image_set": "images/x",
-        "backend": {"name": "colmap"}, "camera_model": "SIMPLE_RADIAL",
-        "max_features": 2048, "max_image_size": 1000, "pairs": {"strategy": "exhaustive"},
-        "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
-        "exports": ["points-bin"], "respect_exif_orientation": true, "priority": 0
-    }))
-    .unwrap();
+    let spec = support::small_spec();
     let plan = tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "stages", 12, 12.0)
         .unwrap();
     let tasks = planned_ceilings(plan).await;

@@ -5,25 +5,16 @@
 
 mod support;
 
-use serde_json::json;
-use support::rig;
+use support::{events_of, rig, small_spec};
 use tessera_core::TenantId;
 use tessera_core::audit::Actor;
 use tessera_core::catalog::CatalogError;
 use tessera_core::job::CancelMode;
-use tessera_core::spec::ReconstructionSpec;
 use tessera_jobs::erase_job::erase_job;
 
 fn plan() -> tessera_engine::plan::JobPlan {
-    let spec: ReconstructionSpec = serde_json::from_value(json!({
-        "project": "01JA0000000000000000000000", "image_set": "images/x",
-        "backend": {"name": "colmap"}, "camera_model": "SIMPLE_RADIAL",
-        "max_features": 2048, "max_image_size": 1000, "pairs": {"strategy": "exhaustive"},
-        "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
-        "exports": ["points-bin"], "respect_exif_orientation": true, "priority": 0
-    }))
-    .unwrap();
-    tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "a run", 12, 12.0).unwrap()
+    tessera_jobs::reconstruct::plan(&small_spec(), TenantId::local(), None, "a run", 12, 12.0)
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,13 +32,7 @@ async fn a_run_is_erased_only_once_every_stage_has_ended_and_then_entirely() {
 
     r.engine.cancel(job, CancelMode::Cooperative).await.unwrap();
     assert!(
-        !r.engine
-            .ports()
-            .events
-            .read_after(job, 0, 10)
-            .await
-            .unwrap()
-            .is_empty(),
+        events_of(&r.engine, job).await > 0,
         "the cancel is an event"
     );
     let stranger = Actor::cli(TenantId::try_from("someone-else".to_string()).unwrap());
@@ -63,16 +48,7 @@ async fn a_run_is_erased_only_once_every_stage_has_ended_and_then_entirely() {
         r.engine.job_tasks(job).await.unwrap().is_empty(),
         "its tasks"
     );
-    assert!(
-        r.engine
-            .ports()
-            .events
-            .read_after(job, 0, 10)
-            .await
-            .unwrap()
-            .is_empty(),
-        "its events"
-    );
+    assert_eq!(events_of(&r.engine, job).await, 0, "its events");
     let again = r.engine.submit(plan()).await.unwrap().job_id;
     assert_ne!(
         again, job,

@@ -3,7 +3,7 @@
 // starts a reconstruction with what the server's capabilities allow.
 
 import { api, all, blobUrl, capabilities } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES, confirmDelete } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES, confirmDelete, pipelineRequest } from '../dom.js';
 import { uploadFile } from '../upload.js';
 import { gpsMap } from './map.js';
 
@@ -39,18 +39,14 @@ function recipeForm(pid, did, caps) {
     'aria-label': 'Start a reconstruction',
     onsubmit: async (e) => {
       e.preventDefault();
-      const body = {
-        dataset_id: did,
-        spec: {
-          kind: mapper.value,
-          'x-tessera': {
-            ba: ba.value || 'standard',
-            georeference: georef.value,
-            exports: [...form.querySelectorAll('input[name=export]:checked')].map((i) => i.value),
-          },
-        },
-      };
-      if (pairs.value !== 'auto') body.pairs = { strategy: pairs.value };
+      const body = pipelineRequest({
+        dataset: did,
+        mapper: mapper.value,
+        pairs: pairs.value === 'auto' ? null : { strategy: pairs.value },
+        ba: ba.value,
+        georeference: georef.value,
+        exports: [...form.querySelectorAll('input[name=export]:checked')].map((i) => i.value),
+      });
       try {
         const r = await api(`/v1/projects/${pid}/pipelines/${mapper.value}`, { method: 'POST', body });
         location.hash = `#/jobs/${r.job_id}`;

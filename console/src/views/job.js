@@ -4,7 +4,7 @@
 // snapshot.
 
 import { api, all, blobUrl, download, saveJson } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec, confirmDelete } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec, confirmDelete, pipelineRequest } from '../dom.js';
 import { follow, TERMINAL } from '../sse.js';
 import { Viewer } from './viewer.js';
 
@@ -86,7 +86,7 @@ export async function view(jobId) {
         onclick: async () => {
           try { await download(f.url); } catch (err) { toast(err.message, 'error'); }
         },
-      }, FILE_LABELS(f.name), h('span', { class: 'dim' }, ` ${fmt.bytes(f.byte_size)}`));
+      }, fileLabel(f.name), h('span', { class: 'dim' }, ` ${fmt.bytes(f.byte_size)}`));
       const name = (job.label || 'reconstruction').replace(/[^\w.-]+/g, '_');
       fill(downloads,
         exports.length ? h('ul', { class: 'files' }, exports.map((f) => h('li', {}, save(f)))) : h('p', { class: 'dim' }, 'No exports: the run did not reach its export stage.'),
@@ -312,7 +312,7 @@ function figure(e) {
 }
 
 /** A checkpoint file's name as a person reads it. */
-function FILE_LABELS(name) {
+function fileLabel(name) {
   const base = name.split('/').pop();
   if (name === 'model.ply') return 'Point cloud (PLY)';
   if (name === 'model.nvm') return 'Cameras and points (NVM)';
@@ -329,18 +329,12 @@ function FILE_LABELS(name) {
  */
 function rerunRequest(job) {
   const o = job['x-tessera'].options;
-  const dataset = /datasets\/([\w-]+)/.exec(o.image_set || '')?.[1];
-  const body = {
-    dataset_id: dataset,
-    spec: {
-      kind: o.mapper || job.recipe,
-      'x-tessera': {
-        ba: o.ba || 'standard',
-        georeference: o.georef?.mode === 'gps' ? 'gps' : 'none',
-        exports: (o.exports || []).map((e) => e.replaceAll('-', '_')).filter((e) => e !== 'points_bin'),
-      },
-    },
-  };
-  if (o.pairs?.strategy) body.pairs = { ...o.pairs };
-  return body;
+  return pipelineRequest({
+    dataset: /datasets\/([\w-]+)/.exec(o.image_set || '')?.[1],
+    mapper: o.mapper || job.recipe,
+    pairs: o.pairs?.strategy ? { ...o.pairs } : null,
+    ba: o.ba,
+    georeference: o.georef?.mode === 'gps' ? 'gps' : 'none',
+    exports: (o.exports || []).map((e) => e.replaceAll('-', '_')).filter((e) => e !== 'points_bin'),
+  });
 }

@@ -62,9 +62,9 @@ pub async fn list(
                 if !row.servable(project.subjects_rev) {
                     row.published_at = None;
                 }
-                super::privacy::photo_view(&row, &state, &none)
+                super::photos::photo_view(&row, &state, &none)
             }
-            Listed::Refused(r) => super::privacy::refusal_view(&r),
+            Listed::Refused(r) => super::photos::refusal_view(&r),
         })
         .collect();
     Ok(super::page_json(items, next.map(|p| p.to_string())))
@@ -79,7 +79,7 @@ pub async fn original(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let p = super::privacy::owned_photo(&s, &caller, &id).await?;
+    let p = super::photos::owned_photo(&s, &caller, &id).await?;
     if !caller.admin {
         return Err(Problem::forbidden(
             "the unblurred original needs an admin key; other keys see the published variants",

@@ -527,7 +527,7 @@ fn standing(ph: &Photo, subjects_rev: u64) -> Standing {
     }
 }
 
-#[derive(PartialEq)]
+#[derive(Clone, Copy)]
 enum Standing {
     Published,
     Failed,
@@ -553,24 +553,21 @@ pub async fn privacy_status(
         .filter(|id| rows.contains(id))
         .collect();
     let refused = (refusals.len() - refused_rows.len()) as u64;
-    let count = |s: Standing| {
-        all.iter()
-            .filter(|ph| {
-                let st = if refused_rows.contains(&ph.id) && !ph.servable(p.subjects_rev) {
-                    Standing::Failed
-                } else {
-                    standing(ph, p.subjects_rev)
-                };
-                st == s
-            })
-            .count() as u64
-    };
+    let mut tally = [0u64; 4];
+    for ph in &all {
+        let st = if refused_rows.contains(&ph.id) && !ph.servable(p.subjects_rev) {
+            Standing::Failed
+        } else {
+            standing(ph, p.subjects_rev)
+        };
+        tally[st as usize] += 1;
+    }
     Ok(PrivacyStatus {
         subjects_rev: p.subjects_rev,
         photos: all.len() as u64 + refused,
-        not_current: count(Standing::NotCurrent),
-        processing: count(Standing::Processing),
-        failed: count(Standing::Failed) + refused,
-        published: count(Standing::Published),
+        not_current: tally[Standing::NotCurrent as usize],
+        processing: tally[Standing::Processing as usize],
+        failed: tally[Standing::Failed as usize] + refused,
+        published: tally[Standing::Published as usize],
     })
 }

@@ -35,9 +35,14 @@ pub struct Checkpoint {
     pub result: serde_json::Value,
 }
 
+/// Object-store prefix of everything a job writes (`recon/<job>/`).
+pub fn job_prefix(job: JobId) -> String {
+    format!("recon/{job}/")
+}
+
 /// Object-store prefix of a stage's checkpoint.
 pub fn prefix(job: JobId, stage: &str) -> String {
-    format!("recon/{job}/{stage}")
+    format!("{}{stage}", job_prefix(job))
 }
 
 /// Object-store prefix of the mapper's sealed snapshots (`<prefix><seq>/…`).

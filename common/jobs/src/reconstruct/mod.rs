@@ -14,6 +14,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod images;
 pub mod memory;
+mod models;
 pub mod operations;
 pub mod pairing;
 pub mod refine;

@@ -4,6 +4,9 @@
 
 use super::checkpoint::{self, Checkpoint};
 use super::images::{self, PhotoFacts};
+use super::models::{
+    joined_is_better, left_out, model_names, names_in_brief, read_models, sort_models,
+};
 use super::{Stage, memory};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -1130,74 +1133,6 @@ impl Run<'_> {
         let result = json!({ "files": files, "model": m, "from": from.name(), "memory_model": memory::MEASURED_WITH });
         self.publish(Stage::Export, &dir, &refs, result).await
     }
-}
-
-/// Every model COLMAP wrote under `dir` (`0/`, `1/`, …) with its metrics.
-/// The models a mapper wrote into `dir`, largest first (most registered photos, then
-/// most points): COLMAP 4 does not number its largest model 0.
-fn read_models(dir: &Path) -> Result<Vec<(PathBuf, metrics::ModelMetrics)>, TaskError> {
-    let mut models = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io("listing models"))? {
-        let path = entry.map_err(io("listing models"))?.path();
-        if path.join("cameras.bin").is_file() {
-            let rec = model_bin::read(&path).map_err(TaskError::from_classified)?;
-            models.push((path, metrics::compute(&rec)));
-        }
-    }
-    sort_models(&mut models);
-    Ok(models)
-}
-
-/// Whether a joined model beats the largest: more photos registered, its points not
-/// fewer, and its mean reprojection error not worse by more than half (photos of another
-/// scene forced in show up as error).
-fn joined_is_better(largest: &metrics::ModelMetrics, joined: &metrics::ModelMetrics) -> bool {
-    joined.registered_images > largest.registered_images
-        && joined.points >= largest.points
-        && joined.mean_reprojection_error <= (largest.mean_reprojection_error * 1.5).max(0.5)
-}
-
-/// The photo names a model registers.
-fn model_names(dir: &Path) -> Result<BTreeSet<String>, TaskError> {
-    Ok(model_bin::read(dir)
-        .map_err(TaskError::from_classified)?
-        .images
-        .values()
-        .map(|i| i.name.clone())
-        .collect())
-}
-
-/// The photos a model does not register, in the photo set's order.
-fn left_out(photos: &[PhotoFacts], registered: &BTreeSet<String>) -> Vec<String> {
-    photos
-        .iter()
-        .filter(|p| !registered.contains(&p.name))
-        .map(|p| p.name.clone())
-        .collect()
-}
-
-/// Up to `most` names, then how many more.
-fn names_in_brief(names: &[String], most: usize) -> String {
-    let shown = names
-        .iter()
-        .take(most)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    match names.len().saturating_sub(most) {
-        0 => shown,
-        more => format!("{shown} and {more} more"),
-    }
-}
-
-/// Largest first: most registered photos, then most points, then by folder.
-fn sort_models(models: &mut [(PathBuf, metrics::ModelMetrics)]) {
-    models.sort_by(|a, b| {
-        b.1.registered_images
-            .cmp(&a.1.registered_images)
-            .then(b.1.points.cmp(&a.1.points))
-            .then(a.0.cmp(&b.0))
-    });
 }
 
 /// Mean distance (m) between aligned camera centres and their photos' GPS positions,

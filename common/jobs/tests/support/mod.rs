@@ -21,6 +21,31 @@ use tessera_local::{
 };
 use tokio_util::sync::CancellationToken;
 
+/// A small reconstruction spec for planning (nothing runs it: no COLMAP needed).
+#[allow(dead_code)]
+pub fn small_spec() -> tessera_core::spec::ReconstructionSpec {
+    serde_json::from_value(serde_json::json!({
+        "project": "01JA0000000000000000000000", "image_set": "images/x",
+        "backend": {"name": "colmap"}, "camera_model": "SIMPLE_RADIAL",
+        "max_features": 2048, "max_image_size": 1000, "pairs": {"strategy": "exhaustive"},
+        "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
+        "exports": ["points-bin"], "respect_exif_orientation": true, "priority": 0
+    }))
+    .unwrap()
+}
+
+/// How many events a job has (its first page).
+#[allow(dead_code)]
+pub async fn events_of(engine: &Engine, job: JobId) -> usize {
+    engine
+        .ports()
+        .events
+        .read_after(job, 0, 100)
+        .await
+        .unwrap()
+        .len()
+}
+
 pub fn shared() -> PathBuf {
     PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../../shared")
 }
