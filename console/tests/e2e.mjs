@@ -172,7 +172,10 @@ try {
   assert.ok(readFileSync(await plyParts.path()).equals(plyBytes), 'the parts make the same file');
   assert.equal(ranged.length, Math.ceil(plyBytes.length / 16384), `a request per part: ${ranged}`);
   assert.equal(ranged[0], 'bytes=0-16383');
-  const [colmapCams] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /COLMAP model, binary: cameras\.bin/ }).click()]);
+  // Every file has a name of its own, even when the mapper left sub-models beside the model.
+  const fileNames = await page.locator('ul.files button.download').allTextContents();
+  assert.equal(new Set(fileNames).size, fileNames.length, `download names tell files apart: ${fileNames}`);
+  const [colmapCams] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /^COLMAP model, binary: cameras\.bin/ }).click()]);
   assert.equal(colmapCams.suggestedFilename(), 'export-sparse-0-cameras.bin');
   const [rep] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /Report \(JSON\)/ }).click()]);
   const report = JSON.parse(readFileSync(await rep.path(), 'utf8'));

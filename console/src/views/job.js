@@ -317,8 +317,13 @@ function fileLabel(name) {
   if (name === 'model.ply') return 'Point cloud (PLY)';
   if (name === 'model.nvm') return 'Cameras and points (NVM)';
   if (name === 'points.bin') return 'Points (sfmapi binary)';
-  if (name.startsWith('sparse_text/')) return `COLMAP model, text: ${base}`;
-  if (name.startsWith('sparse/')) return `COLMAP model, binary: ${base}`;
+  // `sparse/0` is the model; `sparse/1`, `sparse/2`, … are the parts the mapper could not
+  // join to it, each a model of its own with its own `cameras.bin`.
+  const part = /^sparse(_text)?\/(\d+)\//.exec(name);
+  if (part) {
+    const kind = part[1] ? 'text' : 'binary';
+    return part[2] === '0' ? `COLMAP model, ${kind}: ${base}` : `COLMAP sub-model ${part[2]} (not joined), ${kind}: ${base}`;
+  }
   return name;
 }
 
