@@ -283,6 +283,20 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
         assert_eq!(report["registered_images"], 6, "{report}");
         let model = tessera_sfm::model_bin::read(&out.join("sparse/0")).unwrap();
         assert_eq!(model.images.len(), 6);
+        // The timeline names the mapper that ran: a global run has no incremental phase.
+        let events = job_events(&dir.path().join(format!("state-{engine}")), &report);
+        let mapper_phase = if mapper == "global" {
+            "global_positioning"
+        } else {
+            "incremental_register"
+        };
+        assert!(
+            events.contains(&format!("\"phase\":\"{mapper_phase}\"")),
+            "{engine} {mapper}: {events}"
+        );
+        if mapper == "global" {
+            assert!(!events.contains("\"phase\":\"incremental_"), "{events}");
+        }
     }
     // Nothing given: pairs and feature resolution come from the photos (800 × 600 px:
     // their own size, and features for that area).

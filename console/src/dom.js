@@ -129,6 +129,41 @@ export function describeSpec(job, datasets = new Map()) {
   return parts.join(' · ');
 }
 
+/** What COLMAP's camera models assume, in words a photographer knows. */
+const CAMERA_MODELS = {
+  SIMPLE_PINHOLE: 'one focal length, no lens distortion',
+  PINHOLE: 'two focal lengths, no lens distortion',
+  SIMPLE_RADIAL: 'one focal length and one distortion term: phones and most cameras',
+  RADIAL: 'one focal length and two distortion terms: wider lenses',
+  OPENCV: 'two focal lengths, radial and tangential distortion: action and drone cameras',
+  OPENCV_FISHEYE: 'fisheye lenses',
+  FULL_OPENCV: 'strong distortion, many photos needed',
+  SIMPLE_RADIAL_FISHEYE: 'fisheye, one distortion term',
+  RADIAL_FISHEYE: 'fisheye, two distortion terms',
+  FOV: 'very wide lenses',
+  THIN_PRISM_FISHEYE: 'fisheye with thin-prism distortion',
+};
+export const cameraModelSays = (name) => CAMERA_MODELS[name] || 'see COLMAP\'s camera models';
+
+/**
+ * A place to drop files, or to choose them with the system's picker (by keyboard too):
+ * `onFiles` gets every file dropped or chosen. The hidden input carries `label`.
+ */
+export function dropZone({ id, label, text, accept = 'image/*,.heic,.heif', multiple = true, onFiles }) {
+  const input = h('input', {
+    type: 'file', multiple, accept, id, class: 'visually-hidden', 'aria-label': label,
+    onchange: () => { const files = [...input.files]; onFiles(files); input.value = ''; },
+  });
+  const zone = h('div', {
+    class: 'drop',
+    ondragover: (e) => { e.preventDefault(); zone.classList.add('over'); },
+    ondragleave: () => zone.classList.remove('over'),
+    ondrop: (e) => { e.preventDefault(); zone.classList.remove('over'); onFiles([...e.dataTransfer.files]); },
+  }, h('p', {}, text, ' '),
+  h('label', { for: id, class: 'button', tabindex: 0, onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); input.click(); } } }, 'choose files'), input);
+  return zone;
+}
+
 /**
  * Ask before deleting (the browser's own dialog, which a keyboard and a screen reader
  * handle), then run `act`; an error is shown in `out`.

@@ -79,6 +79,7 @@ async function render() {
     fill(main, view.el);
     cleanup = view.cleanup || null;
     window.__tessera.views += 1;
+    window.__tessera.page = location.hash || '#/';
     document.title = `${view.title || 'Tessera'} · Tessera console`;
     main.focus({ preventScroll: true });
   } catch (e) {
@@ -98,6 +99,21 @@ onUnauthorized(() => {
     askForKey(document.getElementById('main'), hadKey ? 'The server refused the key. Enter another.' : undefined);
   }
 });
+// On a phone a table's rows are stacked as cards (app.css): each cell carries its
+// column's name, whichever view built the table. Setting an attribute is no change of
+// children, so this never wakes itself.
+let labelling = 0;
+new MutationObserver(() => {
+  cancelAnimationFrame(labelling);
+  labelling = requestAnimationFrame(() => {
+    for (const t of document.querySelectorAll('table.list')) {
+      const names = [...t.querySelectorAll('thead th')].map((th) => th.textContent.trim());
+      for (const tr of t.querySelectorAll('tbody tr')) {
+        [...tr.children].forEach((td, i) => { if (names[i] && td.dataset.label !== names[i]) td.dataset.label = names[i]; });
+      }
+    }
+  });
+}).observe(document.getElementById('main'), { childList: true, subtree: true });
 document.getElementById('signout').addEventListener('click', () => { forget(); admitted = false; render(); });
 window.addEventListener('hashchange', render);
 api('/version').then((v) => { document.getElementById('server').textContent = `v${v.version || ''}`; }).catch(() => {});

@@ -66,6 +66,8 @@ async function openPage(base, viewport = { width: 1280, height: 800 }) {
   const context = await browser.newContext({ viewport, baseURL: base });
   const page = await context.newPage();
   const errors = [];
+  // A failed request's console line does not say which: the URL is kept beside it.
+  page.on('response', (r) => { if (r.status() >= 400) errors.push(`response ${r.status()}: ${r.request().method()} ${new URL(r.url()).pathname}`); });
   page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
   page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
   page.setDefaultTimeout(60_000);
@@ -102,13 +104,17 @@ try {
   const pid = page.url().split('/').pop();
   await page.getByRole('heading', { name: 'Castle survey' }).waitFor();
 
-  // 2. A dataset, and the sample photos uploaded in chunks.
+  // 2. A dataset, and the sample photos uploaded in chunks. The camera models say what
+  // they are for.
+  assert.match(await page.locator('form').filter({ hasText: 'Camera model' }).textContent(), /phones and most cameras/);
   await page.getByLabel('Name').fill('facade');
   await page.getByRole('button', { name: 'Create dataset' }).click();
   await page.waitForURL(/datasets\//);
   const photos = readdirSync(SAMPLE).filter((f) => /\.jpe?g$/i.test(f)).sort();
   const datasetUrl = page.url();
   await until(page, 'the empty dataset listed', () => window.__tessera.dataset?.images === 0);
+  assert.equal(await page.locator('.crumbs').textContent(), 'Projects / Castle survey / ', 'the breadcrumb names the project');
+  assert.equal(await page.locator('aside.detail').isHidden(), true, 'no empty box beside the photos before one is picked');
   assert.equal(await page.getByRole('button', { name: 'Start reconstruction' }).isDisabled(), true, 'nothing to reconstruct yet');
   await page.getByText(/Add at least two photos first/).waitFor();
   await page.locator('#files').setInputFiles(photos.map((f) => join(SAMPLE, f)));
@@ -116,6 +122,9 @@ try {
   await page.locator('svg.gps circle').first().waitFor();
   const onMap = await page.locator('svg.gps circle').count();
   assert.equal(onMap, photos.length, 'every sample photo carries GPS and is on the map');
+  // Photos that carry GPS are georeferenced by it unless the person says otherwise.
+  await page.getByText(`GPS chosen: ${photos.length} of ${photos.length} photos carry it.`).waitFor();
+  assert.equal(await page.getByLabel('Georeference').inputValue(), 'gps');
   await page.locator('.thumb').first().click();
   await page.locator('aside.detail dd').first().waitFor();
   assert.match(await page.locator('aside.detail').textContent(), /Focal length\s*[\d.]+ mm/);
@@ -140,6 +149,26 @@ try {
   const beforeReload = await state(page, () => window.__tessera.job.seqs.length);
   await page.reload();
   await until(page, 'the stored events replayed after the reload', (n) => window.__tessera.job?.seqs.length >= n, beforeReload);
+  // One list of stages, all of them from the start: while the run is live each sample
+  // shows a stage running or waiting (no gap between two stages), and a stage once ✓
+  // never runs again (no ✓ on a stage still running).
+  await page.evaluate(() => {
+    const rec = { samples: 0, gaps: 0, undone: [], sizes: new Set(), last: {} };
+    window.__stages = rec;
+    rec.timer = setInterval(() => {
+      const j = window.__tessera.job;
+      const rows = [...document.querySelectorAll('.timeline li')];
+      if (!j || j.ended || !rows.length) return;
+      rec.samples += 1;
+      rec.sizes.add(rows.length);
+      const live = rows.some((r) => r.className === 'running' || r.className === 'waiting');
+      if (!live && !rows.every((r) => r.className === 'done')) rec.gaps += 1;
+      for (const r of rows) {
+        if (rec.last[r.dataset.task] === 'done' && r.className !== 'done') rec.undone.push(`${r.textContent}`);
+        rec.last[r.dataset.task] = r.className;
+      }
+    }, 100);
+  });
   await until(page, 'the job to succeed', () => window.__tessera.job.ended && window.__tessera.job.status === 'succeeded', null, 600_000);
   const job = await state(page, () => window.__tessera.job);
   const progress = await (await fetch(`${server.base}/v1/jobs/${jobId}/progress`)).json();
@@ -149,6 +178,18 @@ try {
   const unfinished = await page.locator('.timeline li.running strong').allTextContents();
   assert.deepEqual(unfinished, [], 'every stage in the timeline completed');
   assert.ok(await page.locator('.timeline li.done').count() >= 4);
+  const rec = await page.evaluate(() => { clearInterval(window.__stages.timer); return { ...window.__stages, sizes: [...window.__stages.sizes] }; });
+  assert.ok(rec.samples > 5, `the stages were watched while the run was live (${rec.samples} samples)`);
+  assert.equal(rec.gaps, 0, 'between two stages the next one shows as waiting');
+  assert.deepEqual(rec.undone, [], 'a stage with a ✓ never ran again');
+  assert.equal(rec.sizes.length, 1, `every stage listed from the start: ${rec.sizes}`);
+  // The stage list says what the server says of each stage task; there is no second list.
+  const served = await (await fetch(`${server.base}/v1/jobs/${jobId}`)).json();
+  const stageTasks = served.tasks.flatMap((t) => t['x-tessera']?.stages || [t]);
+  const rows = await page.locator('.timeline li').evaluateAll((lis) => lis.map((li) => [li.dataset.task, li.className]));
+  assert.deepEqual(rows, stageTasks.map((t) => [t.task_id, { succeeded: 'done', pending: 'waiting' }[t.status] || t.status]), 'the rows are the server\'s stage tasks');
+  assert.ok(stageTasks.some((t) => t.name === 'georeference'), 'the GPS chosen by default placed the model');
+  assert.equal(await page.getByRole('list', { name: 'Tasks' }).count(), 0, 'one list, not two that can disagree');
   await page.getByText('succeeded', { exact: true }).first().waitFor();
   assert.match(await page.locator('.conn').textContent(), new RegExp(`finished · ${progress.latest_event_id} events`), 'the event count is the real one');
 
@@ -182,6 +223,7 @@ try {
   assert.equal(report.photos.total, photos.length, 'the report counts the run\'s photos');
   assert.equal(report.model.points, vertices, 'the PLY holds the final model\'s points');
   assert.ok(report.stages.every((st) => st.status === 'succeeded'), JSON.stringify(report.stages.map((st) => st.status)));
+  await page.locator('.downloads').screenshot({ path: join(SHOTS, '2b-downloads.png') });
   // Figures a person reads, not raw counter names; what each process cost is folded away.
   const figures = await page.locator('dl.metrics').first().textContent();
   assert.match(figures, /3D points/);
@@ -260,22 +302,30 @@ try {
   await until(page, 'the real snapshot back', (seq) => window.__tessera.viewer.seq === seq && window.__tessera.viewer.complete === true, last);
 
   const cams = await state(page, () => window.__tessera.viewer.cameraPositions());
-  assert.ok(cams.length > 0, 'cameras are on screen');
+  assert.equal(cams.length, viewer.cameras, 'the first view holds every camera');
   await page.locator('canvas.viewer').scrollIntoViewIfNeeded();
+  // Turning and zooming keep the scene in view, and "Reset view" goes back to the first.
+  const home = await state(page, () => window.__tessera.viewer.view());
+  const cb = await page.locator('canvas.viewer').boundingBox();
+  await page.mouse.move(cb.x + cb.width / 2, cb.y + cb.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(cb.x + cb.width / 2 + 80, cb.y + cb.height / 2 + 30, { steps: 6 });
+  await page.mouse.up();
+  const turned = await state(page, () => window.__tessera.viewer.view());
+  assert.ok(Math.abs(turned.yaw - home.yaw) > 0.05 && Math.abs(turned.yaw - home.yaw) < 0.6, `a short drag turns a little: ${home.yaw} → ${turned.yaw}`);
+  assert.equal((await state(page, () => window.__tessera.viewer.cameraPositions())).length, viewer.cameras, 'after a turn every camera is still in view');
+  for (let i = 0; i < 3; i += 1) await page.mouse.wheel(0, -300);
+  for (let i = 0; i < 3; i += 1) await page.mouse.wheel(0, 300);
+  assert.equal((await state(page, () => window.__tessera.viewer.cameraPositions())).length, viewer.cameras, 'zoomed in and out again, the scene is where it was');
+  await page.getByRole('button', { name: 'Reset view' }).click();
+  assert.deepEqual(await state(page, () => window.__tessera.viewer.view()), home, 'reset is the first view');
+  await page.getByText(/Drag to turn .* pinch to zoom/).waitFor();
   const [cam] = await state(page, () => window.__tessera.viewer.cameraPositions());
   await page.mouse.click(cam.x, cam.y);
   await until(page, 'the clicked camera selected', () => Boolean(window.__tessera.viewer.selected));
   const picked = await state(page, () => window.__tessera.viewer.selected);
   await page.locator(`aside.detail img[alt="${picked}"]`).waitFor();
   await shot(page, '2-reconstruction');
-  // Readable on a phone: nothing wider than the screen.
-  await page.setViewportSize({ width: 390, height: 844 });
-  const wide = await page.evaluate(() => [...document.querySelectorAll('body *')]
-    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
-    .map((e) => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`).slice(0, 8));
-  assert.deepEqual(wide, [], 'no sideways scrolling at 390 px');
-  await shot(page, '2-reconstruction-phone');
-  await page.setViewportSize({ width: 1280, height: 800 });
 
   // 4b. Cancel, resume and force cancel from the buttons, on other recipes of the same
   // photos (a PLY export, then two-stage BA: new jobs whose earlier stages are cached).
@@ -351,6 +401,7 @@ try {
     const blob = await new Promise((r) => c.toBlob(r, 'image/png'));
     const dt = new DataTransfer();
     dt.items.add(new File([blob], 'noise.png', { type: 'image/png' }));
+    dt.items.add(new File(['flight notes'], 'notes.txt', { type: 'text/plain' }));
     document.querySelector('.drop').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
   });
   await until(page, 'the dropped photo uploaded and listed', () => window.__tessera.dataset?.images === 1);
@@ -359,7 +410,7 @@ try {
   const dropped = errors.splice(before);
   assert.ok(dropped.every((e) => /ERR_CONNECTION_RESET/.test(e)), `only the reset connection is logged: ${dropped}`);
   const uploads = await page.locator('.uploads li').allTextContents();
-  assert.deepEqual(uploads.map((u) => u.trim()), ['noise.pngadded']);
+  assert.deepEqual(uploads.map((u) => u.trim()), ['Not added: notes.txt. Only photos are taken (JPEG, PNG, TIFF, WebP, HEIC).', 'noise.pngadded'], 'a file that is not a photo is named, not ignored');
   // Remove the photo added by mistake, then the dataset itself, from their pages.
   await page.locator('.thumb').first().click();
   page.once('dialog', (d) => d.accept());
@@ -409,11 +460,12 @@ try {
   await page.getByRole('button', { name: 'Enrol opted-out subject' }).click();
   await page.getByText(/enrolled/).waitFor();
   const group = readFileSync(join(FACES, 'composite_pd_1280x896.jpg'));
+  // The privacy page takes photos in a drop zone, as a dataset does: added when chosen.
+  assert.equal(await page.locator('.drop').count(), 2, 'photos and reference photos each have a drop zone');
   await page.getByLabel('Photos to publish').setInputFiles([
     { name: 'group.jpg', mimeType: 'image/jpeg', buffer: group },
     { name: 'truncated.jpg', mimeType: 'image/jpeg', buffer: Buffer.concat([group.subarray(0, 2000), Buffer.alloc(4000)]) },
   ]);
-  await page.getByRole('button', { name: 'Add photos' }).click();
   await page.getByText(/Photos added/).waitFor();
   // The page keeps itself current: no reload, no navigation.
   const views = await state(page, () => window.__tessera.views);
@@ -485,6 +537,44 @@ try {
   assert.match(await tp.getByText(/manual region\(s\)/).textContent(), /2 manual region\(s\), unsaved/);
   await tp.getByRole('button', { name: 'Save regions and re-blur' }).click();
   await until(tp, 'the re-blurred version shown without a reload', (v) => window.__tessera.photo?.version > v && window.__tessera.photo.regions === 2 && window.__tessera.photo.loaded === true, version, 120_000);
+  // Every page at 360 px wide, as a phone shows it: nothing scrolls sideways, and the
+  // 3D view comes before the stages. A pinch zooms the view.
+  await tp.setViewportSize({ width: 360, height: 740 });
+  const tour = [
+    ['projects', '/#/'], ['project', `/#/projects/${pid}`], ['dataset', datasetUrl], ['reconstruction', `/#/jobs/${jobId}`],
+    ['privacy', `/#/projects/${pid}/privacy`], ['photo', photoUrl], ['webhooks', '/#/webhooks'], ['webhook', hookPage],
+  ];
+  for (const [name, url] of tour) {
+    await tp.goto(url);
+    await until(tp, `the ${name} page on the phone`, (hash) => window.__tessera?.page === hash, url.slice(url.indexOf('#')));
+    if (name === 'reconstruction') await until(tp, 'the phone\'s 3D view loaded', () => window.__tessera.viewer?.complete === true);
+    if (name === 'dataset') await tp.locator('svg.gps circle').first().waitFor();
+    const wide = await tp.evaluate(() => [...document.querySelectorAll('body *')]
+      .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .map((e) => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`).slice(0, 8));
+    assert.deepEqual(wide, [], `nothing on the ${name} page is wider than 360 px`);
+    assert.ok(await tp.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), `the ${name} page does not scroll sideways`);
+    // A notice left from an action on an earlier page would cover the screenshot.
+    await tp.evaluate(() => { document.getElementById('toast').textContent = ''; });
+    await shot(tp, `phone-${name}`);
+    if (name === 'privacy') {
+      await until(tp, 'each stacked cell named by its column', () => document.querySelectorAll('td[data-label="State"]').length > 0);
+      assert.equal(await tp.locator('table.list thead').first().isHidden(), true, 'a phone stacks the rows as cards');
+    }
+  }
+  await tp.goto(`/#/jobs/${jobId}`);
+  await until(tp, 'the phone\'s 3D view loaded again', (hash) => window.__tessera.page === hash && window.__tessera.viewer?.complete === true, `#/jobs/${jobId}`);
+  const [canvasTop, stagesTop] = await tp.evaluate(() => [document.querySelector('canvas.viewer').getBoundingClientRect().top, document.querySelector('.timeline').getBoundingClientRect().top]);
+  assert.ok(canvasTop < stagesTop, 'on a phone the 3D view comes first');
+  await tp.locator('canvas.viewer').scrollIntoViewIfNeeded();
+  const vb = await tp.locator('canvas.viewer').boundingBox();
+  const unpinched = await state(tp, () => window.__tessera.viewer.view());
+  const fingers = (spread) => [{ x: vb.x + vb.width / 2 - spread, y: vb.y + vb.height / 2, id: 1 }, { x: vb.x + vb.width / 2 + spread, y: vb.y + vb.height / 2, id: 2 }];
+  await cdp.send('Input.dispatchTouchEvent', { type: 'touchStart', touchPoints: fingers(30) });
+  for (let sp = 40; sp <= 120; sp += 20) await cdp.send('Input.dispatchTouchEvent', { type: 'touchMove', touchPoints: fingers(sp) });
+  await cdp.send('Input.dispatchTouchEvent', { type: 'touchEnd', touchPoints: [] });
+  const pinched = await state(tp, () => window.__tessera.viewer.view());
+  assert.ok(pinched.dist < unpinched.dist * 0.5, `spreading two fingers zooms in: ${unpinched.dist} → ${pinched.dist}`);
   assert.deepEqual(touchErrors, [], 'no console errors on the phone');
   await phone.close();
 

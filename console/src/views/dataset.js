@@ -3,7 +3,7 @@
 // starts a reconstruction with what the server's capabilities allow.
 
 import { api, all, blobUrl, capabilities } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES, confirmDelete, pipelineRequest } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, RECON_RECIPES, confirmDelete, pipelineRequest, cameraModelSays, dropZone } from '../dom.js';
 import { uploadFile } from '../upload.js';
 import { gpsMap } from './map.js';
 
@@ -26,8 +26,9 @@ function recipeForm(pid, did, caps) {
     h('option', { value: 'auto' }, 'auto (chosen from the photos)'),
     ['exhaustive', 'sequential'].filter((p) => has(`pairs.${p}`)).map((p) => h('option', { value: p }, p)));
   const ba = h('select', { name: 'ba' }, ['standard', 'two_stage'].filter((b) => engine.has(`ba.${b}`)).map((b) => h('option', { value: b }, fmt.phase(b))));
-  const georef = h('select', { name: 'georeference' }, h('option', { value: 'none' }, 'none'),
+  const georef = h('select', { name: 'georeference', onchange: () => { georef.dataset.chosen = 'yes'; } }, h('option', { value: 'none' }, 'none'),
     engine.has('georegister.sim3') ? h('option', { value: 'gps' }, 'GPS from EXIF') : null);
+  const georefWhy = h('small', { class: 'dim' });
   const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin'].filter((e) => engine.has(`export.${e}`))
     // PLY on by default: the point cloud is what most people take away.
     .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e, checked: e === 'ply' }), fmt.phase(e)));
@@ -53,7 +54,7 @@ function recipeForm(pid, did, caps) {
       } catch (err) { fill(out, errorBox(err)); }
     },
   },
-  field('Mapper', mapper), field('Pairs', pairs), field('Bundle adjustment', ba), field('Georeference', georef),
+  field('Mapper', mapper), field('Pairs', pairs), field('Bundle adjustment', ba), h('div', { class: 'field' }, field('Georeference', georef), georefWhy),
   h('fieldset', {}, h('legend', {}, 'Exports (points for the viewer always)'), exports),
   start, why, out);
   // Whether there is anything to reconstruct: called again after each upload or delete,
@@ -64,13 +65,23 @@ function recipeForm(pid, did, caps) {
       : n < 2 ? `Add at least two photos first (${n} so far).` : '';
     fill(out);
   };
+  // Photos that carry GPS are placed on the map by it unless the person chose otherwise:
+  // a model in metres, where it was taken, is what they expect of a geotagged set.
+  form.gps = (withGps, n) => {
+    const can = [...georef.options].some((o) => o.value === 'gps');
+    if (!can || georef.dataset.chosen) return;
+    const most = n >= 3 && withGps >= 0.8 * n;
+    georef.value = most ? 'gps' : 'none';
+    georefWhy.textContent = most ? `GPS chosen: ${withGps} of ${n} photos carry it.` : '';
+  };
   return form;
 }
 
 export async function view(pid, did) {
-  const [d, caps] = await Promise.all([api(`/v1/projects/${pid}/datasets/${did}`), capabilities()]);
+  const [d, caps, project] = await Promise.all([api(`/v1/projects/${pid}/datasets/${did}`), capabilities(), api(`/v1/projects/${pid}`)]);
   const grid = h('ul', { class: 'grid', 'aria-label': 'Images' });
-  const detail = h('aside', { class: 'detail', 'aria-live': 'polite' });
+  // Shown once a photo is picked: an empty box beside the grid says nothing.
+  const detail = h('aside', { class: 'detail', 'aria-live': 'polite', hidden: true });
   const mapBox = h('div', { class: 'map' });
   const uploads = h('ul', { class: 'uploads' });
   const overall = h('progress', { max: 1, value: 0, hidden: true, 'aria-label': 'All uploads' });
@@ -87,6 +98,7 @@ export async function view(pid, did) {
   };
 
   async function showImage(img) {
+    detail.hidden = false;
     fill(detail, h('p', { class: 'dim' }, 'Loading…'));
     try {
       const [src, exif] = await Promise.all([blobUrl(`/v1/images/${img.image_id}/thumbnail?size=512`), exifOf(img)]);
@@ -103,6 +115,7 @@ export async function view(pid, did) {
           await api(`/v1/images/${img.image_id}`, { method: 'DELETE' });
           toast(`${img.name} removed`);
           fill(detail);
+          detail.hidden = true;
           await refresh();
         }, detail),
       }, `Remove ${img.name}`);
@@ -127,13 +140,20 @@ export async function view(pid, did) {
     pool(images, 6, async (img) => {
       const e = await exifOf(img).catch(() => null);
       if (e?.gps) points.push({ ...e.gps, name: img.name });
-    }).then(() => fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.')));
+    }).then(() => {
+      fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.'));
+      recipe.gps(points.length, images.length);
+    });
   }
 
   async function uploadAll(files) {
     const list = [...files].filter((f) => IMAGE.test(f.name));
-    const skipped = files.length - list.length;
-    if (skipped) toast(`${skipped} file(s) skipped: not photos`, 'warn');
+    const skipped = [...files].filter((f) => !IMAGE.test(f.name)).map((f) => f.name);
+    if (skipped.length) {
+      const said = `Not added: ${skipped.slice(0, 5).join(', ')}${skipped.length > 5 ? ` and ${skipped.length - 5} more` : ''}. Only photos are taken (JPEG, PNG, TIFF, WebP, HEIC).`;
+      uploads.append(h('li', { class: 'warn skipped' }, said));
+      toast(said, 'warn');
+    }
     if (!list.length) return;
     const total = list.reduce((s, f) => s + f.size, 0);
     const sent = new Map();
@@ -158,13 +178,7 @@ export async function view(pid, did) {
     await refresh();
   }
 
-  const input = h('input', { type: 'file', multiple: true, accept: 'image/*,.heic,.heif', id: 'files', class: 'visually-hidden', onchange: (e) => uploadAll(e.target.files) });
-  const drop = h('div', {
-    class: 'drop',
-    ondragover: (e) => { e.preventDefault(); drop.classList.add('over'); },
-    ondragleave: () => drop.classList.remove('over'),
-    ondrop: (e) => { e.preventDefault(); drop.classList.remove('over'); uploadAll(e.dataTransfer.files); },
-  }, h('p', {}, 'Drop photos here, or '), h('label', { for: 'files', class: 'button', tabindex: 0, onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); input.click(); } } }, 'choose files'), input);
+  const drop = dropZone({ id: 'files', label: 'Photos to add', text: 'Drop photos here, or', onFiles: uploadAll });
 
   const recipe = recipeForm(pid, did, caps);
   const gone = h('div');
@@ -180,9 +194,9 @@ export async function view(pid, did) {
   return {
     title: d.name,
     el: h('section', {},
-      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, 'Project'), ' / '),
+      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, project.name), ' / '),
       h('h1', {}, d.name, ' ', count),
-      h('p', { class: 'dim' }, `Camera model ${d.camera_model} · ${d.intrinsics_mode === 'per_image' ? 'one camera per photo' : 'photos of one size share a camera'}`),
+      h('p', { class: 'dim' }, `Camera model ${d.camera_model} (${cameraModelSays(d.camera_model)}) · ${d.intrinsics_mode === 'per_image' ? 'one camera per photo' : 'photos of one size share a camera'}`),
       drop, overall, uploads,
       h('div', { class: 'split' }, grid, detail),
       h('h2', {}, 'Where they were taken'), mapBox,

@@ -1,7 +1,7 @@
-// A reconstruction job, live: the stage timeline from its events (SSE, resumed after a
-// dropped connection or a reload), per-stage progress and rates, metrics, warnings and
-// errors, cancel / force cancel / resume, and the 3D viewer following the newest sealed
-// snapshot.
+// A reconstruction job, live: one list of its stages, each with the state the server
+// gives its task and the progress its events report (SSE, resumed after a dropped
+// connection or a reload), metrics, warnings and errors, cancel / force cancel / resume,
+// and the 3D viewer following the newest sealed snapshot.
 
 import { api, all, blobUrl, download, saveJson } from '../api.js';
 import { h, fill, errorBox, field, fmt, toast, badge as statusBadge, RECON_RECIPES, describeSpec, confirmDelete, pipelineRequest } from '../dom.js';
@@ -10,19 +10,22 @@ import { Viewer } from './viewer.js';
 
 export async function view(jobId) {
   let job = await api(`/v1/jobs/${jobId}`);
+  const project = job.project_id ? await api(`/v1/projects/${job.project_id}`).catch(() => null) : null;
   const isRecon = RECON_RECIPES.includes(job.recipe);
-  const state = { id: jobId, status: job.status, seqs: [], duplicates: 0, gaps: 0, reconnects: 0, connected: false, phases: {} };
+  const state = { id: jobId, status: job.status, seqs: [], duplicates: 0, gaps: 0, reconnects: 0, connected: false, stages: {} };
   window.__tessera.job = state;
 
   const badge = statusBadge(job.status, { 'aria-live': 'polite' });
   const conn = h('span', { class: 'dim conn' });
   const timeline = h('ol', { class: 'timeline', 'aria-label': 'Stages' });
-  const tasks = h('ol', { class: 'tasks', 'aria-label': 'Tasks' });
   const metrics = h('dl', { class: 'metrics' });
   const problems = h('ul', { class: 'problems', 'aria-label': 'Warnings and errors' });
   const log = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Log' });
   const photo = h('aside', { class: 'detail', 'aria-live': 'polite' }, h('p', { class: 'dim' }, 'Click a camera to see its photo.'));
-  const phases = new Map();
+  // One row per stage task, by task id: its state comes from the job (the server's
+  // word), its progress from the events that task emits.
+  const rows = new Map();
+  const progressOf = new Map();
   const metricValues = new Map();
   const logLines = [];
 
@@ -33,7 +36,11 @@ export async function view(jobId) {
     remove: h('button', {
       class: 'danger',
       onclick: () => confirmDelete(`Delete the run “${job.label}” with its models, exports and events? The dataset's photos stay.`, async () => {
-        await api(`/v1/jobs/${jobId}`, { method: 'DELETE' });
+        // Nothing on this page may ask for the run while it goes, or once it is gone.
+        gone = true;
+        clearTimeout(soon);
+        try { await api(`/v1/jobs/${jobId}`, { method: 'DELETE' }); } catch (err) { gone = false; throw err; }
+        stream?.stop();
         toast('Run deleted');
         location.hash = job.project_id ? `#/projects/${job.project_id}` : '#/';
       }),
@@ -49,9 +56,7 @@ export async function view(jobId) {
   }
 
   function renderTasks() {
-    fill(tasks, (job.tasks || []).map((t) => h('li', { class: t.status },
-      h('strong', {}, t.kind), ' ', statusBadge(t.status),
-      (t['x-tessera']?.stages || []).length ? h('span', { class: 'dim' }, ` (${t['x-tessera'].stages.map((s) => s.name || s).join(', ')})`) : null)));
+    renderStages();
     const live = !TERMINAL.has(job.status);
     buttons.cancel.disabled = !live || job.cancel_requested;
     buttons.force.disabled = !live;
@@ -63,7 +68,9 @@ export async function view(jobId) {
     state.status = job.status;
   }
 
+  let gone = false;
   async function refreshJob() {
+    if (gone) return;
     job = await api(`/v1/jobs/${jobId}`);
     renderTasks();
     if (isRecon && TERMINAL.has(job.status)) await showReport();
@@ -100,16 +107,83 @@ export async function view(jobId) {
     } catch (err) { fill(downloads, errorBox(err)); }
   }
 
-  function phaseRow(name) {
-    if (!phases.has(name)) {
-      const bar = h('progress', { max: 1, value: 0, 'aria-label': `${fmt.phase(name)} progress` });
-      const info = h('span', { class: 'dim' });
-      const li = h('li', { class: 'running' }, h('strong', {}, fmt.phase(name)), bar, info);
-      timeline.append(li);
-      phases.set(name, { li, bar, info });
-      state.phases[name] = 'running';
+  /** The job's stage tasks in order: a reconstruction's inside its sfmapi nodes. */
+  const stageTasks = () => (job.tasks || []).flatMap((t) => t['x-tessera']?.stages || [t]);
+
+  /**
+   * The stage list, made again from the job: a ✓ only on a task the server says has
+   * succeeded, and between two stages the next one shown waiting, so a running job
+   * always shows what it is doing or waiting for.
+   */
+  function renderStages() {
+    const list = stageTasks();
+    const live = !TERMINAL.has(job.status);
+    list.forEach((t) => {
+      let row = rows.get(t.task_id);
+      if (!row) {
+        const bar = h('progress', { max: 1, value: 0, 'aria-label': `${stageName(t.name)} progress` });
+        const info = h('span', { class: 'dim' });
+        const word = h('span', { class: 'state' });
+        const li = h('li', { dataset: { task: t.task_id } }, h('strong', {}, stageName(t.name)), bar, h('span', {}, word, ' ', info));
+        row = { li, bar, info, word, task: t };
+        rows.set(t.task_id, row);
+      }
+      row.task = t;
+      timeline.append(row.li);
+    });
+    // A resumed job may plan its stages again: rows of tasks it no longer has go.
+    const ids = new Set(list.map((t) => t.task_id));
+    for (const [id, row] of rows) if (!ids.has(id)) { row.li.remove(); rows.delete(id); }
+    // The first stage not yet ended is the one the job waits for.
+    const next = list.find((t) => t.status === 'pending' || t.status === 'running');
+    for (const t of list) {
+      const row = rows.get(t.task_id);
+      const p = progressOf.get(t.task_id);
+      let cls = STAGE_CLASS[t.status] || 'waiting';
+      // Its events say it has begun before the next poll does.
+      if (cls === 'waiting' && p?.started && live) cls = 'running';
+      row.li.className = cls;
+      const retries = t.attempts > 1 ? ` · attempt ${t.attempts}` : '';
+      if (cls === 'waiting') {
+        row.word.textContent = !live ? 'not run' : t === next ? 'next: waiting for a worker' : 'waiting';
+      } else if (cls === 'running') {
+        row.word.textContent = `running${retries}`;
+      } else {
+        row.word.textContent = `${STAGE_WORDS[t.status] || t.status}${retries}`;
+      }
+      if (cls === 'done') { row.bar.max = 1; row.bar.value = 1; }
+      else if (p?.total) { row.bar.max = p.total; row.bar.value = p.current; }
+      else if (cls === 'running') row.bar.removeAttribute('value');
+      else row.bar.value = 0;
+      row.info.textContent = cls === 'done' && p?.elapsed != null ? `in ${fmt.ms(p.elapsed)}` : cls === 'running' && p ? p.text : '';
+      state.stages[t.name] = cls;
     }
-    return phases.get(name);
+  }
+
+  // A phase event changes its stage's row now; the job itself is asked again soon, so
+  // the next stage's state follows without waiting for the poll.
+  let soon = null;
+  const refreshSoon = () => {
+    if (soon) return;
+    soon = setTimeout(() => { soon = null; refreshJob().catch(() => {}); }, 400);
+  };
+  function onPhase(e) {
+    const id = e.task_id || stageTasks().find((t) => t.status === 'running')?.task_id;
+    if (!id) return;
+    const p = progressOf.get(id) || {};
+    const name = fmt.phase(e.phase);
+    if (e.type === 'phase_started') {
+      Object.assign(p, { started: true, current: 0, total: 0, text: `${name} since ${new Date(e.ts || e.at).toLocaleTimeString()}` });
+    } else if (e.type === 'phase_progress') {
+      Object.assign(p, { started: true, current: e.current, total: e.total || 0, text: `${name} ${e.current}${e.total ? ` / ${e.total}` : ''}${e.rate ? ` · ${e.rate.toFixed(1)}/s` : ''}` });
+    } else {
+      // One stage can hold several phases: its time is their sum.
+      p.elapsed = (p.elapsed || 0) + (e.elapsed_ms || 0);
+      p.text = `${name} done`;
+    }
+    progressOf.set(id, p);
+    if (!rows.has(id) || e.type !== 'phase_progress') refreshSoon();
+    renderStages();
   }
 
   // Figures a person reads, first; what each process cost (memory, CPU) folded away.
@@ -136,29 +210,11 @@ export async function view(jobId) {
     state.seqs.push(e.seq);
     conn.textContent = connText();
     switch (e.type) {
-      case 'phase_started': {
-        const p = phaseRow(e.phase);
-        // A phase can run again (a retry, a resumed job): it is running, not done.
-        p.li.className = 'running';
-        state.phases[e.phase] = 'running';
-        p.info.textContent = `started ${new Date(e.ts || e.at).toLocaleTimeString()}`;
+      case 'phase_started':
+      case 'phase_progress':
+      case 'phase_completed':
+        onPhase(e);
         break;
-      }
-      case 'phase_progress': {
-        const p = phaseRow(e.phase);
-        if (e.total) { p.bar.max = e.total; p.bar.value = e.current; } else { p.bar.removeAttribute('value'); }
-        p.info.textContent = `${e.current}${e.total ? ` / ${e.total}` : ''}${e.rate ? ` · ${e.rate.toFixed(1)}/s` : ''}`;
-        break;
-      }
-      case 'phase_completed': {
-        const p = phaseRow(e.phase);
-        p.li.className = 'done';
-        p.bar.max = 1;
-        p.bar.value = 1;
-        p.info.textContent = `done in ${fmt.ms(e.elapsed_ms)}`;
-        state.phases[e.phase] = 'done';
-        break;
-      }
       case 'metric':
         metricValues.set(e.name, e);
         renderFigures();
@@ -270,9 +326,9 @@ export async function view(jobId) {
 
   return {
     title: job.label || jobId,
-    cleanup: () => { stream?.stop(); clearInterval(poll); viewer?.destroy(); },
+    cleanup: () => { stream?.stop(); clearInterval(poll); clearTimeout(soon); viewer?.destroy(); },
     el: h('section', {},
-      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', job.project_id ? h('a', { href: `#/projects/${job.project_id}` }, 'Project') : null, ' / '),
+      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', job.project_id ? h('a', { href: `#/projects/${job.project_id}` }, project?.name || 'Project') : null, ' / '),
       h('h1', {}, title, ' ', badge),
       h('p', { class: 'dim' }, describeSpec(job), ` · started ${fmt.time(job.started_at || job.created_at)}`, job.finished_at ? ` · took ${fmt.duration(job.started_at || job.created_at, job.finished_at)}` : '', ' · ', conn),
       leftOut,
@@ -282,12 +338,23 @@ export async function view(jobId) {
         h('div', {}, h('h2', {}, 'Stages'), timeline,
           isRecon ? [h('h3', {}, 'Downloads'), downloads] : null,
           h('h3', {}, 'Figures'), metrics, h('details', {}, h('summary', {}, 'What each step cost (memory, time)'), resources),
-          h('h3', {}, 'Warnings and errors'), problems,
-          h('details', {}, h('summary', {}, 'Tasks'), tasks)),
-        viewer ? h('div', {}, h('h2', {}, '3D'), viewer.el, photo) : null),
+          h('h3', {}, 'Warnings and errors'), problems),
+        viewer ? h('div', { class: 'view3d' }, h('h2', {}, '3D'), viewer.el, photo) : null),
       h('details', {}, h('summary', {}, 'Log'), log)),
   };
 }
+
+/** A stage task's state as the row shows it (its class) and says it. */
+const STAGE_CLASS = { succeeded: 'done', running: 'running', pending: 'waiting', failed: 'failed', cancelled: 'cancelled' };
+const STAGE_WORDS = { succeeded: 'done', failed: 'failed', cancelled: 'cancelled' };
+
+/** A stage's name as a person reads it. */
+const STAGES = {
+  ingest: 'Reading the photos', extract: 'Finding features', match: 'Matching photos',
+  verify: 'Checking matches', map: 'Building the model', bundle_adjust: 'Refining (bundle adjustment)',
+  georeference: 'Placing on the map (GPS)', export: 'Writing the exports',
+};
+const stageName = (name) => STAGES[name] || fmt.phase(name);
 
 /** What the figures a run reports mean to a person. */
 const FIGURES = {

@@ -7,7 +7,7 @@
 // themselves current while anything on them is still being processed.
 
 import { api, all, blobUrl, download } from '../api.js';
-import { h, fill, errorBox, field, toast, badge, svg as svgEl, confirmDelete } from '../dom.js';
+import { h, fill, errorBox, field, toast, badge, svg as svgEl, confirmDelete, dropZone } from '../dom.js';
 import { uploadFile } from '../upload.js';
 
 
@@ -137,35 +137,48 @@ export async function photos(pid) {
     `How sure a match must be: the cosine similarity (0 to 1) of a face to an opted-out person's reference photos. ${settings.recommended_threshold} is recommended: on held-out test photos it left no opted-out face recognisable and blurred at most 5 % of bystanders. Lower blurs more people; empty blurs every face.`),
   useRecommended, h('button', { type: 'submit' }, 'Save threshold'));
 
-  const photoInput = h('input', { type: 'file', multiple: true, accept: 'image/*,.heic,.heif', id: 'photo-files' });
-  const addPhotos = h('form', {
-    class: 'inline',
-    onsubmit: async (e) => {
-      e.preventDefault();
+  // Photos are added as soon as they are dropped or chosen, as on a dataset's page.
+  const addPhotos = dropZone({
+    id: 'photo-files',
+    label: 'Photos to publish',
+    text: 'Drop photos to publish here, or',
+    onFiles: async (files) => {
+      if (!files.length) return;
       try {
-        await addFiles([...photoInput.files], true);
+        await addFiles(files, true);
         toast('Photos added: ingest and face processing follow');
-        photoInput.value = '';
         poke();
         await refresh();
       } catch (err) { fill(out, errorBox(err)); }
     },
-  }, field('Photos to publish', photoInput), h('button', { type: 'submit' }, 'Add photos'));
+  });
 
   const label = h('input', { required: true, maxlength: 200 });
-  const refs = h('input', { type: 'file', multiple: true, accept: 'image/*', required: true });
+  // Reference photos are kept until the form is sent with a name.
+  let refFiles = [];
+  const refsChosen = h('small', { class: 'dim' }, 'None chosen yet.');
+  const refs = dropZone({
+    id: 'ref-files',
+    label: 'Reference photos (1–20, one face each)',
+    text: 'Reference photos (1–20, one face each): drop them here, or',
+    onFiles: (files) => {
+      refFiles = files;
+      refsChosen.textContent = files.length ? `Chosen: ${files.map((f) => f.name).join(', ')}` : 'None chosen yet.';
+    },
+  });
   const enrol = h('form', {
     class: 'inline',
     onsubmit: async (e) => {
       e.preventDefault();
+      if (!refFiles.length) { fill(out, h('p', { class: 'error' }, 'Add at least one reference photo of the person first.')); return; }
       try {
-        const shas = await addFiles([...refs.files], false);
+        const shas = await addFiles(refFiles, false);
         const r = await api(`/v1/x-tessera/projects/${pid}/subjects`, { method: 'POST', body: { label: label.value.trim(), blob_shas: shas } });
         toast(`${r.label} enrolled: every photo is re-decided${r.warnings?.length ? `. ${r.warnings.join(' ')}` : ''}`, r.warnings?.length ? 'warn' : 'info');
         window.dispatchEvent(new HashChangeEvent('hashchange'));
       } catch (err) { fill(out, errorBox(err)); }
     },
-  }, field('Name or label', label), field('Reference photos (1–20, one face each)', refs), h('button', { type: 'submit' }, 'Enrol opted-out subject'));
+  }, field('Name or label', label), h('div', { class: 'field' }, refs, refsChosen), h('button', { type: 'submit' }, 'Enrol opted-out subject'));
 
   render();
   const says = h('p', { class: settings.match_threshold == null && subjects.length ? 'warn' : 'dim' }, thresholdSays(settings, subjects.length));
@@ -267,9 +280,10 @@ const legend = () => h('ul', { class: 'legend', 'aria-label': 'Box colours' },
 
 export async function photo(id) {
   const p = await api(`/v1/x-tessera/photos/${id}`);
-  const [subjects, settings] = await Promise.all([
+  const [subjects, settings, project] = await Promise.all([
     api(`/v1/x-tessera/projects/${p.project_id}/subjects`).then((s) => s.items).catch(() => []),
     api(`/v1/x-tessera/projects/${p.project_id}/privacy`).catch(() => null),
+    api(`/v1/projects/${p.project_id}`).catch(() => null),
   ]);
   labels = new Map(subjects.map((s) => [s.subject_id, s.label]));
   window.__tessera.photo = { id, status: p.status, faces: p.faces?.length ?? null, variants: [], version: p.variant_version, regions: (p.blur_regions || []).length };
@@ -384,7 +398,7 @@ export async function photo(id) {
     title: p.name,
     cleanup: stop,
     el: h('section', {},
-      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${p.project_id}/privacy` }, 'Privacy review'), ' / '),
+      h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', project ? [h('a', { href: `#/projects/${p.project_id}` }, project.name), ' / '] : null, h('a', { href: `#/projects/${p.project_id}/privacy` }, 'Privacy review'), ' / '),
       h('h1', {}, p.name, ' ', stateBadge(p.status)),
       p.reason ? h('p', { class: 'error' }, p.reason) : null,
       p.width ? h('p', { class: 'dim' }, `${p.width}×${p.height} · version ${p.variant_version} · `, regionList) : null,

@@ -1,7 +1,7 @@
 // Projects and their datasets and reconstructions.
 
 import { api, all } from '../api.js';
-import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES, describeSpec, confirmDelete } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES, describeSpec, confirmDelete, cameraModelSays } from '../dom.js';
 
 export async function list() {
   const items = await all('/v1/projects');
@@ -41,10 +41,13 @@ export async function detail(pid) {
     all(`/v1/jobs?project_id=${pid}`).catch(() => []),
   ]);
   const name = h('input', { required: true, maxlength: 200 });
-  const camera = h('select', {}, models.map((m) => h('option', { value: m.name, selected: m.name === 'SIMPLE_RADIAL' }, m.name)));
+  const cameraHint = h('small', { class: 'dim' });
+  const camera = h('select', { onchange: () => { cameraHint.textContent = cameraModelSays(camera.value); } },
+    models.map((m) => h('option', { value: m.name, selected: m.name === 'SIMPLE_RADIAL' }, m.name)));
+  cameraHint.textContent = cameraModelSays(camera.value || 'SIMPLE_RADIAL');
   const intrinsics = h('select', {},
-    h('option', { value: 'single_camera' }, 'one camera (photos of one size share intrinsics)'),
-    h('option', { value: 'per_image' }, 'one camera per photo'));
+    h('option', { value: 'single_camera' }, 'shared by photos of one size'),
+    h('option', { value: 'per_image' }, 'one per photo'));
   const out = h('div');
   const form = h('form', {
     class: 'inline',
@@ -59,7 +62,8 @@ export async function detail(pid) {
         location.hash = `#/projects/${pid}/datasets/${d.dataset_id}`;
       } catch (err) { fill(out, errorBox(err)); }
     },
-  }, field('Name', name), field('Camera model', camera), field('Intrinsics', intrinsics), h('button', { type: 'submit' }, 'Create dataset'));
+  }, field('Name', name), h('div', { class: 'field' }, field('Camera model', camera), cameraHint),
+  field('Lens settings (intrinsics)', intrinsics, 'Zoom or several cameras: one per photo.'), h('button', { type: 'submit' }, 'Create dataset'));
   const recons = jobs.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse();
   const names = new Map(datasets.map((d) => [`datasets/${d.dataset_id}/images`, d.name]));
   // Each run's photo count comes from its report: asked for the newest few only.
@@ -111,7 +115,7 @@ export async function detail(pid) {
             h('td', {}, badge(j.status), progressOf(j)),
             h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
             h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
-        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a recipe.'),
+        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a reconstruction.'),
       h('h2', {}, 'Delete'), h('p', { class: 'dim' }, 'Deleting a project erases its datasets, photos, opted-out subjects and their reference faces. Its runs are deleted one by one, from their pages. It cannot be undone.'), deleteProject, out2),
   };
 }

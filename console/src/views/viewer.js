@@ -1,8 +1,11 @@
 // The 3D viewer: a sealed snapshot's coloured points and a frustum per registered
 // photo, drawn with plain WebGL. The preview (≤ 10 000 points) comes first; the full
-// cloud follows in Range requests of 64 Ki points, drawn as they arrive. Orbit with
-// the mouse or the arrow keys, pan with shift (or the right button), zoom with the
-// wheel or +/−; click a camera to see its photo.
+// cloud follows in Range requests of 64 Ki points, drawn as they arrive. Turn by
+// dragging (or the arrow keys), move with shift, the right button or two fingers, zoom
+// with the wheel, a pinch or +/−, and go back to the first view with "Reset view" (or
+// R); click a camera to see its photo. The view turns about the scene's own up (from
+// how the photos were held), so a drone survey or a georeferenced model is not seen
+// edge-on, and the first view holds every camera.
 
 import { api } from '../api.js';
 import { h } from '../dom.js';
@@ -10,6 +13,8 @@ import { header, records, HEADER, RECORD } from '../gl/points.js';
 import * as m from '../gl/math.js';
 
 const CHUNK = 65536;
+/** Vertical field of view, radians. */
+const FOV = 0.9;
 
 const POINT_VS = `attribute vec3 p; attribute vec3 c; uniform mat4 mvp; uniform float size; varying vec3 vc;
 void main() { gl_Position = mvp * vec4(p, 1.0); gl_PointSize = size; vc = c; }`;
@@ -48,6 +53,27 @@ function robustBounds(pos, n) {
   return { lo, hi };
 }
 
+/**
+ * Which way is up in a model, from its cameras: the mean of their "up" (−y) axes when
+ * they agree (photos held upright), else the mean of their backward axes when those
+ * agree (nadir photos, whose strips alternate direction), else COLMAP's −y.
+ */
+function sceneUp(cams) {
+  const n = cams.length;
+  if (!n) return [0, -1, 0];
+  let up = [0, 0, 0];
+  let back = [0, 0, 0];
+  for (const c of cams) {
+    const R = m.rotation(c.pose.rotation);
+    // Rows of cam_from_world's rotation are the camera's axes in the world.
+    up = m.sub(up, R[1]);
+    back = m.sub(back, R[2]);
+  }
+  if (Math.hypot(...up) / n > 0.5) return m.norm(up);
+  if (Math.hypot(...back) / n > 0.5) return m.norm(back);
+  return [0, -1, 0];
+}
+
 /** Bytes `start..=end` of `url` (a server that ignores Range sends all: cut to them). */
 async function range(url, start, end) {
   const r = await api(url, { raw: true, headers: { Range: `bytes=${start}-${end}` } });
@@ -58,9 +84,13 @@ async function range(url, start, end) {
 export class Viewer {
   constructor({ onCamera = () => {} } = {}) {
     this.onCamera = onCamera;
-    this.canvas = h('canvas', { class: 'viewer', tabindex: 0, role: 'img', 'aria-label': '3D view of the reconstruction: arrow keys orbit, + and − zoom' });
+    this.canvas = h('canvas', { class: 'viewer', tabindex: 0, role: 'img', 'aria-label': '3D view of the reconstruction: arrow keys turn, + and − zoom, R resets the view' });
     this.status = h('p', { class: 'dim viewer-status', 'aria-live': 'polite' }, 'No snapshot yet.');
-    this.el = h('div', { class: 'viewer-box' }, this.canvas, this.status);
+    const reset = h('button', { type: 'button', class: 'ghost', onclick: () => this.reset() }, 'Reset view');
+    this.el = h('div', { class: 'viewer-box' }, this.canvas,
+      h('div', { class: 'viewer-bar' }, reset,
+        h('small', { class: 'dim' }, 'Drag to turn · shift-drag, right-drag or two fingers to move · wheel or pinch to zoom · click a camera to see its photo')),
+      this.status);
     this.state = {
       webgl: false, points: 0, total: 0, cameras: 0, seq: null, frames: 0, error: null,
       // Show a snapshot (what a `snapshot_available` event does).
@@ -74,12 +104,16 @@ export class Viewer {
           return s && { name: c.name, x: r.left + s[0], y: r.top + s[1] };
         }).filter((p) => p && p.x > r.left && p.x < r.right && p.y > r.top && p.y < r.bottom);
       },
+      view: () => ({ yaw: this.yaw, pitch: this.pitch, dist: this.dist, target: this.target, up: this.up }),
+      reset: () => this.reset(),
     };
     window.__tessera.viewer = this.state;
     this.yaw = 0.6;
-    this.pitch = -0.35;
+    this.pitch = 0.35;
     this.dist = 10;
     this.target = [0, 0, 0];
+    this.up = [0, -1, 0];
+    this.scene = 10;
     this.cams = [];
     this.loading = null;
     this.gl = this.canvas.getContext('webgl', { antialias: true, preserveDrawingBuffer: true });
@@ -113,62 +147,109 @@ export class Viewer {
   }
 
   bindInput() {
-    let drag = null;
     const c = this.canvas;
+    // Pointers down on the canvas: one turns (or moves), two pinch and move.
+    const down = new Map();
+    let drag = null;
+    let pinch = null;
+    const spread = () => { const [a, b] = [...down.values()]; return { d: Math.hypot(a.x - b.x, a.y - b.y), x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 }; };
     c.addEventListener('contextmenu', (e) => e.preventDefault());
-    c.addEventListener('pointerdown', (e) => { drag = { x: e.clientX, y: e.clientY, pan: e.shiftKey || e.button === 2, moved: 0 }; c.setPointerCapture(e.pointerId); });
+    c.addEventListener('pointerdown', (e) => {
+      c.setPointerCapture(e.pointerId);
+      down.set(e.pointerId, { x: e.clientX, y: e.clientY });
+      if (down.size === 2) { pinch = spread(); drag = null; } else if (down.size === 1) {
+        drag = { x: e.clientX, y: e.clientY, pan: e.shiftKey || e.button === 2, moved: 0 };
+      }
+    });
     c.addEventListener('pointermove', (e) => {
+      if (!down.has(e.pointerId)) return;
+      down.set(e.pointerId, { x: e.clientX, y: e.clientY });
+      if (pinch && down.size >= 2) {
+        const now = spread();
+        if (now.d > 0 && pinch.d > 0) this.zoom(pinch.d / now.d);
+        this.pan(now.x - pinch.x, now.y - pinch.y);
+        pinch = now;
+        return;
+      }
       if (!drag) return;
       const dx = e.clientX - drag.x;
       const dy = e.clientY - drag.y;
       drag.moved += Math.abs(dx) + Math.abs(dy);
       drag.x = e.clientX;
       drag.y = e.clientY;
-      if (drag.pan) this.pan(dx, dy); else this.orbit(dx * 0.01, dy * 0.01);
+      // A drag across the whole canvas turns the view half round: a short drag turns a
+      // little, whatever the screen's size.
+      const turn = Math.PI / Math.max(200, c.clientWidth);
+      if (drag.pan) this.pan(dx, dy); else this.orbit(-dx * turn, dy * turn);
     });
-    c.addEventListener('pointerup', (e) => {
-      if (drag && drag.moved < 4) this.pick(e);
+    const up = (e) => {
+      if (e.type === 'pointerup' && drag && drag.moved < 4 && down.size === 1) this.pick(e);
+      down.delete(e.pointerId);
+      // Lifting one finger of two ends the pinch; the other does not start a turn.
+      if (down.size < 2) pinch = null;
       drag = null;
-    });
+    };
+    c.addEventListener('pointerup', up);
+    c.addEventListener('pointercancel', up);
     c.addEventListener('wheel', (e) => { e.preventDefault(); this.zoom(Math.exp(e.deltaY * 0.001)); }, { passive: false });
     c.addEventListener('keydown', (e) => {
-      const k = { ArrowLeft: () => this.orbit(-0.1, 0), ArrowRight: () => this.orbit(0.1, 0), ArrowUp: () => this.orbit(0, -0.1), ArrowDown: () => this.orbit(0, 0.1), '+': () => this.zoom(0.9), '=': () => this.zoom(0.9), '-': () => this.zoom(1.1) }[e.key];
+      const k = { ArrowLeft: () => this.orbit(0.1, 0), ArrowRight: () => this.orbit(-0.1, 0), ArrowUp: () => this.orbit(0, 0.1), ArrowDown: () => this.orbit(0, -0.1), '+': () => this.zoom(0.9), '=': () => this.zoom(0.9), '-': () => this.zoom(1.1), r: () => this.reset(), R: () => this.reset() }[e.key];
       if (k) { e.preventDefault(); k(); }
     });
   }
 
   orbit(dYaw, dPitch) {
+    this.touched = true;
     this.yaw += dYaw;
     this.pitch = Math.max(-1.5, Math.min(1.5, this.pitch + dPitch));
     this.draw();
   }
 
-  zoom(f) { this.dist = Math.max(1e-3, this.dist * f); this.draw(); }
+  /** Closer or further, never so far the scene is a dot or so close it is lost. */
+  zoom(f) { this.touched = true; this.dist = Math.max(this.scene * 0.01, Math.min(this.scene * 50, this.dist * f)); this.draw(); }
 
   pan(dx, dy) {
+    this.touched = true;
     const { right, up } = this.basis();
-    const s = this.dist * 0.0015;
+    // A pixel moves the target by what a pixel spans at its distance.
+    const s = (2 * this.dist * Math.tan(FOV / 2)) / Math.max(1, this.canvas.clientHeight);
     this.target = m.add(this.target, m.add(m.scale(right, -dx * s), m.scale(up, dy * s)));
     this.draw();
   }
 
-  /** COLMAP's world has y down; the view keeps −y up. */
+  /** Two directions across `up`: yaw turns between them. */
+  across() {
+    const a = m.norm(m.cross(this.up, Math.abs(this.up[0]) < 0.9 ? [1, 0, 0] : [0, 0, 1]));
+    return [a, m.cross(a, this.up)];
+  }
+
   eye() {
+    const [a, b] = this.across();
     const cp = Math.cos(this.pitch);
-    return m.add(this.target, [Math.sin(this.yaw) * cp * this.dist, Math.sin(this.pitch) * this.dist, -Math.cos(this.yaw) * cp * this.dist]);
+    const dir = m.add(m.add(m.scale(a, Math.sin(this.yaw) * cp), m.scale(b, Math.cos(this.yaw) * cp)), m.scale(this.up, Math.sin(this.pitch)));
+    return m.add(this.target, m.scale(dir, this.dist));
   }
 
   basis() {
     const f = m.norm(m.sub(this.target, this.eye()));
-    const right = m.norm(m.cross(f, [0, -1, 0]));
+    const right = m.norm(m.cross(f, this.up));
     return { right, up: m.cross(right, f) };
   }
 
   mvp() {
     const w = this.canvas.clientWidth || 640;
     const hgt = this.canvas.clientHeight || 400;
-    const proj = m.perspective(0.9, w / hgt, this.dist * 0.01, this.dist * 100);
-    return m.multiply(proj, m.lookAt(this.eye(), this.target, [0, -1, 0]));
+    const proj = m.perspective(FOV, w / hgt, this.dist * 0.01, this.dist * 100);
+    return m.multiply(proj, m.lookAt(this.eye(), this.target, this.up));
+  }
+
+  /** Back to the view the newest snapshot was framed with. */
+  reset() {
+    if (!this.home) return;
+    Object.assign(this, { ...this.home, target: [...this.home.target] });
+    // Back at the first view: a larger snapshot may frame itself again.
+    this.touched = false;
+    this.draw();
   }
 
   draw() {
@@ -275,19 +356,31 @@ export class Viewer {
     this.state.cameras = this.cams.length;
   }
 
-  /** Look at `center` from where the photos were taken (their mean position), far
-   * enough back to see the scene and the cameras. */
+  /**
+   * Look at `center` from where the photos were taken (their mean position), far enough
+   * back that the scene and every camera fit the canvas whichever way it is turned.
+   */
   frame(center, diag) {
+    this.up = sceneUp(this.cams);
     this.target = center;
-    this.dist = diag * 1.2;
-    if (!this.cams.length) return;
-    const mean = m.scale(this.cams.reduce((s, c) => m.add(s, c.center), [0, 0, 0]), 1 / this.cams.length);
-    const v = m.sub(mean, center);
-    const len = Math.hypot(...v);
-    if (len < 1e-9) return;
-    this.dist = Math.max(len * 1.6, diag * 0.8);
-    this.pitch = Math.max(-1.4, Math.min(1.4, Math.asin(v[1] / len)));
-    this.yaw = Math.atan2(v[0], -v[2]);
+    let r = diag / 2;
+    for (const c of this.cams) r = Math.max(r, Math.hypot(...m.sub(c.center, center)) + (this.frustumSize || 0));
+    const w = this.canvas.clientWidth || 640;
+    const hgt = this.canvas.clientHeight || 400;
+    const half = Math.min(FOV / 2, Math.atan(Math.tan(FOV / 2) * (w / hgt)));
+    this.scene = Math.max(r, 1e-6);
+    this.dist = (r / Math.sin(half)) * 1.05;
+    if (this.cams.length) {
+      const mean = m.scale(this.cams.reduce((s, c) => m.add(s, c.center), [0, 0, 0]), 1 / this.cams.length);
+      const v = m.sub(mean, center);
+      const len = Math.hypot(...v);
+      if (len > 1e-9) {
+        const [a, b] = this.across();
+        this.pitch = Math.max(-1.4, Math.min(1.4, Math.asin(Math.max(-1, Math.min(1, m.dot(v, this.up) / len)))));
+        this.yaw = Math.atan2(m.dot(v, a), m.dot(v, b));
+      }
+    }
+    this.home = { yaw: this.yaw, pitch: this.pitch, dist: this.dist, target: [...this.target], up: this.up };
   }
 
   pick(e) {
@@ -335,7 +428,6 @@ export class Viewer {
         range(`${base}/points.bin`, 0, HEADER - 1),
       ]);
       if (this.loading !== token) return;
-      const first = this.state.seq === null;
       const hd = header(head.buffer.slice(head.byteOffset, head.byteOffset + HEADER));
       const pv = records(new Uint8Array(preview, HEADER));
       const { lo, hi } = robustBounds(pv.positions, pv.n);
@@ -344,7 +436,9 @@ export class Viewer {
       this.state.total = hd.count;
       this.setPoints(pv.positions, pv.colors, pv.n);
       this.setCameras(images.images, cameras.cameras, diag * 0.04);
-      if (first) this.frame(m.scale(m.add(lo, hi), 0.5), diag);
+      // Each new snapshot is framed (a growing model leaves the first frame) until the
+      // person turns, moves or zooms the view themselves.
+      if (!this.touched) this.frame(m.scale(m.add(lo, hi), 0.5), diag);
       this.draw();
       this.status.textContent = `Snapshot ${seq}: ${this.state.cameras} cameras, ${pv.n} of ${hd.count} points`;
       await this.loadAll(`${base}/points.bin`, hd.count, token);

@@ -862,15 +862,77 @@ pub async fn exif(
         }
     }
     let (focal, gps) = tessera_jobs::reconstruct::images::exif_facts(&b);
-    let camera = ["Make", "Model"]
-        .iter()
-        .filter_map(|k| fields.get(*k).and_then(Value::as_str))
-        .map(|v| v.trim_matches('"').trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let tag = |k: &str| {
+        fields
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|v| v.trim_matches('"'))
+    };
+    let camera = camera_name(tag("Make"), tag("Model"));
     Ok(Json(json!({
         "image_id": img.image_id, "exif": fields,
-        "camera": Some(camera).filter(|c| !c.is_empty()), "focal_length_mm": focal, "gps": gps,
+        "camera": camera, "focal_length_mm": focal, "gps": gps,
     })))
+}
+
+/// The camera as people name it: make and model, but the make once when the model
+/// already starts with it ("Canon PowerShot S95", not "Canon Canon PowerShot S95"; "NIKON
+/// D750", not "NIKON CORPORATION NIKON D750").
+fn camera_name(make: Option<&str>, model: Option<&str>) -> Option<String> {
+    let make = make.map(str::trim).filter(|m| !m.is_empty());
+    let model = model.map(str::trim).filter(|m| !m.is_empty());
+    let names_make = |make: &str, model: &str| {
+        let brand = make.split_whitespace().next().unwrap_or(make);
+        model
+            .get(..brand.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(brand))
+            && model[brand.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| c.is_whitespace() || c == '-')
+    };
+    match (make, model) {
+        (Some(make), Some(model)) if names_make(make, model) => Some(model.to_string()),
+        (Some(make), Some(model)) => Some(format!("{make} {model}")),
+        (one, other) => one.or(other).map(String::from),
+    }
+}
+
+#[cfg(test)]
+mod camera_name_tests {
+    use super::camera_name;
+
+    #[test]
+    fn the_make_is_said_once() {
+        let said = |a, b| camera_name(a, b);
+        assert_eq!(
+            said(Some("Canon"), Some("Canon PowerShot S95")).as_deref(),
+            Some("Canon PowerShot S95")
+        );
+        assert_eq!(
+            said(Some("NIKON CORPORATION"), Some("NIKON D750")).as_deref(),
+            Some("NIKON D750")
+        );
+        assert_eq!(
+            said(Some("Canon"), Some("Canonet QL17")).as_deref(),
+            Some("Canon Canonet QL17")
+        );
+        assert_eq!(
+            said(Some("Apple"), Some("iPhone 15 Pro")).as_deref(),
+            Some("Apple iPhone 15 Pro")
+        );
+        assert_eq!(
+            said(Some("DJI"), Some("dji FC6310")).as_deref(),
+            Some("dji FC6310")
+        );
+        assert_eq!(said(Some(" "), Some("X100V")).as_deref(), Some("X100V"));
+        assert_eq!(said(Some("Sony"), None).as_deref(), Some("Sony"));
+        assert_eq!(said(None, None), None);
+        // A model shorter than the make, or a multi-byte make, does not panic.
+        assert_eq!(
+            said(Some("Olympus"), Some("E-1")).as_deref(),
+            Some("Olympus E-1")
+        );
+        assert_eq!(said(Some("Ünï"), Some("Ü")).as_deref(), Some("Ünï Ü"));
+    }
 }

@@ -600,7 +600,7 @@ impl Run<'_> {
                 let r = self
                     .exec(
                         invocations,
-                        Phase::IncrementalRegister,
+                        map_phase(self.spec.mapper),
                         Some(photos.len() as u64),
                     )
                     .await
@@ -1349,6 +1349,17 @@ pub async fn run_backend(
     }
     ctx.phase_completed(phase, started).await?;
     Ok(report)
+}
+
+/// The phase a mapper's run reports as: a global mapper's timeline must not say
+/// "incremental".
+fn map_phase(mapper: tessera_core::spec::MapperKind) -> Phase {
+    use tessera_core::spec::MapperKind as M;
+    match mapper {
+        M::Incremental => Phase::IncrementalRegister,
+        M::Global => Phase::GlobalPositioning,
+        M::Hierarchical => Phase::HierarchicalCluster,
+    }
 }
 
 /// Write `rec` into `dir` as `sparse/0` (COLMAP binary, always) and each requested

@@ -54,8 +54,10 @@ pub fn parse(line: &str, total_images: Option<u64>) -> Option<LineEvent> {
             total: total_images,
         });
     }
+    // Every mapper and the bundle-adjustment stage print these: the phase is bundle
+    // adjustment, not the incremental mapper's (a global run's timeline said "incremental").
     if t.starts_with("Global bundle adjustment") || t.starts_with("Bundle adjustment report") {
-        return Some(LineEvent::Started(Phase::IncrementalBa));
+        return Some(LineEvent::Started(Phase::BundleAdjust));
     }
     if let Some(rest) = t.strip_prefix("=> Retriangulated observations:") {
         return Some(LineEvent::Figure(
