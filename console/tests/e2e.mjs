@@ -228,6 +228,8 @@ try {
   const figures = await page.locator('dl.metrics').first().textContent();
   assert.match(figures, /3D points/);
   assert.doesNotMatch(figures, /peak rss/i, 'memory counters are not among the figures');
+  // A run is named from what it was made of until someone names it.
+  assert.match(await page.locator('h1').textContent(), new RegExp(`facade · ${photos.length} photos · incremental · georeferenced by GPS`));
   // Rename the run; the project's list then tells it apart by name and options.
   await page.locator('summary', { hasText: 'Rename' }).click();
   await page.getByLabel('Name of this run').fill('Facade, first try');
@@ -461,7 +463,8 @@ try {
   await page.getByText(/enrolled/).waitFor();
   const group = readFileSync(join(FACES, 'composite_pd_1280x896.jpg'));
   // The privacy page takes photos in a drop zone, as a dataset does: added when chosen.
-  assert.equal(await page.locator('.drop').count(), 2, 'photos and reference photos each have a drop zone');
+  // (The page is drawn again after the enrolment: wait for it.)
+  await until(page, 'photos and reference photos each in a drop zone', () => document.querySelectorAll('.drop').length === 2 && document.querySelector('#photo-files'));
   await page.getByLabel('Photos to publish').setInputFiles([
     { name: 'group.jpg', mimeType: 'image/jpeg', buffer: group },
     { name: 'truncated.jpg', mimeType: 'image/jpeg', buffer: Buffer.concat([group.subarray(0, 2000), Buffer.alloc(4000)]) },

@@ -409,7 +409,15 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         &spec,
         TenantId::local(),
         None,
-        &format!("reconstruct {}", args.images.display()),
+        // Named by its folder, as the API names a run by its dataset.
+        &reconstruct::default_label(
+            &args.images.file_name().map_or_else(
+                || args.images.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            &spec,
+            count,
+        ),
         count,
         megapixels,
     )?;

@@ -336,7 +336,11 @@ async fn submit_plan(
         spec,
         caller.tenant.clone(),
         project,
-        &format!("{job_kind} {}", d.name),
+        &if last_stage.is_none() {
+            tessera_jobs::reconstruct::default_label(&d.name, spec, images)
+        } else {
+            format!("{job_kind} of {}", d.name)
+        },
         images,
         megapixels,
     )

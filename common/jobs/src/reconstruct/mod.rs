@@ -13,6 +13,7 @@
 pub mod cache;
 pub mod checkpoint;
 pub mod images;
+mod label;
 pub mod memory;
 mod models;
 pub mod operations;
@@ -21,6 +22,8 @@ pub mod refine;
 pub mod resolution;
 pub mod spec_dag;
 pub mod stages;
+
+pub use label::default_label;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::spec::{Georef, ReconstructionSpec, SpecError};
