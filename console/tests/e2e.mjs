@@ -218,6 +218,9 @@ try {
   assert.equal(new Set(fileNames).size, fileNames.length, `download names tell files apart: ${fileNames}`);
   const [colmapCams] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /^COLMAP model, binary: cameras\.bin/ }).click()]);
   assert.equal(colmapCams.suggestedFilename(), 'export-sparse-0-cameras.bin');
+  const [modelZip] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /COLMAP model, every file \(zip\)/ }).click()]);
+  assert.equal(modelZip.suggestedFilename(), 'export-colmap-model.zip');
+  assert.equal(readFileSync(await modelZip.path()).subarray(0, 4).toString('latin1'), 'PK\x03\x04', 'a zip');
   const [rep] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: /Report \(JSON\)/ }).click()]);
   const report = JSON.parse(readFileSync(await rep.path(), 'utf8'));
   assert.equal(report.photos.total, photos.length, 'the report counts the run\'s photos');
@@ -492,6 +495,15 @@ try {
   assert.equal(shown.variants.length, 1, 'and fetched (audited) only when asked for');
   await page.getByRole('button', { name: /Show astronaut's own copy/ }).click();
   await until(page, 'the subject\'s copy beside the public one', () => window.__tessera.photo.variants.length === 2);
+  // Each copy downloads under the photo's name and whom it is for, its size on the button.
+  for (const [button, name] of [[/Download the public copy/, 'group-public.jpg'], [/Download astronaut's copy/, 'group-astronaut.jpg']]) {
+    const b = page.getByRole('button', { name: button });
+    const [file] = await Promise.all([page.waitForEvent('download'), b.click()]);
+    assert.equal(file.suggestedFilename(), name);
+    const bytes = readFileSync(await file.path());
+    assert.deepEqual([...bytes.subarray(0, 2)], [0xff, 0xd8], 'a JPEG');
+    assert.match(await b.textContent(), / \d+(\.\d)? (KiB|MiB)$/, 'its size on the button');
+  }
   assert.equal(await page.locator('svg.boxes rect.face').count(), shown.faces, 'a box per face over the original (admin in none mode)');
   assert.equal(await page.locator('.face-number').count(), shown.faces, 'each box numbered as in the table');
   await page.getByRole('list', { name: 'Box colours' }).waitFor();

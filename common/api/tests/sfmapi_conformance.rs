@@ -699,6 +699,50 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
         files.iter().any(|f| f["name"] == "sparse/0/cameras.bin"),
         "{exports}"
     );
+    // The whole COLMAP model in one zip, which another reader (Python's) opens, with
+    // every file of the model in COLMAP's folders and checksums that hold.
+    let zip = files
+        .iter()
+        .find(|f| f["name"] == "colmap-model.zip")
+        .unwrap_or_else(|| panic!("no model zip in {exports}"));
+    let body = c
+        .get(format!(
+            "{}{}",
+            s.base,
+            zip["download_url"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let saved = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(saved.path(), &body).unwrap();
+    let listed = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+assert z.testzip() is None
+print(chr(10).join(z.namelist()))",
+        ])
+        .arg(saved.path())
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let inside = String::from_utf8(listed.stdout).unwrap();
+    for f in [
+        "sparse/0/cameras.bin",
+        "sparse/0/images.bin",
+        "sparse/0/points3D.bin",
+    ] {
+        assert!(inside.lines().any(|l| l == f), "{f} in the zip: {inside}");
+    }
     for f in &files {
         let url = format!("{}{}", s.base, f["download_url"].as_str().unwrap());
         let r = c.get(&url).send().await.unwrap();

@@ -126,6 +126,10 @@ pub struct Rendition {
     pub key: String,
     /// Object key of its thumbnail (cut from the file).
     pub thumb_key: String,
+    /// The file's size, for a download offered with it. Absent from renditions
+    /// published before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_size: Option<u64>,
 }
 
 /// An uploaded photo and its publication state.

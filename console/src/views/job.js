@@ -384,6 +384,7 @@ function fileLabel(name) {
   if (name === 'model.ply') return 'Point cloud (PLY)';
   if (name === 'model.nvm') return 'Cameras and points (NVM)';
   if (name === 'points.bin') return 'Points (sfmapi binary)';
+  if (name === 'colmap-model.zip') return 'COLMAP model, every file (zip)';
   // `sparse/0` is the model; `sparse/1`, `sparse/2`, … are the parts the mapper could not
   // join to it, each a model of its own with its own `cameras.bin`.
   const part = /^sparse(_text)?\/(\d+)\//.exec(name);

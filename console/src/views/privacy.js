@@ -7,7 +7,7 @@
 // themselves current while anything on them is still being processed.
 
 import { api, all, blobUrl, download } from '../api.js';
-import { h, fill, errorBox, field, toast, badge, svg as svgEl, confirmDelete, dropZone } from '../dom.js';
+import { h, fill, errorBox, field, fmt, toast, badge, svg as svgEl, confirmDelete, dropZone } from '../dom.js';
 import { uploadFile } from '../upload.js';
 
 
@@ -303,6 +303,11 @@ export async function photo(id) {
     }
   }
   const variants = h('div', { class: 'variants' });
+  // A copy saved under the photo's name and whom it is for, its size on the button.
+  const saveVariant = (v, whom, text) => h('button', {
+    class: 'ghost download',
+    onclick: () => download(v.url, `${p.name.replace(/\.[^.]+$/, '')}-${whom.replace(/[^\w.-]+/g, '_')}.jpg`).catch((e) => toast(e.message, 'error')),
+  }, text, v.byte_size ? h('span', { class: 'dim' }, ` ${fmt.bytes(v.byte_size)}`) : null);
   const loaded = [];
   const show = (v, img) => blobUrl(v.url, p.variant_version)
     .then((u) => new Promise((res) => { img.onload = () => res(img.naturalWidth); img.onerror = () => res(0); img.src = u; }))
@@ -317,13 +322,12 @@ export async function photo(id) {
     const img = h('img', { alt: `${v.variant} variant of ${p.name}` });
     if (v.variant === 'public') {
       loaded.push(show(v, img));
-      const save = h('button', { class: 'ghost download', onclick: () => download(v.url, `${p.name.replace(/\.[^.]+$/, '')}-public.jpg`).catch((e) => toast(e.message, 'error')) }, 'Download the public copy');
-      variants.append(h('figure', {}, img, h('figcaption', {}, publicCaption, ' ', save)));
+      variants.append(h('figure', {}, img, h('figcaption', {}, publicCaption, ' ', saveVariant(v, 'public', 'Download the public copy'))));
     } else {
       // A subject's own copy shows their face: fetched (and audited) only when asked for.
       const ask = h('button', {
         class: 'ghost',
-        onclick: () => { ask.replaceWith(img); show(v, img); },
+        onclick: () => { ask.replaceWith(img, saveVariant(v, who(v.variant), `Download ${who(v.variant)}'s copy`)); show(v, img); },
       }, `Show ${who(v.variant)}'s own copy (audited)`);
       variants.append(h('figure', {}, ask, h('figcaption', {}, `${who(v.variant)}'s own copy: ${who(v.variant)} shown; other opted-out or unsure faces blurred, the rest shown as in the public copy`)));
       window.__tessera.photo.subjectCopies = (window.__tessera.photo.subjectCopies || 0) + 1;

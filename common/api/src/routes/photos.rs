@@ -264,7 +264,7 @@ pub(crate) fn photo_view(
         "variants": p.renditions.iter().map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());
             json!({
-                "variant": v, "url": published.then(|| format!("{href}/files/{v}")),
+                "variant": v, "url": published.then(|| format!("{href}/files/{v}")), "byte_size": r.byte_size,
                 "thumbnail_url": published.then(|| format!("{href}/files/{v}?thumbnail=true")),
                 "download_url": downloads.get(&r.key), "thumbnail_download_url": downloads.get(&r.thumb_key),
             })

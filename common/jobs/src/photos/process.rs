@@ -340,6 +340,7 @@ impl TaskHandler for Process {
                 .map_err(blocking_err)?
                 .map_err(TaskError::permanent)?;
             let (key, thumb_key) = keys::rendition(photo.project, id, version, *variant);
+            let byte_size = Some(out.file.len() as u64);
             ports.objects.put(&key, out.file.into()).await?;
             ports.objects.put(&thumb_key, out.thumb.into()).await?;
             fault::crash_point(fault::AFTER_VARIANT_UPLOAD);
@@ -351,6 +352,7 @@ impl TaskHandler for Process {
                     variant: *variant,
                     key,
                     thumb_key,
+                    byte_size,
                 },
             );
             ctx.commit(vec![row::set(

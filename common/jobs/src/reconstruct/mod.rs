@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod images;
 mod label;
 pub mod memory;
+mod model_zip;
 mod models;
 pub mod operations;
 pub mod pairing;

@@ -454,7 +454,8 @@ impl TaskHandler for RefinedExport {
         }
         let started = ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&dir.join("input/model")).map_err(TaskError::from_classified)?;
-        let files = write_exports(&rec, &dir, &exports)?;
+        let mut files = write_exports(&rec, &dir, &exports)?;
+        files.extend(super::model_zip::write(&dir, &files)?);
         ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
         let result = json!({ "files": files, "model": metrics::compute(&rec), "from": from });

@@ -1127,6 +1127,7 @@ impl Run<'_> {
         let rec = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let mut files = write_exports(&rec, &dir, &self.spec.exports)?;
         files.extend(self.export_submodels(&dir).await?);
+        files.extend(super::model_zip::write(&dir, &files)?);
         let m = metrics::compute(&rec);
         self.ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
