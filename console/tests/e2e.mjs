@@ -629,6 +629,14 @@ try {
   await page.getByRole('button', { name: 'Delete webhook' }).click();
   await page.waitForURL(/#\/webhooks$/);
   await until(page, 'the webhook gone from the list', () => window.__tessera.webhooks?.count === 0);
+  // Last, the project itself from its page: its runs go with it.
+  await page.goto(`/#/projects/${pid}`);
+  await page.getByRole('heading', { name: 'Reconstructions' }).waitFor();
+  page.once('dialog', (d) => { assert.match(d.message(), /with its runs/); d.accept(); });
+  await page.getByRole('button', { name: 'Delete project' }).click();
+  await page.waitForURL(/#\/$/);
+  await page.getByText('No projects yet.').waitFor();
+  for (const run of [jobId, second]) assert.equal((await fetch(`${server.base}/v1/jobs/${run}`)).status, 404, `run ${run} went with its project`);
   assert.deepEqual(errors, [], 'no console errors');
   await context.close();
 

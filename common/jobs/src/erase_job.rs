@@ -14,7 +14,7 @@ use tessera_core::catalog::CatalogError;
 use tessera_core::catalog::erasure::{self, Erasure};
 use tessera_core::job::JobStatus;
 use tessera_core::ports::state_store::{Condition, StoreError, Write};
-use tessera_core::{JobId, Millis, records};
+use tessera_core::{JobId, Millis, ProjectId, records};
 use tessera_engine::{Engine, EngineError};
 
 /// What erasing a job removed.
@@ -26,9 +26,14 @@ pub struct JobErased {
     pub rows: usize,
 }
 
-/// The kinds of job that may be erased: a run and the jobs that refine one.
+/// The kinds of job that may be erased: a run, a run cut after a stage (sfmapi's
+/// `features`, `matches` and `verify` jobs, which keep their files under the same
+/// prefix) and the jobs that refine one.
 pub const ERASABLE_KINDS: &[&str] = &[
     crate::reconstruct::KIND,
+    "features",
+    "matches",
+    "verify",
     crate::reconstruct::refine::RELOCALIZE,
     crate::reconstruct::refine::TRIANGULATE,
 ];
@@ -45,6 +50,66 @@ fn job_erasure(id: JobId) -> Erasure {
         erased_at: Millis::now(),
         swept: false,
     }
+}
+
+/// Whether every task of `job` has ended: a cancelled job's running stage goes on to
+/// its next checkpoint, and would write into what is being deleted.
+fn ended(job: &tessera_core::job::Job) -> bool {
+    !matches!(job.status(), JobStatus::Queued | JobStatus::Running)
+        && job.sealed
+        && job.finished() >= job.tasks_total
+}
+
+/// The runs of `project` (every erasable kind), read through the tenant's job list.
+pub async fn project_runs(
+    engine: &Engine,
+    tenant: &tessera_core::TenantId,
+    project: ProjectId,
+) -> Result<Vec<tessera_core::job::Job>, CatalogError> {
+    let mut runs = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = engine
+            .list_jobs(tenant, after, 500)
+            .await
+            .map_err(|e| CatalogError::Unavailable(e.to_string()))?;
+        runs.extend(
+            page.into_iter().filter(|j| {
+                j.project == Some(project) && ERASABLE_KINDS.contains(&j.kind.as_str())
+            }),
+        );
+        match next {
+            Some(n) => after = Some(n),
+            None => return Ok(runs),
+        }
+    }
+}
+
+/// Erase every run of `project`, so that a project's erasure takes its features,
+/// models and exports with it. Nothing is erased while any of them has a stage that has
+/// not ended (409 naming it). A run erased meanwhile by someone else is skipped; a
+/// request cut short is finished by asking again. Answers how many runs went.
+pub async fn erase_project_runs(
+    engine: &Engine,
+    project: ProjectId,
+    actor: &Actor,
+) -> Result<usize, CatalogError> {
+    let runs = project_runs(engine, &actor.tenant, project).await?;
+    if let Some(live) = runs.iter().find(|j| !ended(j)) {
+        return Err(CatalogError::Conflict(format!(
+            "the run “{}” ({}) has not ended: cancel it, wait until every stage has stopped, then delete the project",
+            live.label, live.id
+        )));
+    }
+    let mut erased = 0;
+    for run in &runs {
+        match erase_job(engine, run.id, actor).await {
+            Ok(_) => erased += 1,
+            Err(CatalogError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(erased)
 }
 
 /// Erase job `id` of `actor`'s tenant, which must have ended.
@@ -69,13 +134,7 @@ pub async fn erase_job(
             job.kind
         )));
     }
-    // Ended means every task ended, not the job's status alone: a cancelled job's
-    // running stage goes on to its next checkpoint, and would write into what is being
-    // deleted.
-    if matches!(job.status(), JobStatus::Queued | JobStatus::Running)
-        || !job.sealed
-        || job.finished() < job.tasks_total
-    {
+    if !ended(&job) {
         return Err(CatalogError::Conflict(format!(
             "job {id} has not ended (a stage may still be stopping after a cancel): cancel it, wait until every stage has stopped, then delete it"
         )));

@@ -70,3 +70,90 @@ async fn a_photo_job_is_not_erased_as_a_run() {
     );
     assert!(r.engine.job(job).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projects_runs_go_with_it_once_all_have_ended_and_other_projects_keep_theirs() {
+    use tessera_jobs::erase_job::{erase_project_runs, project_runs};
+    let r = rig().await;
+    let actor = Actor::cli(TenantId::local());
+    let mine = r.project(None).await;
+    let other = tessera_jobs::photos::project::create(
+        r.store(),
+        TenantId::local(),
+        "another",
+        None,
+        0.35,
+    )
+    .await
+    .unwrap();
+    // Each with its own options: the same plan twice would be one job.
+    let run_in = |project: tessera_core::ProjectId, label: &str| {
+        let mut spec = small_spec();
+        spec.project = project.to_string();
+        spec.max_features += label.len() as u32;
+        tessera_jobs::reconstruct::plan(&spec, TenantId::local(), Some(project), label, 12, 12.0)
+            .unwrap()
+    };
+    let first = r
+        .engine
+        .submit(run_in(mine.id, "first"))
+        .await
+        .unwrap()
+        .job_id;
+    let second = r
+        .engine
+        .submit(run_in(mine.id, "second run"))
+        .await
+        .unwrap()
+        .job_id;
+    let kept = r
+        .engine
+        .submit(run_in(other.id, "kept"))
+        .await
+        .unwrap()
+        .job_id;
+    assert_eq!(
+        project_runs(&r.engine, &actor.tenant, mine.id)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // One run still queued: nothing goes, and the refusal names it.
+    r.engine
+        .cancel(first, CancelMode::Cooperative)
+        .await
+        .unwrap();
+    let refused = erase_project_runs(&r.engine, mine.id, &actor).await;
+    assert!(
+        matches!(refused, Err(CatalogError::Conflict(ref m)) if m.contains("second")),
+        "{refused:?}"
+    );
+    assert!(r.engine.job(first).await.is_ok(), "nothing was erased");
+
+    r.engine
+        .cancel(second, CancelMode::Cooperative)
+        .await
+        .unwrap();
+    assert_eq!(
+        erase_project_runs(&r.engine, mine.id, &actor)
+            .await
+            .unwrap(),
+        2
+    );
+    for gone in [first, second] {
+        assert!(r.engine.job(gone).await.is_err(), "{gone} is erased");
+        assert_eq!(events_of(&r.engine, gone).await, 0);
+    }
+    assert!(
+        r.engine.job(kept).await.is_ok(),
+        "another project's run stays"
+    );
+    assert!(
+        project_runs(&r.engine, &actor.tenant, mine.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -84,7 +84,7 @@ export async function detail(pid) {
   const out2 = h('div');
   const deleteProject = h('button', {
     class: 'danger',
-    onclick: () => confirmDelete(`Delete the project “${project.name}” with its datasets, photos and opted-out subjects?`, async () => {
+    onclick: () => confirmDelete(`Delete the project “${project.name}” with its runs, datasets, photos and opted-out subjects?`, async () => {
       await api(`/v1/projects/${pid}?cascade=true`, { method: 'DELETE' });
       toast(`Project ${project.name} deleted`);
       location.hash = '#/';
@@ -116,6 +116,6 @@ export async function detail(pid) {
             h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
             h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
         : h('p', { class: 'dim' }, 'None yet: open a dataset and start a reconstruction.'),
-      h('h2', {}, 'Delete'), h('p', { class: 'dim' }, 'Deleting a project erases its datasets, photos, opted-out subjects and their reference faces. Its runs are deleted one by one, from their pages. It cannot be undone.'), deleteProject, out2),
+      h('h2', {}, 'Delete'), h('p', { class: 'dim' }, 'Deleting a project erases its runs (their models and exports), datasets, photos, opted-out subjects and their reference faces. A run still going must be cancelled first. It cannot be undone.'), deleteProject, out2),
   };
 }

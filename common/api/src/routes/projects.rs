@@ -209,10 +209,10 @@ pub struct DeleteParams {
     pub cascade: bool,
 }
 
-/// `DELETE /v1/projects/{id}`: an empty project (no photos, refused uploads, datasets or
-/// opted-out subjects: 409 naming what is left); with `?cascade=true`, the project and
-/// everything in it (photos, datasets, opted-out subjects with their reference photos),
-/// audited.
+/// `DELETE /v1/projects/{id}`: an empty project (no photos, refused uploads, datasets,
+/// opted-out subjects or runs: 409 naming what is left); with `?cascade=true`, the
+/// project and everything in it (its runs once they have all ended, photos, datasets,
+/// opted-out subjects with their reference photos), audited.
 pub async fn delete(
     State(s): State<ApiState>,
     caller: Caller,
@@ -222,6 +222,9 @@ pub async fn delete(
     let p = owned(&s, &caller, &id).await?;
     let store = s.engine.ports().store.as_ref();
     if params.cascade {
+        // Runs first: if one has not ended nothing is erased, and a request cut short
+        // leaves the project to ask again.
+        tessera_jobs::erase_job::erase_project_runs(&s.engine, p.id, &caller.actor()).await?;
         tessera_jobs::photos::erase::erase_project(
             store,
             s.engine.ports().objects.as_ref(),
@@ -231,6 +234,14 @@ pub async fn delete(
         .await
         .map_err(super::privacy::photo_error)?;
         return Ok(StatusCode::NO_CONTENT);
+    }
+    let runs = tessera_jobs::erase_job::project_runs(&s.engine, &caller.tenant, p.id).await?;
+    if !runs.is_empty() {
+        return Err(Problem::conflict(format!(
+            "project {} still has {} run(s); delete them first, or delete with ?cascade=true",
+            p.id,
+            runs.len()
+        )));
     }
     tessera_jobs::photos::erase::delete_empty_project(store, p.id)
         .await
