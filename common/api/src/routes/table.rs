@@ -167,7 +167,7 @@ pub fn table() -> Vec<Operation> {
             M::DELETE,
             "/v1/projects/{project_id}",
             "/v1/projects/{project_id}",
-            "Delete an empty project (`?cascade=true`: erase it with everything in it)",
+            "Delete an empty project (`?cascade=true`: erase it with everything in it, its runs once all have ended)",
             "projects",
             204,
             delete(projects::delete),
