@@ -376,6 +376,18 @@ try {
   await page.goto(`/#/jobs/${jobId}`);
   await page.getByRole('button', { name: 'Run again with these options' }).click();
   await page.getByText(/Nothing changed since this run/).waitFor();
+  // The project's list follows a run while it goes: started here, watched there to its
+  // end without a reload.
+  // (Sequential pairs: matching and mapping run again, so the run is seen going.)
+  const fourth = await startWith(async () => { await page.getByLabel('Pairs').selectOption('sequential'); await page.getByLabel('nvm').check(); });
+  await page.goto(`/#/projects/${pid}`);
+  await until(page, 'the project page', (hash) => window.__tessera.page === hash, `#/projects/${pid}`);
+  const viewsThen = await state(page, () => window.__tessera.views);
+  const seenFirst = await page.evaluate((id) => window.__tessera.runs.find((r) => r.id === id)?.status, fourth);
+  assert.ok(['pending', 'running'].includes(seenFirst), `the run was going when the list was drawn: ${seenFirst}`);
+  await until(page, 'the new run followed to its end on the project page', (id) => (window.__tessera.runs || []).some((r) => r.id === id && r.status === 'succeeded'), fourth);
+  assert.equal(await state(page, () => window.__tessera.views), viewsThen, 'the list kept itself current');
+  await until(page, 'its photo count once it ended', (id) => /\d+ of \d+/.test(document.querySelector(`tr[data-job="${id}"] td:nth-child(3)`)?.textContent || ''), fourth);
 
   // 5. Drag and drop, and an upload that survives a dropped connection: the second chunk's
   // connection is reset once; the uploader asks the server how much it has and goes on.

@@ -1,6 +1,7 @@
 // Projects and their datasets and reconstructions.
 
 import { api, all } from '../api.js';
+import { TERMINAL } from '../sse.js';
 import { h, fill, errorBox, field, fmt, toast, badge, RECON_RECIPES, describeSpec, confirmDelete, cameraModelSays } from '../dom.js';
 
 export async function list() {
@@ -64,23 +65,53 @@ export async function detail(pid) {
     },
   }, field('Name', name), h('div', { class: 'field' }, field('Camera model', camera), cameraHint),
   field('Lens settings (intrinsics)', intrinsics, 'Zoom or several cameras: one per photo.'), h('button', { type: 'submit' }, 'Create dataset'));
-  const recons = jobs.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse();
   const names = new Map(datasets.map((d) => [`datasets/${d.dataset_id}/images`, d.name]));
-  // Each run's photo count comes from its report: asked for the newest few only.
-  const photoCells = new Map();
-  recons.slice(0, 20).forEach((j) => {
-    const cell = h('td', { class: 'dim' }, '…');
-    photoCells.set(j.job_id, cell);
-    api(`/v1/reconstructions/${j.job_id}/report`).then((r) => {
-      const p = r.photos || {};
-      cell.textContent = p.total != null ? `${p.registered ?? '–'} of ${p.total}` : '–';
-    }).catch(() => { cell.textContent = '–'; });
-  });
+  // Each run's photo count comes from its report, asked for once it has ended (the
+  // newest few only): a running run's count is not known yet.
+  const photoCounts = new Map();
+  const photoCell = (j) => {
+    const cell = h('td', { class: 'dim' }, '–');
+    if (!TERMINAL.has(j.status)) return cell;
+    if (!photoCounts.has(j.job_id)) {
+      photoCounts.set(j.job_id, api(`/v1/reconstructions/${j.job_id}/report`).then((r) => {
+        const p = r.photos || {};
+        return p.total != null ? `${p.registered ?? '–'} of ${p.total}` : '–';
+      }).catch(() => '–'));
+    }
+    cell.textContent = '…';
+    photoCounts.get(j.job_id).then((t) => { cell.textContent = t; });
+    return cell;
+  };
   const progressOf = (j) => {
     const x = j['x-tessera'] || {};
     if (j.status !== 'running' && j.status !== 'pending') return null;
     return h('progress', { max: x.tasks_total || 1, value: x.tasks_done || 0, 'aria-label': `${j.label} progress` });
   };
+  const runs = h('div');
+  let recons = [];
+  function renderRuns() {
+    fill(runs, recons.length
+      ? h('table', { class: 'list' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Options'), h('th', {}, 'Photos in model'), h('th', {}, 'Status'), h('th', {}, 'Took'), h('th', {}, 'Started'))),
+        h('tbody', {}, recons.map((j, i) => h('tr', { dataset: { job: j.job_id } },
+          h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || 'Reconstruction')),
+          h('td', { class: 'options' }, describeSpec(j, names)),
+          i < 20 ? photoCell(j) : h('td', { class: 'dim' }, '–'),
+          h('td', {}, badge(j.status), progressOf(j)),
+          h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
+          h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
+      : h('p', { class: 'dim' }, 'None yet: open a dataset and start a reconstruction.'));
+    window.__tessera.runs = recons.map((j) => ({ id: j.job_id, status: j.status }));
+  }
+  const setRuns = (list) => { recons = list.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse(); renderRuns(); };
+  setRuns(jobs);
+  // The list follows its runs while any is going: status, progress and time, no reload.
+  let busy = false;
+  const follow = setInterval(async () => {
+    if (busy || document.hidden || recons.every((j) => TERMINAL.has(j.status))) return;
+    busy = true;
+    try { setRuns(await all(`/v1/jobs?project_id=${pid}`)); } catch { /* the next turn tries again */ } finally { busy = false; }
+  }, 3000);
   const out2 = h('div');
   const deleteProject = h('button', {
     class: 'danger',
@@ -92,6 +123,7 @@ export async function detail(pid) {
   }, 'Delete project');
   return {
     title: project.name,
+    cleanup: () => clearInterval(follow),
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / '),
       h('h1', {}, project.name),
@@ -104,18 +136,7 @@ export async function detail(pid) {
           h('div', { class: 'dim' }, `${d.camera_model} · ${fmt.phase(d.intrinsics_mode)}`))))
         : h('p', { class: 'dim' }, 'No datasets yet.'),
       h('h3', {}, 'New dataset'), form, out,
-      h('h2', {}, 'Reconstructions'),
-      recons.length
-        ? h('table', { class: 'list' },
-          h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Options'), h('th', {}, 'Photos in model'), h('th', {}, 'Status'), h('th', {}, 'Took'), h('th', {}, 'Started'))),
-          h('tbody', {}, recons.map((j) => h('tr', { dataset: { job: j.job_id } },
-            h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || 'Reconstruction')),
-            h('td', { class: 'options' }, describeSpec(j, names)),
-            photoCells.get(j.job_id) || h('td', { class: 'dim' }, '–'),
-            h('td', {}, badge(j.status), progressOf(j)),
-            h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
-            h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
-        : h('p', { class: 'dim' }, 'None yet: open a dataset and start a reconstruction.'),
+      h('h2', {}, 'Reconstructions'), runs,
       h('h2', {}, 'Delete'), h('p', { class: 'dim' }, 'Deleting a project erases its runs (their models and exports), datasets, photos, opted-out subjects and their reference faces. A run still going must be cancelled first. It cannot be undone.'), deleteProject, out2),
   };
 }
