@@ -409,12 +409,12 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         &spec,
         TenantId::local(),
         None,
-        // Named by its folder, as the API names a run by its dataset.
+        // Named by its folder (`.` by what it is), as the API names a run by its dataset.
         &reconstruct::default_label(
-            &args.images.file_name().map_or_else(
-                || args.images.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            ),
+            &std::fs::canonicalize(&args.images)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| args.images.display().to_string()),
             &spec,
             count,
         ),

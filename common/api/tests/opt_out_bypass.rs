@@ -164,7 +164,44 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
     let kept = json_of(viewer.get(&url).send().await.unwrap()).await;
     assert_eq!(kept["blur_regions"].as_array().unwrap().len(), 1);
 
-    // Erasing the project would erase its subjects, and with them their protection.
+    // Erasing the project would erase its subjects, and with them their protection. It
+    // also holds a run: the refusal comes before anything is looked at or erased (a
+    // run still going would otherwise answer 409, and an ended one would be gone).
+    let d = json_of(
+        viewer
+            .post(format!("{}/v1/projects/{pid}/datasets", s.base))
+            .json(&json!({ "name": "flight" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let did = d["dataset_id"].as_str().unwrap();
+    for (file, bytes) in sample_photos(2) {
+        let sha = upload(&viewer, &s.base, &bytes, 1 << 20).await;
+        let r = viewer
+            .post(format!("{}/v1/datasets/{did}/images", s.base))
+            .json(&json!({ "name": file, "blob_sha": sha }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let run = json_of(
+        viewer
+            .post(format!(
+                "{}/v1/projects/{pid}/pipelines/incremental",
+                s.base
+            ))
+            .json(&json!({ "dataset_id": did, "spec": { "kind": "incremental" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = viewer
         .delete(format!("{}/v1/projects/{pid}?cascade=true", s.base))
         .send()
@@ -177,6 +214,17 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
     );
     let subs = json_of(viewer.get(format!("{x}/subjects")).send().await.unwrap()).await;
     assert_eq!(subs["total"], 1, "nothing was erased");
+    let r = viewer
+        .get(format!("{}/v1/jobs/{run}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the run is still there");
+    viewer
+        .post(format!("{}/v1/jobs/{run}:cancel?force=true", s.base))
+        .send()
+        .await
+        .unwrap();
 
     // An admin may weaken; each weakening is on record with what it takes away.
     let r = admin

@@ -77,15 +77,10 @@ async fn a_projects_runs_go_with_it_once_all_have_ended_and_other_projects_keep_
     let r = rig().await;
     let actor = Actor::cli(TenantId::local());
     let mine = r.project(None).await;
-    let other = tessera_jobs::photos::project::create(
-        r.store(),
-        TenantId::local(),
-        "another",
-        None,
-        0.35,
-    )
-    .await
-    .unwrap();
+    let other =
+        tessera_jobs::photos::project::create(r.store(), TenantId::local(), "another", None, 0.35)
+            .await
+            .unwrap();
     // Each with its own options: the same plan twice would be one job.
     let run_in = |project: tessera_core::ProjectId, label: &str| {
         let mut spec = small_spec();

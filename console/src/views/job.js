@@ -39,6 +39,7 @@ export async function view(jobId) {
         // Nothing on this page may ask for the run while it goes, or once it is gone.
         gone = true;
         clearTimeout(soon);
+        soon = null;
         try { await api(`/v1/jobs/${jobId}`, { method: 'DELETE' }); } catch (err) { gone = false; throw err; }
         stream?.stop();
         toast('Run deleted');
@@ -172,17 +173,24 @@ export async function view(jobId) {
     if (!id) return;
     const p = progressOf.get(id) || {};
     const name = fmt.phase(e.phase);
+    // A stage's first phase spans it; the phases inside it (a bundle adjustment after
+    // each photo the mapper adds) say what it is doing, but neither reset its bar nor
+    // add to its time.
+    const main = !p.main || p.main === e.phase;
     if (e.type === 'phase_started') {
-      Object.assign(p, { started: true, current: 0, total: 0, text: `${name} since ${new Date(e.ts || e.at).toLocaleTimeString()}` });
+      p.main ||= e.phase;
+      if (main) Object.assign(p, { started: true, current: 0, total: 0, text: `${name} since ${new Date(e.ts || e.at).toLocaleTimeString()}` });
+      else p.text = `${name}…`;
     } else if (e.type === 'phase_progress') {
       Object.assign(p, { started: true, current: e.current, total: e.total || 0, text: `${name} ${e.current}${e.total ? ` / ${e.total}` : ''}${e.rate ? ` · ${e.rate.toFixed(1)}/s` : ''}` });
-    } else {
-      // One stage can hold several phases: its time is their sum.
-      p.elapsed = (p.elapsed || 0) + (e.elapsed_ms || 0);
+    } else if (main) {
+      // Its last run's time (a retry starts it again).
+      p.elapsed = e.elapsed_ms || 0;
       p.text = `${name} done`;
     }
     progressOf.set(id, p);
-    if (!rows.has(id) || e.type !== 'phase_progress') refreshSoon();
+    // Its start and end change which stage is next; asked again soon, not per event.
+    if (!rows.has(id) || (main && e.type !== 'phase_progress')) refreshSoon();
     renderStages();
   }
 

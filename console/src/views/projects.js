@@ -66,20 +66,22 @@ export async function detail(pid) {
   }, field('Name', name), h('div', { class: 'field' }, field('Camera model', camera), cameraHint),
   field('Lens settings (intrinsics)', intrinsics, 'Zoom or several cameras: one per photo.'), h('button', { type: 'submit' }, 'Create dataset'));
   const names = new Map(datasets.map((d) => [`datasets/${d.dataset_id}/images`, d.name]));
-  // Each run's photo count comes from its report, asked for once it has ended (the
-  // newest few only): a running run's count is not known yet.
-  const photoCounts = new Map();
-  const photoCell = (j) => {
+  // A run's photo count and how long it took come from its report, asked for once it
+  // has ended (the newest few only); a list of jobs carries neither.
+  const reports = new Map();
+  const fromReport = (j, what) => {
     const cell = h('td', { class: 'dim' }, '–');
-    if (!TERMINAL.has(j.status)) return cell;
-    if (!photoCounts.has(j.job_id)) {
-      photoCounts.set(j.job_id, api(`/v1/reconstructions/${j.job_id}/report`).then((r) => {
-        const p = r.photos || {};
-        return p.total != null ? `${p.registered ?? '–'} of ${p.total}` : '–';
-      }).catch(() => '–'));
+    if (!TERMINAL.has(j.status)) {
+      if (what === 'took') cell.textContent = `${fmt.duration(j.created_at)} so far`;
+      return cell;
     }
+    if (!reports.has(j.job_id)) reports.set(j.job_id, api(`/v1/reconstructions/${j.job_id}/report`).catch(() => null));
     cell.textContent = '…';
-    photoCounts.get(j.job_id).then((t) => { cell.textContent = t; });
+    reports.get(j.job_id).then((r) => {
+      const p = r?.photos || {};
+      if (what === 'photos') cell.textContent = p.total != null ? `${p.registered ?? '–'} of ${p.total}` : '–';
+      else cell.textContent = r?.started_at ? fmt.duration(r.started_at, r.finished_at) : '–';
+    });
     return cell;
   };
   const progressOf = (j) => {
@@ -96,21 +98,27 @@ export async function detail(pid) {
         h('tbody', {}, recons.map((j, i) => h('tr', { dataset: { job: j.job_id } },
           h('td', {}, h('a', { href: `#/jobs/${j.job_id}` }, j.label || 'Reconstruction')),
           h('td', { class: 'options' }, describeSpec(j, names)),
-          i < 20 ? photoCell(j) : h('td', { class: 'dim' }, '–'),
+          i < 20 ? fromReport(j, 'photos') : h('td', { class: 'dim' }, '–'),
           h('td', {}, badge(j.status), progressOf(j)),
-          h('td', { class: 'dim' }, j.started_at ? fmt.duration(j.started_at, j.finished_at) : '–'),
+          i < 20 ? fromReport(j, 'took') : h('td', { class: 'dim' }, '–'),
           h('td', { class: 'dim' }, fmt.time(j.started_at || j.created_at))))))
       : h('p', { class: 'dim' }, 'None yet: open a dataset and start a reconstruction.'));
     window.__tessera.runs = recons.map((j) => ({ id: j.job_id, status: j.status }));
   }
   const setRuns = (list) => { recons = list.filter((j) => RECON_RECIPES.includes(j.recipe)).reverse(); renderRuns(); };
   setRuns(jobs);
-  // The list follows its runs while any is going: status, progress and time, no reload.
+  // The list follows its runs while any is going: status, progress and time, no
+  // reload. Only the runs still going are asked for, each by its id.
   let busy = false;
   const follow = setInterval(async () => {
-    if (busy || document.hidden || recons.every((j) => TERMINAL.has(j.status))) return;
+    const live = recons.filter((j) => !TERMINAL.has(j.status));
+    if (busy || document.hidden || !live.length) return;
     busy = true;
-    try { setRuns(await all(`/v1/jobs?project_id=${pid}`)); } catch { /* the next turn tries again */ } finally { busy = false; }
+    try {
+      const now = new Map((await Promise.all(live.map((j) => api(`/v1/jobs/${j.job_id}`).catch(() => j)))).map((j) => [j.job_id, j]));
+      recons = recons.map((j) => now.get(j.job_id) || j);
+      renderRuns();
+    } finally { busy = false; }
   }, 3000);
   const out2 = h('div');
   const deleteProject = h('button', {

@@ -193,7 +193,7 @@ export class Viewer {
     c.addEventListener('pointercancel', up);
     c.addEventListener('wheel', (e) => { e.preventDefault(); this.zoom(Math.exp(e.deltaY * 0.001)); }, { passive: false });
     c.addEventListener('keydown', (e) => {
-      const k = { ArrowLeft: () => this.orbit(0.1, 0), ArrowRight: () => this.orbit(-0.1, 0), ArrowUp: () => this.orbit(0, 0.1), ArrowDown: () => this.orbit(0, -0.1), '+': () => this.zoom(0.9), '=': () => this.zoom(0.9), '-': () => this.zoom(1.1), r: () => this.reset(), R: () => this.reset() }[e.key];
+      const k = { ArrowLeft: () => this.orbit(0.1, 0), ArrowRight: () => this.orbit(-0.1, 0), ArrowUp: () => this.orbit(0, -0.1), ArrowDown: () => this.orbit(0, 0.1), '+': () => this.zoom(0.9), '=': () => this.zoom(0.9), '-': () => this.zoom(1.1), r: () => this.reset(), R: () => this.reset() }[e.key];
       if (k) { e.preventDefault(); k(); }
     });
   }

@@ -222,17 +222,27 @@ pub async fn delete(
     let p = owned(&s, &caller, &id).await?;
     let store = s.engine.ports().store.as_ref();
     if params.cascade {
+        let actor = caller.actor();
+        // Whether this caller may erase it at all, before anything goes.
+        tessera_jobs::photos::erase::authorize_project_erasure(store, p.id, &actor)
+            .await
+            .map_err(super::privacy::photo_error)?;
         // Runs first: if one has not ended nothing is erased, and a request cut short
         // leaves the project to ask again.
-        tessera_jobs::erase_job::erase_project_runs(&s.engine, p.id, &caller.actor()).await?;
+        tessera_jobs::erase_job::erase_project_runs(&s.engine, p.id, &actor).await?;
         tessera_jobs::photos::erase::erase_project(
             store,
             s.engine.ports().objects.as_ref(),
             p.id,
-            &caller.actor(),
+            &actor,
         )
         .await
         .map_err(super::privacy::photo_error)?;
+        // A run submitted while the runs were being erased (its dataset was still
+        // there) goes too, if it has ended; one still going is left to its own DELETE.
+        if let Err(e) = tessera_jobs::erase_job::erase_project_runs(&s.engine, p.id, &actor).await {
+            tracing::warn!(project_id = %p.id, error = %e, "a run started during the project's erasure is left");
+        }
         return Ok(StatusCode::NO_CONTENT);
     }
     let runs = tessera_jobs::erase_job::project_runs(&s.engine, &caller.tenant, p.id).await?;

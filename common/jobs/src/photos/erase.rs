@@ -293,6 +293,30 @@ fn project_erasure(project: ProjectId) -> Erasure {
     }
 }
 
+/// Whether `actor` may erase `project` with everything in it: erasing subjects takes
+/// their protection away, so a project with subjects needs an admin. Asked before
+/// anything of the project is erased (its runs go first); answers its subjects.
+pub async fn authorize_project_erasure(
+    store: &dyn StateStore,
+    project: ProjectId,
+    actor: &Actor,
+) -> Result<Vec<tessera_core::photo::Subject>, PhotoError> {
+    let enrolled = subjects(store, project).await?;
+    tessera_core::weakening::authorize(
+        actor,
+        &format!("erasing project {project} with everything in it"),
+        if enrolled.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "its {} opted-out subject(s) would be erased, and with them their protection",
+                enrolled.len()
+            )]
+        },
+    )?;
+    Ok(enrolled)
+}
+
 /// Erase a project and everything in it: photos, refused uploads, datasets with their
 /// images, opted-out subjects with their reference photos.
 ///
@@ -312,19 +336,7 @@ pub async fn erase_project(
         .await?
         .ok_or_else(|| PhotoError::NotFound(format!("project {project} does not exist")))?;
     let p: tessera_core::domain::Project = records::decode(&item)?;
-    let enrolled = subjects(store, project).await?;
-    tessera_core::weakening::authorize(
-        actor,
-        &format!("erasing project {project} with everything in it"),
-        if enrolled.is_empty() {
-            Vec::new()
-        } else {
-            vec![format!(
-                "its {} opted-out subject(s) would be erased, and with them their protection",
-                enrolled.len()
-            )]
-        },
-    )?;
+    let enrolled = authorize_project_erasure(store, project, actor).await?;
     let e = project_erasure(project);
     remove_project(
         store,
