@@ -34,11 +34,20 @@ fn the_console_works_end_to_end_in_chromium() {
         "0-project",
         "1-dataset",
         "2-reconstruction",
-        "2-reconstruction-phone",
+        "2b-downloads",
         "3-privacy",
         "4-photo",
         "4-webhook",
         "5-api-key",
+        // Every page at 360 px on a touch phone.
+        "phone-projects",
+        "phone-project",
+        "phone-dataset",
+        "phone-reconstruction",
+        "phone-privacy",
+        "phone-photo",
+        "phone-webhooks",
+        "phone-webhook",
     ] {
         let shot = root.join(format!("target/console-screenshots/{view}.png"));
         assert!(
