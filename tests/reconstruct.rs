@@ -321,6 +321,19 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
         job_events(&state, &report).contains("features: 800 px, 2048 per image"),
         "the choice is in the job's events"
     );
+    // Every photo carries GPS: the model is placed by it with no option given, in metres
+    // (camera centres within metres of their GPS), and the choice is said.
+    assert_eq!(report["georef_auto"]["georef"]["mode"], "gps", "{report}");
+    assert_eq!(stage(&report, "georeference")["state"], "succeeded");
+    assert!(
+        job_events(&state, &report).contains("georeference: 6 of 6 photos carry GPS"),
+        "the choice is in the job's events"
+    );
+    assert_eq!(report["georeference"]["frame"], "enu", "{report}");
+    let residual = report["georeference"]["alignment_residual_m"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("an alignment residual in {report}"));
+    assert!(residual < 10.0, "metric and placed: {residual} m");
     // The command-line engine cannot run the global mapper (COLMAP 3.8 has none): refused
     // by name before anything runs.
     let o = reconstruct(
@@ -903,4 +916,103 @@ fn bad_inputs_give_clear_errors() {
         let o = tessera(&state, &args);
         assert!(stderr(&o).contains(capability), "{extra:?}: {}", stderr(&o));
     }
+}
+
+/// A JPEG of `img` whose EXIF says it was taken at `lat`, `lon` (degrees, north-east).
+fn with_gps(img: &image::RgbImage, lat: f64, lon: f64) -> Vec<u8> {
+    use exif::{Field, In, Rational, Tag, Value};
+    let dms = |d: f64| {
+        let whole = d.floor();
+        let minutes = (d - whole) * 60.0;
+        Value::Rational(vec![
+            Rational {
+                num: whole as u32,
+                denom: 1,
+            },
+            Rational {
+                num: minutes.floor() as u32,
+                denom: 1,
+            },
+            Rational {
+                num: ((minutes - minutes.floor()) * 60_000.0) as u32,
+                denom: 1000,
+            },
+        ])
+    };
+    let ascii = |s: &str| Value::Ascii(vec![s.as_bytes().to_vec()]);
+    let fields = [
+        (Tag::GPSLatitudeRef, ascii("N")),
+        (Tag::GPSLatitude, dms(lat)),
+        (Tag::GPSLongitudeRef, ascii("E")),
+        (Tag::GPSLongitude, dms(lon)),
+    ]
+    .map(|(tag, value)| Field {
+        tag,
+        ifd_num: In::PRIMARY,
+        value,
+    });
+    let mut w = exif::experimental::Writer::new();
+    for f in &fields {
+        w.push_field(f);
+    }
+    let mut raw = std::io::Cursor::new(Vec::new());
+    w.write(&mut raw, false).unwrap();
+    tessera_imaging::encode::jpeg(img, None, Some(&raw.into_inner())).unwrap()
+}
+
+#[test]
+fn gps_that_cannot_place_the_model_leaves_it_in_its_own_frame_and_the_run_goes_on() {
+    // Every photo carries GPS, so georeferencing is chosen; but the positions are
+    // scattered over hundreds of kilometres, and no similarity puts the cameras there.
+    let dir = tempfile::tempdir().unwrap();
+    let src = photos(dir.path(), 6);
+    let scattered = dir.path().join("scattered");
+    std::fs::create_dir_all(&scattered).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for (i, p) in names.iter().enumerate() {
+        let img = image::open(p).unwrap().to_rgb8();
+        let (lat, lon) = (
+            40.0 + (i * 37 % 11) as f64 * 0.7,
+            5.0 + (i * 53 % 13) as f64 * 0.9,
+        );
+        std::fs::write(
+            scattered.join(p.file_name().unwrap()),
+            with_gps(&img, lat, lon),
+        )
+        .unwrap();
+    }
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    let o = reconstruct(&state, &scattered, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert_eq!(report["georef_auto"]["georef"]["mode"], "gps", "{report}");
+    assert_eq!(report["georeference"]["frame"], "none", "{report}");
+    assert_eq!(report["georeference"]["placed"], false, "{report}");
+    assert!(
+        job_events(&state, &report).contains("the model stays in its own frame"),
+        "a warning says so"
+    );
+    assert!(
+        report["registered_images"].as_u64().unwrap() >= 3,
+        "{report}"
+    );
+    // Asked for by name, the same photos fail the run: the caller wanted a placed model.
+    let o = reconstruct(
+        &dir.path().join("state-asked"),
+        &scattered,
+        &dir.path().join("out-asked"),
+        &["--georef", "gps"],
+    );
+    assert!(
+        !o.status.success(),
+        "a georeferencing asked for and impossible fails"
+    );
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(said.contains("could not align"), "{said}");
 }

@@ -525,6 +525,7 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
         &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
         "bench".into(),
         Some(&auto),
+        None,
         &resolution,
         tessera_core::spec::BackendSpec {
             name: "colmap".into(),

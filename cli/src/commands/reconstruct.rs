@@ -19,7 +19,7 @@ use tessera_core::spec::{
     ReconstructionSpec,
 };
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::reconstruct::{self, Stage, checkpoint, pairing, resolution};
+use tessera_jobs::reconstruct::{self, Stage, checkpoint, georef_choice, pairing, resolution};
 use tokio_util::sync::CancellationToken;
 
 /// The project every embedded reconstruction belongs to.
@@ -76,6 +76,9 @@ pub enum Ba {
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GeorefArg {
+    /// GPS when at least 80 % of three or more photos carry it, else none; a model
+    /// that cannot be placed stays in its own frame with a warning.
+    Auto,
     None,
     /// Align to EXIF GPS in a local east-north-up frame.
     Gps,
@@ -112,7 +115,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Ba::Standard)]
     pub ba: Ba,
     /// Georeferencing.
-    #[arg(long, value_enum, default_value_t = GeorefArg::None)]
+    #[arg(long, value_enum, default_value_t = GeorefArg::Auto)]
     pub georef: GeorefArg,
     /// Exports, comma-separated: ply, nvm, colmap-text, colmap-bin, points-bin.
     #[arg(long, value_delimiter = ',', default_value = "ply,colmap-bin")]
@@ -184,6 +187,13 @@ pub struct Report {
     /// The pair strategy `--pairs auto` chose, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pairs_auto: Option<pairing::Choice>,
+    /// Where the model was placed: the frame (`enu`, `ecef`, or `none` when a chosen
+    /// georeferencing could not place it, with why) and the GPS residual in metres.
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub georeference: serde_json::Value,
+    /// Whether `--georef auto` placed the model by GPS, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub georef_auto: Option<georef_choice::GeorefChoice>,
     /// What was chosen for `--max-image-size` / `--max-features` not given, and why.
     pub resolution_auto: Option<resolution::Resolution>,
 }
@@ -203,6 +213,21 @@ pub fn choose_pairs(photos: &[(String, Vec<u8>)]) -> pairing::Choice {
     pairing::choose(&names, Some(with_gps))
 }
 
+/// What `--georef auto` decides from: how many of the photos carry GPS (files that are
+/// not images do not count).
+pub fn choose_georef(photos: &[(String, Vec<u8>)]) -> georef_choice::GeorefChoice {
+    let images: Vec<&Vec<u8>> = photos
+        .iter()
+        .map(|(_, b)| b)
+        .filter(|b| imagesize::blob_size(b).is_ok())
+        .collect();
+    let with_gps = images
+        .iter()
+        .filter(|b| reconstruct::images::exif_facts(b).1.is_some())
+        .count();
+    georef_choice::choose(with_gps, images.len())
+}
+
 /// The feature resolution the photos call for (files that are not images do not count).
 pub fn choose_resolution(photos: &[(String, Vec<u8>)]) -> resolution::Resolution {
     let sides: Vec<u32> = photos
@@ -219,6 +244,7 @@ pub fn spec_from(
     args: &Args,
     image_set: String,
     auto: Option<&pairing::Choice>,
+    georef_auto: Option<&georef_choice::GeorefChoice>,
     resolution: &resolution::Resolution,
     backend: BackendSpec,
 ) -> anyhow::Result<ReconstructionSpec> {
@@ -284,6 +310,7 @@ pub fn spec_from(
             Ba::TwoStage => BaMode::TwoStage,
         },
         georef: match args.georef {
+            GeorefArg::Auto => georef_auto.map_or(Georef::None, |c| c.georef.clone()),
             GeorefArg::None => Georef::None,
             GeorefArg::Gps => Georef::Gps { target_epsg: None },
             GeorefArg::GpsEcef => Georef::Gps {
@@ -294,6 +321,9 @@ pub fn spec_from(
         respect_exif_orientation: !args.ignore_exif_orientation,
         per_image_intrinsics: args.per_image_intrinsics,
         image_set_digest: None,
+        // Chosen for the photos, not asked for: a model that cannot be placed goes on.
+        georef_if_possible: args.georef == GeorefArg::Auto
+            && georef_auto.is_some_and(|c| c.georef != Georef::None),
         priority: 0,
     };
     spec.validate()?;
@@ -312,6 +342,8 @@ pub struct Uploaded {
     pub pairs: pairing::Choice,
     /// The feature resolution they call for.
     pub resolution: resolution::Resolution,
+    /// What `--georef auto` chooses for them.
+    pub georef: georef_choice::GeorefChoice,
 }
 
 /// Upload the photos under a content address of the whole set, so the same photos make
@@ -359,6 +391,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
     let photos: Vec<(String, Vec<u8>)> = entries.into_iter().map(|(n, _, b)| (n, b)).collect();
     let pairs = choose_pairs(&photos);
     let resolution = choose_resolution(&photos);
+    let georef = choose_georef(&photos);
     Ok(Uploaded {
         set,
         count,
@@ -369,6 +402,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
         },
         pairs,
         resolution,
+        georef,
     })
 }
 
@@ -386,12 +420,19 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         megapixels,
         pairs: choice,
         resolution,
+        georef,
     } = upload(&engine, &files).await?;
     let auto = (args.pairs == Pairs::Auto).then_some(choice);
     if let Some(c) = &auto
         && ui
     {
         eprintln!("pairs: {} ({})", c.strategy_name(), c.why);
+    }
+    let georef_auto = (args.georef == GeorefArg::Auto).then_some(georef);
+    if let Some(c) = &georef_auto
+        && ui
+    {
+        eprintln!("georeference: {}", c.why);
     }
     if ui {
         eprintln!("engine: {} {}", backend.info().name, backend.info().version);
@@ -403,7 +444,14 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     {
         eprintln!("{}", r.line());
     }
-    let spec = spec_from(args, set, auto.as_ref(), &resolution, backend_spec)?;
+    let spec = spec_from(
+        args,
+        set,
+        auto.as_ref(),
+        georef_auto.as_ref(),
+        &resolution,
+        backend_spec,
+    )?;
     backend.info().check_spec(&spec)?;
     let mut plan = reconstruct::plan(
         &spec,
@@ -441,6 +489,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         if let Some(r) = &chosen_resolution {
             r.announce(&engine, job_id).await;
         }
+        if let Some(g) = &georef_auto {
+            g.announce(&engine, job_id).await;
+        }
     }
     if submitted.existing {
         let released = engine
@@ -471,6 +522,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
     let mut report = build_report(&engine, job_id, &job, backend.info(), started, args).await?;
     report.pairs_auto = auto;
+    report.georef_auto = georef_auto;
     report.resolution_auto = chosen_resolution;
     Ok(report)
 }
@@ -636,8 +688,18 @@ async fn build_report(
         elapsed_s: started.elapsed().as_secs_f64(),
         outputs: Vec::new(),
         pairs_auto: None,
+        georeference: serde_json::Value::Null,
+        georef_auto: None,
         resolution_auto: None,
     };
+    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Georeference.name())
+        && let Some(r) = &t.result
+    {
+        report.georeference = serde_json::json!({
+            "frame": r["frame"], "alignment_residual_m": r["alignment_residual_m"],
+            "placed": r["frame"] != "none", "why": r["why"],
+        });
+    }
     if let Some(t) = tasks.iter().find(|t| t.name == Stage::Ingest.name())
         && let Some(r) = &t.result
     {

@@ -231,6 +231,12 @@ pub struct ReconstructionSpec {
     /// fingerprints do not change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_set_digest: Option<String>,
+    /// Georeferencing was chosen for the photos (they carry GPS), not asked for: when
+    /// the alignment fails the model stays in its own frame, with a warning, instead of
+    /// the run failing. Absent from older specs (false), so their fingerprints do not
+    /// change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub georef_if_possible: bool,
     /// Scheduling priority, -100..=100; not part of the fingerprint.
     #[serde(default)]
     pub priority: i32,

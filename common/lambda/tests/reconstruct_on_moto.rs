@@ -103,6 +103,7 @@ fn small_spec(image_set: &str) -> ReconstructionSpec {
         respect_exif_orientation: false,
         per_image_intrinsics: false,
         image_set_digest: None,
+        georef_if_possible: false,
         exports: vec![ExportFormat::PointsBin],
         priority: 0,
     }

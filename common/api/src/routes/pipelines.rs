@@ -286,6 +286,7 @@ async fn spec_for(
         respect_exif_orientation: d.respect_exif_orientation,
         per_image_intrinsics: d.intrinsics_mode.per_image(),
         image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
+        georef_if_possible: false,
         priority: 0,
     };
     engine_check(s, &spec)?;

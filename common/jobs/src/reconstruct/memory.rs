@@ -170,6 +170,7 @@ mod tests {
             respect_exif_orientation: false,
             per_image_intrinsics: false,
             image_set_digest: None,
+            georef_if_possible: false,
             priority: 0,
         }
     }

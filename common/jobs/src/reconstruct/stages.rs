@@ -400,7 +400,11 @@ impl Run<'_> {
                 accepted.len()
             )));
         }
-        if matches!(self.spec.georef, Georef::Gps { .. }) && with_gps < 3 {
+        // Asked for, georeferencing needs GPS; chosen, the georeference stage says so.
+        if matches!(self.spec.georef, Georef::Gps { .. })
+            && !self.spec.georef_if_possible
+            && with_gps < 3
+        {
             return Err(TaskError::permanent(format!(
                 "georeferencing from GPS needs at least 3 photos with EXIF GPS, and {with_gps} of {} have it; leave out `--georef gps`",
                 accepted.len()
@@ -1052,19 +1056,41 @@ impl Run<'_> {
             }
         );
         let backend = backend_for(&self.spec.backend)?;
-        let report = self
+        let run = self
             .exec(
                 backend.georegister_gps(&input, &out, &db, ecef),
                 Phase::Georeference,
                 None,
             )
-            .await?
-            .remove(0);
-        if !out.join("cameras.bin").is_file() {
-            return Err(TaskError::permanent(
-                "COLMAP could not align the model to the photos' GPS (too few registered photos with GPS, or GPS too noisy)",
-            ));
-        }
+            .await;
+        let unplaced =
+            |why: String| format!("COLMAP could not align the model to the photos' GPS ({why})");
+        let placed = match run {
+            Ok(mut r) if out.join("cameras.bin").is_file() => Ok(r.remove(0)),
+            Ok(_) => Err(unplaced(
+                "too few registered photos with GPS, or GPS too noisy".into(),
+            )),
+            // A run that cannot be placed, not one that may go better on a retry.
+            Err(e) if e.class == tessera_core::ErrorClass::Permanent => Err(unplaced(e.message)),
+            Err(e) => return Err(e),
+        };
+        let report = match placed {
+            Ok(report) => report,
+            Err(why) if self.spec.georef_if_possible => {
+                // Chosen because the photos carry GPS, not asked for: the model stays
+                // in its own frame and the run goes on.
+                self.ctx
+                    .emit(EventKind::Warning {
+                        message: format!("{why}; the model stays in its own frame"),
+                    })
+                    .await?;
+                let result = json!({ "frame": "none", "placed": false, "why": why });
+                return self
+                    .seal_model(Stage::Georeference, &dir, &input, result)
+                    .await;
+            }
+            Err(why) => return Err(TaskError::permanent(why)),
+        };
         let before = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let after = model_bin::read(&out).map_err(TaskError::from_classified)?;
         let residual = gps_residual(&after, &self.photos_gps().await?, ecef);
