@@ -138,6 +138,8 @@ try {
   await shot(page, '0-project');
   await page.goBack();
   await page.getByRole('button', { name: 'Start reconstruction' }).waitFor();
+  // The page is drawn again: its GPS choice comes once the photos' EXIF is read.
+  await page.getByText(`GPS chosen: ${photos.length} of ${photos.length} photos carry it.`).waitFor();
 
   // 3. A recipe from the form; the timeline live, through a dropped stream and a reload.
   await page.getByRole('button', { name: 'Start reconstruction' }).click();
