@@ -517,8 +517,11 @@ async fn reconstruct(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode
                 .with_context(|| format!("cannot read {}", f.display()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let auto = super::reconstruct::choose_pairs(&photos);
-    let resolution = super::reconstruct::choose_resolution(&photos);
+    let super::photo_choices::PhotoChoices {
+        pairs: auto,
+        resolution,
+        ..
+    } = super::photo_choices::PhotoChoices::of(&photos);
     let default_engine = EngineArg::Auto.resolve()?.name;
     // The very spec Tessera runs, so the bare run uses the same COLMAP options.
     let spec = super::reconstruct::spec_from(

@@ -13,6 +13,7 @@ mod chaos;
 pub mod demo;
 pub mod events;
 pub mod jobs;
+pub mod photo_choices;
 pub mod photos;
 pub mod reconstruct;
 pub mod refine;

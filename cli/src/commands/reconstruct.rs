@@ -198,46 +198,6 @@ pub struct Report {
     pub resolution_auto: Option<resolution::Resolution>,
 }
 
-/// What `--pairs auto` decides from: the photos' names and how many carry GPS.
-/// Files that are not images (ingest rejects them) do not count.
-pub fn choose_pairs(photos: &[(String, Vec<u8>)]) -> pairing::Choice {
-    let images: Vec<&(String, Vec<u8>)> = photos
-        .iter()
-        .filter(|(_, b)| imagesize::blob_size(b).is_ok())
-        .collect();
-    let names: Vec<&str> = images.iter().map(|(n, _)| n.as_str()).collect();
-    let with_gps = images
-        .iter()
-        .filter(|(_, b)| reconstruct::images::exif_facts(b).1.is_some())
-        .count();
-    pairing::choose(&names, Some(with_gps))
-}
-
-/// What `--georef auto` decides from: how many of the photos carry GPS (files that are
-/// not images do not count).
-pub fn choose_georef(photos: &[(String, Vec<u8>)]) -> georef_choice::GeorefChoice {
-    let images: Vec<&Vec<u8>> = photos
-        .iter()
-        .map(|(_, b)| b)
-        .filter(|b| imagesize::blob_size(b).is_ok())
-        .collect();
-    let with_gps = images
-        .iter()
-        .filter(|b| reconstruct::images::exif_facts(b).1.is_some())
-        .count();
-    georef_choice::choose(with_gps, images.len())
-}
-
-/// The feature resolution the photos call for (files that are not images do not count).
-pub fn choose_resolution(photos: &[(String, Vec<u8>)]) -> resolution::Resolution {
-    let sides: Vec<u32> = photos
-        .iter()
-        .filter_map(|(_, b)| imagesize::blob_size(b).ok())
-        .map(|s| s.width.max(s.height) as u32)
-        .collect();
-    resolution::choose(&sides)
-}
-
 /// The spec `args` ask for; `auto` is the choice for `--pairs auto`, `resolution` the
 /// one for a `--max-image-size` / `--max-features` not given.
 pub fn spec_from(
@@ -338,12 +298,8 @@ pub struct Uploaded {
     pub count: usize,
     /// Mean megapixels.
     pub megapixels: f64,
-    /// What `--pairs auto` chooses for them.
-    pub pairs: pairing::Choice,
-    /// The feature resolution they call for.
-    pub resolution: resolution::Resolution,
-    /// What `--georef auto` chooses for them.
-    pub georef: georef_choice::GeorefChoice,
+    /// What they decide where no option is given.
+    pub choices: super::photo_choices::PhotoChoices,
 }
 
 /// Upload the photos under a content address of the whole set, so the same photos make
@@ -389,9 +345,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
     }
     let count = entries.len();
     let photos: Vec<(String, Vec<u8>)> = entries.into_iter().map(|(n, _, b)| (n, b)).collect();
-    let pairs = choose_pairs(&photos);
-    let resolution = choose_resolution(&photos);
-    let georef = choose_georef(&photos);
+    let choices = super::photo_choices::PhotoChoices::of(&photos);
     Ok(Uploaded {
         set,
         count,
@@ -400,9 +354,7 @@ pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Upload
         } else {
             1.0
         },
-        pairs,
-        resolution,
-        georef,
+        choices,
     })
 }
 
@@ -418,9 +370,12 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         set,
         count,
         megapixels,
-        pairs: choice,
-        resolution,
-        georef,
+        choices:
+            super::photo_choices::PhotoChoices {
+                pairs: choice,
+                resolution,
+                georef,
+            },
     } = upload(&engine, &files).await?;
     let auto = (args.pairs == Pairs::Auto).then_some(choice);
     if let Some(c) = &auto

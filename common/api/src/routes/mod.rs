@@ -5,6 +5,7 @@ pub mod artifacts;
 pub mod datasets;
 pub mod downloads;
 pub mod events;
+pub mod image_files;
 pub mod jobs;
 pub mod meta;
 pub mod openapi;

@@ -3,8 +3,8 @@
 //! ([`super::openapi`]) are both built from it, so they cannot disagree.
 
 use super::{
-    admin, artifacts, datasets, downloads, events, jobs, meta, optional, photo_review, photos,
-    pipeline_run, pipelines, privacy, projects, reconstructions, uploads, webhooks, ws,
+    admin, artifacts, datasets, downloads, events, image_files, jobs, meta, optional, photo_review,
+    photos, pipeline_run, pipelines, privacy, projects, reconstructions, uploads, webhooks, ws,
 };
 use crate::ApiState;
 use axum::http::Method;
@@ -359,7 +359,7 @@ pub fn table() -> Vec<Operation> {
             "Image bytes (Range, ETag, 304)",
             "images",
             200,
-            get(datasets::image_bytes),
+            get(image_files::image_bytes),
         ),
         op(
             M::GET,
@@ -368,7 +368,7 @@ pub fn table() -> Vec<Operation> {
             "A JPEG thumbnail (`?size=N`, 16..1024)",
             "images",
             200,
-            get(datasets::thumbnail),
+            get(image_files::thumbnail),
         ),
         op(
             M::GET,
@@ -377,7 +377,7 @@ pub fn table() -> Vec<Operation> {
             "EXIF fields as text",
             "images",
             200,
-            get(datasets::exif),
+            get(image_files::exif),
         ),
         op(
             M::GET,

@@ -2,21 +2,21 @@
 //! of one dataset read differently in a list ("Flight 1 · 12 photos · global ·
 //! georeferenced", not "reconstruct Flight 1" twice).
 
-use tessera_core::spec::{Georef, MapperKind, ReconstructionSpec};
+use tessera_core::spec::{Georef, ReconstructionSpec};
 
 /// `source` is the dataset's name (or the photos' folder); `images` how many photos the
 /// run starts with. The CLI and the API both name runs with this.
 pub fn default_label(source: &str, spec: &ReconstructionSpec, images: usize) -> String {
-    let mapper = match spec.mapper {
-        MapperKind::Incremental => "incremental",
-        MapperKind::Global => "global",
-        MapperKind::Hierarchical => "hierarchical",
-    };
+    // The mapper as the spec spells it (`incremental`, `global`, …).
+    let mapper = serde_json::to_value(spec.mapper)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
     let photos = if images == 1 { "photo" } else { "photos" };
     let mut parts = vec![
         source.trim().to_string(),
         format!("{images} {photos}"),
-        mapper.into(),
+        mapper,
     ];
     match spec.georef {
         Georef::None => {}
@@ -30,6 +30,7 @@ pub fn default_label(source: &str, spec: &ReconstructionSpec, images: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_core::spec::MapperKind;
 
     #[test]
     fn two_runs_of_one_dataset_read_differently() {

@@ -1093,7 +1093,7 @@ impl Run<'_> {
         };
         let before = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let after = model_bin::read(&out).map_err(TaskError::from_classified)?;
-        let residual = gps_residual(&after, &self.photos_gps().await?, ecef);
+        let residual = super::geo::gps_residual(&after, &self.photos_gps().await?, ecef);
         if let Some(r) = residual {
             self.ctx
                 .metric("alignment_residual_m", r, Some("m"))
@@ -1159,70 +1159,6 @@ impl Run<'_> {
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
         let result = json!({ "files": files, "model": m, "from": from.name(), "memory_model": memory::MEASURED_WITH });
         self.publish(Stage::Export, &dir, &refs, result).await
-    }
-}
-
-/// Mean distance (m) between aligned camera centres and their photos' GPS positions,
-/// in the local east-north-up frame of the first photo (for ECEF output the centres are
-/// compared in ECEF).
-pub fn gps_residual(
-    rec: &tessera_sfm::Reconstruction,
-    gps: &[(String, images::Gps)],
-    ecef: bool,
-) -> Option<f64> {
-    let by_name: std::collections::HashMap<&str, &images::Gps> =
-        gps.iter().map(|(n, g)| (n.as_str(), g)).collect();
-    let origin = gps.first()?.1;
-    let mut sum = 0.0;
-    let mut n = 0;
-    for img in rec.images.values() {
-        let Some(g) = by_name.get(img.name.as_str()) else {
-            continue;
-        };
-        let target = if ecef {
-            geo::to_ecef(g)
-        } else {
-            geo::to_enu(g, &origin)
-        };
-        let c = img.center();
-        sum +=
-            ((c[0] - target[0]).powi(2) + (c[1] - target[1]).powi(2) + (c[2] - target[2]).powi(2))
-                .sqrt();
-        n += 1;
-    }
-    (n > 0).then(|| sum / n as f64)
-}
-
-/// WGS-84 conversions.
-pub mod geo {
-    use super::images::Gps;
-
-    const A: f64 = 6_378_137.0;
-    const F: f64 = 1.0 / 298.257_223_563;
-
-    /// Earth-centred, earth-fixed coordinates.
-    pub fn to_ecef(g: &Gps) -> [f64; 3] {
-        let e2 = F * (2.0 - F);
-        let (lat, lon) = (g.lat.to_radians(), g.lon.to_radians());
-        let h = g.alt.unwrap_or(0.0);
-        let n = A / (1.0 - e2 * lat.sin().powi(2)).sqrt();
-        [
-            (n + h) * lat.cos() * lon.cos(),
-            (n + h) * lat.cos() * lon.sin(),
-            (n * (1.0 - e2) + h) * lat.sin(),
-        ]
-    }
-
-    /// East-north-up coordinates relative to `origin`.
-    pub fn to_enu(g: &Gps, origin: &Gps) -> [f64; 3] {
-        let (p, o) = (to_ecef(g), to_ecef(origin));
-        let d = [p[0] - o[0], p[1] - o[1], p[2] - o[2]];
-        let (lat, lon) = (origin.lat.to_radians(), origin.lon.to_radians());
-        [
-            -lon.sin() * d[0] + lon.cos() * d[1],
-            -lat.sin() * lon.cos() * d[0] - lat.sin() * lon.sin() * d[1] + lat.cos() * d[2],
-            lat.cos() * lon.cos() * d[0] + lat.cos() * lon.sin() * d[1] + lat.sin() * d[2],
-        ]
     }
 }
 
