@@ -30,7 +30,7 @@ pub enum BenchCommand {
     Reconstruct(ReconstructBench),
     /// Face processing per photo on one core: decode, detect, embed, match, blur,
     /// encode variants and thumbnails.
-    Photos(super::blur::PhotosBench),
+    Photos(super::bench_photos::PhotosBench),
     /// Recall, over-blur and leaks of the privacy pipeline on phone-shaped photos
     /// (rotated, tagged and untagged, tilted heads, small faces, HEIC).
     Privacy(super::bench_privacy::Args),
@@ -75,7 +75,7 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Chaos(args) => super::chaos::run(json, args).await,
         BenchCommand::Reconstruct(b) => reconstruct(json, b).await,
-        BenchCommand::Photos(b) => super::blur::bench(json, b).await,
+        BenchCommand::Photos(b) => super::bench_photos::bench(json, b).await,
         BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
         BenchCommand::Privacy(a) => super::bench_privacy::run(json, a).await,
         BenchCommand::Fairness(a) => super::bench_fairness::run(json, a).await,

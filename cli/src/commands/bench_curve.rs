@@ -19,8 +19,9 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use tessera_core::photo::Face;
-use tessera_core::privacy::MatchPolicy;
-use tessera_jobs::photos::{process, render, upload};
+use tessera_core::privacy::{MatchPolicy, MatchRule};
+use tessera_faces::search::Thoroughness;
+use tessera_jobs::photos::{decide, process, render, upload};
 
 /// The thresholds of the curve: 0.25 to 0.50 in steps of 0.025.
 fn thresholds() -> Vec<f32> {
@@ -76,6 +77,12 @@ struct CurveRow {
     /// Face sizes (px) and absolute rolls (degrees) of the opted-out faces found.
     face_px: Option<Spread>,
     roll_deg: Option<Spread>,
+    /// What [`decide::LOOK_AGAIN_AT`] comes from. Before second looks, each face's best
+    /// similarity as a share of its threshold at `--threshold`: of the opted-out faces that
+    /// second looks lift over it (the ones a search without them would show)...
+    share_of_threshold_lifted_by_looks: Option<Spread>,
+    /// ... and of every face against the opted-out people it is not.
+    share_of_threshold_other_people: Option<Spread>,
 }
 
 /// A photo's faces as the product found them, its truth and its upright pixels.
@@ -88,10 +95,12 @@ struct Found {
 fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<CurveRow> {
     let mut per_t = vec![Tally::default(); ts.len()];
     let (mut same, mut other, mut px, mut roll) = (vec![], vec![], vec![], vec![]);
+    let (mut lifted, mut other_share) = (vec![], vec![]);
     for i in 0..a.photos {
         let (scene, bytes) = bench.scene(case, i)?;
         let decoded = upload::decode("scene", &bytes)?;
-        let (faces, _) = process::faces_and_passes(&bench.product, &decoded.rgb)?;
+        let faces =
+            process::faces_searched(&bench.product, &decoded.rgb, Thoroughness::Gated)?.faces;
         let found = Found {
             faces,
             truth: scene.faces.clone(),
@@ -105,10 +114,32 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
             else {
                 continue;
             };
+            let rule = MatchRule::for_face(
+                MatchPolicy::Threshold(a.threshold),
+                f.evidence,
+                f.hard_to_recognise,
+            )
+            .map_or(a.threshold, |r| r.threshold);
+            let mut looked = f.clone();
+            if !looked.looked_again {
+                for l in bench
+                    .product
+                    .second_looks(&found.rgb, &decide::detection(&looked, &found.rgb))?
+                {
+                    looked.views.push(bench.product.embed(&found.rgb, &l)?);
+                }
+            }
             for (k, s) in bench.subjects.iter().enumerate() {
                 let Some(sim) = f.similarity_to(s) else {
                     continue;
                 };
+                if bench.subject_of[*who] == Some(k) {
+                    if sim < rule && looked.similarity_to(s).is_some_and(|l| l >= rule) {
+                        lifted.push(sim / rule);
+                    }
+                } else {
+                    other_share.push(sim / rule);
+                }
                 if bench.subject_of[*who] == Some(k) {
                     same.push(sim);
                     if let Some(e) = f.evidence {
@@ -124,9 +155,13 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
         let mut judged: HashMap<Vec<bool>, Tally> = HashMap::new();
         for (ti, &t) in ts.iter().enumerate() {
             let mut faces = found.faces.clone();
-            for f in &mut faces {
-                f.redecide(&bench.subjects, MatchPolicy::Threshold(t));
-            }
+            decide::decide(
+                &bench.product,
+                &found.rgb,
+                &mut faces,
+                &bench.subjects,
+                MatchPolicy::Threshold(t),
+            )?;
             let mask: Vec<bool> = faces.iter().map(|f| f.decision.blurred_in(None)).collect();
             if !judged.contains_key(&mask) {
                 let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
@@ -174,6 +209,8 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
         other_people: spread(other),
         face_px: spread(px),
         roll_deg: spread(roll),
+        share_of_threshold_lifted_by_looks: spread(lifted),
+        share_of_threshold_other_people: spread(other_share),
     })
 }
 
@@ -353,6 +390,8 @@ mod tests {
             other_people: None,
             face_px: None,
             roll_deg: None,
+            share_of_threshold_lifted_by_looks: None,
+            share_of_threshold_other_people: None,
         }
     }
 

@@ -1,5 +1,4 @@
-//! `tessera blur INPUT_DIR --out OUT`: a one-shot privacy run in embedded mode, and
-//! `tessera bench photos DIR`: the per-photo cost of face processing on one core.
+//! `tessera blur INPUT_DIR --out OUT`: a one-shot privacy run in embedded mode.
 
 use super::photos::{drive, photo_error, upload};
 use crate::embedded;
@@ -12,10 +11,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_core::photo::Photo;
-use tessera_core::privacy::{FaceDecision, MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy::FaceDecision;
 use tessera_core::{SubjectId, TenantId, records};
-use tessera_faces::{DetectorKind, FaceModels};
-use tessera_jobs::photos::{FaceService, project, render, upload as photo_upload};
+use tessera_faces::DetectorKind;
+use tessera_jobs::photos::{FaceService, project};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -49,7 +48,7 @@ pub struct Privacy {
 }
 
 /// One person's reference photos: the sub-folders of `dir`.
-fn reference_sets(dir: &Path) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
+pub(super) fn reference_sets(dir: &Path) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
     if !dir.is_dir() {
         bail!(
             "--opted-out {} is not a folder; give a folder with one sub-folder of reference photos per person",
@@ -368,200 +367,6 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-#[derive(clap::Args, Debug)]
-pub struct PhotosBench {
-    /// Folder of photos.
-    pub dir: PathBuf,
-    #[command(flatten)]
-    pub privacy: Privacy,
-    /// Timed passes over the folder (after one warm-up pass).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub rounds: u32,
-}
-
-/// Keep this thread (and ONNX Runtime's single intra-op thread, which is this one) on
-/// one core, so the figures are per core.
-fn pin_to_one_core() -> bool {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; pid 0 is this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
-
-struct Timed {
-    total_ms: f64,
-    detect_ms: f64,
-    faces: usize,
-    files: usize,
-}
-
-/// Everything face_process does to one photo's bytes, without storage.
-fn process_once(
-    models: &FaceModels,
-    name: &str,
-    bytes: &[u8],
-    subjects: &[SubjectEmbeddings],
-    policy: MatchPolicy,
-) -> anyhow::Result<Timed> {
-    let t0 = Instant::now();
-    let img = photo_upload::decode(name, bytes)
-        .map_err(anyhow::Error::msg)?
-        .rgb;
-    let t1 = Instant::now();
-    let mut faces = tessera_jobs::photos::process::faces_in(models, &img)?;
-    for f in &mut faces {
-        f.redecide(subjects, policy);
-    }
-    let t2 = Instant::now();
-    let plans = render::plan(&faces, &[], tessera_faces::blur::DEFAULT_EXPAND);
-    let mut files = 0;
-    for p in &plans {
-        render::render(&img, &p.blur, &render::FileMeta::default()).map_err(anyhow::Error::msg)?;
-        files += 1;
-    }
-    Ok(Timed {
-        total_ms: t0.elapsed().as_secs_f64() * 1e3,
-        detect_ms: (t2 - t1).as_secs_f64() * 1e3,
-        faces: faces.len(),
-        files,
-    })
-}
-
-/// The least any publisher does with a photo: decode it, encode it and a thumbnail.
-fn baseline_once(name: &str, bytes: &[u8]) -> anyhow::Result<f64> {
-    let t0 = Instant::now();
-    let img = photo_upload::decode(name, bytes)
-        .map_err(anyhow::Error::msg)?
-        .rgb;
-    render::jpeg(&img).map_err(anyhow::Error::msg)?;
-    render::jpeg(&render::thumbnail(&img)).map_err(anyhow::Error::msg)?;
-    Ok(t0.elapsed().as_secs_f64() * 1e3)
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
-}
-
-pub async fn bench(json: bool, b: PhotosBench) -> anyhow::Result<ExitCode> {
-    let images = crate::photos::list_images(&b.dir)?;
-    let refs = b
-        .privacy
-        .opted_out
-        .as_deref()
-        .map(reference_sets)
-        .transpose()?
-        .unwrap_or_default();
-    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
-        let pinned = pin_to_one_core();
-        let load = Instant::now();
-        let models = FaceService::load_from_env(b.privacy.detector, 1)?;
-        let first_load_ms = load.elapsed().as_secs_f64() * 1e3;
-        let mut subjects = Vec::new();
-        for (_, paths) in &refs {
-            let mut embeddings = Vec::new();
-            for p in paths {
-                embeddings.push(project::reference_embedding(
-                    &models,
-                    &p.display().to_string(),
-                    &std::fs::read(p)?,
-                )?);
-            }
-            subjects.push(SubjectEmbeddings {
-                subject: SubjectId::new(),
-                embeddings,
-            });
-        }
-        let policy = MatchPolicy::from_threshold(b.privacy.threshold);
-        let mut inputs = Vec::new();
-        for p in &images {
-            let name = p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("photo")
-                .to_string();
-            let bytes = std::fs::read(p)?;
-            // Photos the pipeline would refuse are left out of the timing.
-            if photo_upload::decode(&name, &bytes).is_ok() {
-                inputs.push((name, bytes));
-            }
-        }
-        if inputs.is_empty() {
-            bail!(
-                "no photo in {} decodes; nothing to measure",
-                b.dir.display()
-            );
-        }
-        for (name, bytes) in &inputs {
-            process_once(&models, name, bytes, &subjects, policy)?;
-        }
-        let (mut totals, mut detects, mut bases) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut faces, mut files) = (0, 0);
-        let wall = Instant::now();
-        for _ in 0..b.rounds {
-            for (name, bytes) in &inputs {
-                let t = process_once(&models, name, bytes, &subjects, policy)?;
-                totals.push(t.total_ms);
-                detects.push(t.detect_ms);
-                faces += t.faces;
-                files += t.files;
-            }
-        }
-        let wall_s = wall.elapsed().as_secs_f64();
-        for _ in 0..b.rounds {
-            for (name, bytes) in &inputs {
-                bases.push(baseline_once(name, bytes)?);
-            }
-        }
-        for v in [&mut totals, &mut detects, &mut bases] {
-            v.sort_by(f64::total_cmp);
-        }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        Ok(serde_json::json!({
-            "photos": inputs.len(),
-            "rounds": b.rounds,
-            "pinned_to_one_core": pinned,
-            "detector": b.privacy.detector.as_str(),
-            "policy": if b.privacy.threshold.is_some() { "threshold" } else { "fail_closed" },
-            "onnxruntime": models.runtime_version,
-            "model_load_ms": models.load_ms,
-            "first_load_ms_with_runtime": first_load_ms,
-            "photos_per_sec": totals.len() as f64 / wall_s,
-            "p50_ms": percentile(&totals, 0.5),
-            "p95_ms": percentile(&totals, 0.95),
-            "mean_ms": mean(&totals),
-            "detect_embed_p50_ms": percentile(&detects, 0.5),
-            "baseline_decode_encode_p50_ms": percentile(&bases, 0.5),
-            "ratio_p50_vs_baseline": percentile(&totals, 0.5) / percentile(&bases, 0.5),
-            "faces_per_round": faces / b.rounds as usize,
-            "files_per_round": files / b.rounds as usize,
-        }))
-    })
-    .await??;
-    emit(json, &result, || {
-        format!(
-            "{} photos × {} rounds on one core ({}): {:.2} photos/s, p50 {:.1} ms, p95 {:.1} ms; model load {:.0} ms; {:.2}× the bare decode+encode baseline (p50 {:.1} ms)",
-            result["photos"],
-            result["rounds"],
-            result["detector"].as_str().unwrap_or(""),
-            result["photos_per_sec"].as_f64().unwrap_or(0.0),
-            result["p50_ms"].as_f64().unwrap_or(0.0),
-            result["p95_ms"].as_f64().unwrap_or(0.0),
-            result["model_load_ms"].as_f64().unwrap_or(0.0),
-            result["ratio_p50_vs_baseline"].as_f64().unwrap_or(0.0),
-            result["baseline_decode_encode_p50_ms"]
-                .as_f64()
-                .unwrap_or(0.0)
-        )
-    });
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ pub mod bench;
 mod bench_curve;
 mod bench_fairness;
 pub mod bench_handlers;
+mod bench_photos;
 mod bench_privacy;
 mod bench_queue;
 mod bench_scenes;

@@ -161,6 +161,7 @@ mod tests {
             score: 0.9,
             embedding: v(0),
             views: (1..=views).map(v).collect(),
+            looked_again: true,
             hard_to_recognise: i.is_multiple_of(2),
             evidence: None,
             rule: None,

@@ -50,6 +50,12 @@ pub struct Face {
     /// another tile): other landmarks, so other alignments. Matching takes the best view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub views: Vec<Vec<f32>>,
+    /// Whether its second looks (crops levelled and enlarged, searched again) are among
+    /// its views. Faces are searched without them, and a decision that comes near the
+    /// threshold asks for them once (`tessera_jobs::photos::decide`). Rows written before
+    /// that had them for every face, so a row without the field has them.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub looked_again: bool,
     /// Tilted or small as found. Only read from rows written before faces carried their
     /// [`Face::evidence`]: such a face is decided at the largest measured loss.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -63,6 +69,14 @@ pub struct Face {
     pub rule: Option<crate::privacy::MatchRule>,
     /// What matching decided, against the subjects at the time of the last render.
     pub decision: FaceDecision,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Face {

@@ -4,6 +4,7 @@ use crate::detect::{self, Detection, DetectorKind};
 use crate::embed;
 use crate::error::FaceError;
 use crate::runtime::OnnxRuntime;
+use crate::search::Thoroughness;
 use image::RgbImage;
 use ort::session::Session;
 use std::path::{Path, PathBuf};
@@ -135,23 +136,35 @@ impl FaceModels {
     /// and, for a photo larger than the detector's input, in full-resolution tiles
     /// ([`crate::search`]).
     pub fn detect(&self, img: &RgbImage) -> Result<Vec<Detection>, FaceError> {
-        // The boxes only: second looks would cost three passes per face for views
-        // nobody reads here.
-        Ok(self.run_search(img, false)?.faces)
+        Ok(self.search_with(img, Thoroughness::Gated)?.faces)
     }
 
-    /// [`Self::detect`] with what the search did, and every face's second looks.
+    /// [`Self::detect`] with each face's other views and what the search did: what the
+    /// product runs.
     pub fn search(&self, img: &RgbImage) -> Result<crate::search::Found, FaceError> {
-        self.run_search(img, true)
+        self.search_with(img, Thoroughness::Gated)
     }
 
-    fn run_search(
+    /// The landmarks of `face`'s second looks in `img` ([`crate::search::second_looks`]).
+    pub fn second_looks(
         &self,
         img: &RgbImage,
-        second_looks: bool,
+        face: &Detection,
+    ) -> Result<Vec<crate::search::Landmarks>, FaceError> {
+        let mut s = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        crate::search::second_looks(img, face, |part| {
+            detect::run(&mut s, self.detector_kind, part)
+        })
+    }
+
+    /// The search as thorough as `how` says.
+    pub fn search_with(
+        &self,
+        img: &RgbImage,
+        how: Thoroughness,
     ) -> Result<crate::search::Found, FaceError> {
         let mut s = self.detector.lock().unwrap_or_else(|p| p.into_inner());
-        crate::search::search(img, second_looks, |part| {
+        crate::search::search(img, how, |part| {
             detect::run(&mut s, self.detector_kind, part)
         })
     }

@@ -1,23 +1,29 @@
-//! Where the detector looks: a face that is turned or small must still be found.
+//! Where the detector looks: a face that is turned or small must still be found, and a
+//! photo that needs no more than one look must cost no more than one look.
 //!
 //! The detectors are trained on roughly upright faces and see an image scaled so its long
 //! side is at most [`MAX_SIDE`]. Two kinds of face escape a single pass:
 //! - **turned**: a photo shot sideways with no orientation tag, or a head tilted past
-//!   ~45°. The whole (scaled) image is also searched at the other three quarter turns;
-//!   a face tilted by any angle is within 45° of upright in one of the four.
+//!   ~45°. A face tilted by any angle is within 45° of upright at one of the four quarter
+//!   turns. The other three turns are first *probed* at [`PROBE_SIDE`] (a quarter of a
+//!   pass's pixels each); only a turn whose probe finds a face the upright pass did not
+//!   is searched in full.
 //! - **small**: scaling a 24-megapixel group photo down to 1920 px makes a 20 px face
 //!   6 px, below what either detector finds. A photo larger than [`MAX_SIDE`] is also
 //!   searched at full resolution in overlapping tiles; a face up to [`TILE_OVERLAP`] px
 //!   lies wholly in some tile, and a larger one is large enough in the scaled pass.
-//!   Tiles are searched upright, and at a quarter turn only when the scaled pass at that
-//!   turn found faces the upright passes did not (the photo, or part of it, is turned).
+//!   Tiles are searched upright, and at a quarter turn only when that turn's probe found
+//!   faces (the photo, or part of it, is turned).
 //!
 //! Everything found is mapped back to the image's pixels and merged: of boxes that
 //! overlap (IoU above [`NMS_IOU`], or one mostly inside another) the best-scored is kept,
-//! the others' landmarks kept as other *views* of it. Every face also gets second looks:
-//! a crop enlarged to the embedder's size, turned level by its landmarks and 30° either
-//! way ([`SECOND_LOOKS`]), searched again; their landmarks align a tilted or small face
-//! far better for recognition.
+//! the others' landmarks kept as other *views* of it. A face can also get second looks
+//! ([`second_looks`]): a crop enlarged to the embedder's size, turned level by its
+//! landmarks and 30° either way ([`SECOND_LOOKS`]), searched again; their landmarks align
+//! a tilted or small face far better for recognition. The search does not make them: the
+//! decision asks for them for the faces whose match it is unsure of.
+//!
+//! [`Found::cost`] says what each kind of pass ([`Pass`]) cost, for `tessera bench photos`.
 
 use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
 use image::RgbImage;
@@ -92,6 +98,57 @@ impl Turn {
     }
 }
 
+/// The kinds of detector pass a search makes, each run only when its evidence calls
+/// for it (see [`search`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// The whole image, upright, scaled to the detector's input: always.
+    Upright,
+    /// The whole image at another quarter turn, scaled to [`PROBE_SIDE`]: always, for
+    /// photos whose long side is over [`PROBE_SIDE`] (else the probe is the full pass).
+    TurnProbe,
+    /// The whole image at a quarter turn whose probe found a face the upright pass did
+    /// not.
+    Turn,
+    /// A full-resolution tile of a photo larger than the detector's input.
+    Tile,
+    /// A face's enlarged crop, levelled, for landmarks that align it for recognition:
+    /// only with [`Thoroughness::Every`] (the product asks for them per face, after
+    /// matching, through [`second_looks`]).
+    SecondLook,
+}
+
+impl Pass {
+    /// Every kind, in the order a search makes them.
+    pub const ALL: [Pass; 5] = [
+        Pass::Upright,
+        Pass::TurnProbe,
+        Pass::Turn,
+        Pass::Tile,
+        Pass::SecondLook,
+    ];
+
+    /// Its name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pass::Upright => "upright",
+            Pass::TurnProbe => "turn_probe",
+            Pass::Turn => "turn",
+            Pass::Tile => "tile",
+            Pass::SecondLook => "second_look",
+        }
+    }
+}
+
+/// What the passes of one kind cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PassCost {
+    /// Detector runs.
+    pub runs: usize,
+    /// Their wall time, milliseconds.
+    pub ms: f64,
+}
+
 /// What one search found, and how much work it took (for benchmarks and tests).
 #[derive(Debug, Clone, Default)]
 pub struct Found {
@@ -100,72 +157,148 @@ pub struct Found {
     /// For each face, the landmarks of up to [`MAX_VIEWS`] other detections of it (from
     /// other turns or tiles), best first: more chances to recognise who it is.
     pub views: Vec<Vec<Landmarks>>,
-    /// Detector runs.
+    /// Detector runs, all kinds together.
     pub passes: usize,
+    /// Per kind of pass (indexed as [`Pass::ALL`]): runs and time.
+    pub cost: [PassCost; 5],
+}
+
+impl Found {
+    /// What the passes of `kind` cost.
+    pub fn cost_of(&self, kind: Pass) -> PassCost {
+        self.cost[kind as usize]
+    }
+}
+
+/// How much better a probe must see a face the upright pass found for the turn to count
+/// as evidence: a head tilted past 45° is found upright, if at all, with a low score.
+pub const PROBE_BETTER: f32 = 0.1;
+
+/// Long side of the image the quarter-turn probes search: a quarter of a full pass's
+/// pixels at [`MAX_SIDE`]. A face at least ~24 px tall here (about 1/40 of the long side)
+/// is found by the probe; measured on `tessera bench privacy`, every turned face the full
+/// turned passes found in the untagged, tilted and HEIC cases was found by the probes too.
+pub const PROBE_SIDE: u32 = 960;
+
+fn scaled_to(img: &RgbImage, side: u32) -> (RgbImage, f32) {
+    let (w, h) = img.dimensions();
+    let long = w.max(h);
+    if long <= side {
+        return (img.clone(), 1.0);
+    }
+    let scale = side as f32 / long as f32;
+    let resized = imageops::resize(
+        img,
+        ((w as f32 * scale).round() as u32).max(1),
+        ((h as f32 * scale).round() as u32).max(1),
+        FilterType::Triangle,
+    );
+    (resized, scale)
+}
+
+/// How thoroughly to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thoroughness {
+    /// The product: each pass only where its evidence calls for it, and no second looks
+    /// (the decision asks for them, [`second_looks`], for the faces it is unsure of).
+    Gated,
+    /// Every pass on every photo, whatever the evidence: full passes at all four turns
+    /// and second looks at every face. The baseline the gates are measured against.
+    Every,
 }
 
 /// Search `img` with `pass` (one detector run on an image no larger than [`MAX_SIDE`],
 /// returning boxes in that image's pixels).
-/// With `second_looks`, every face also gets its [`SECOND_LOOKS`] views (three more
-/// detector passes each); a caller that only wants the boxes skips them.
+///
+/// Each kind of pass runs only where the evidence calls for it:
+/// - the upright pass of the scaled image always;
+/// - the other three quarter turns first as probes at [`PROBE_SIDE`] (a quarter of the
+///   pixels each); a turn gets its full pass, and its tiles, only when its probe found a
+///   face the upright pass did not (the photo or a head is turned);
+/// - tiles at full resolution when the photo is larger than the detector's input.
+///
+/// [`Thoroughness::Every`] makes every pass instead, and second looks at every face.
 pub fn search<E>(
     img: &RgbImage,
-    second_looks: bool,
+    how: Thoroughness,
     mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
 ) -> Result<Found, E> {
     let (w, h) = img.dimensions();
     let (wf, hf) = (w as f32, h as f32);
-    let long = w.max(h);
-    let scale = if long > MAX_SIDE {
-        MAX_SIDE as f32 / long as f32
-    } else {
-        1.0
-    };
-    let scaled = if scale < 1.0 {
-        imageops::resize(
-            img,
-            ((wf * scale).round() as u32).max(1),
-            ((hf * scale).round() as u32).max(1),
-            FilterType::Triangle,
-        )
-    } else {
-        img.clone()
-    };
-    let (sw, sh) = (scaled.width() as f32, scaled.height() as f32);
     let mut found = Found::default();
-    let mut all = Vec::new();
-    let mut per_turn: Vec<Vec<Detection>> = Vec::new();
-    for turn in Turn::ALL {
-        let mut dets = pass(&turn.apply(&scaled))?;
+    let mut timed = |kind: Pass, part: &RgbImage, found: &mut Found| {
+        let t0 = std::time::Instant::now();
+        let out = pass(part);
+        let c = &mut found.cost[kind as usize];
+        c.runs += 1;
+        c.ms += t0.elapsed().as_secs_f64() * 1e3;
         found.passes += 1;
-        if turn != Turn::Upright {
-            dets.retain(|d| d.score >= TURNED_MIN_SCORE);
-        }
-        let back: Vec<Detection> = dets
+        out
+    };
+    let (scaled, scale) = scaled_to(img, MAX_SIDE);
+    let (sw, sh) = (scaled.width() as f32, scaled.height() as f32);
+    // Detections of a turned image of size (tw, th), scaled by `s` from `img`, back in
+    // `img`'s pixels.
+    let back = |turn: Turn, dets: Vec<Detection>, tw: f32, th: f32, s: f32| -> Vec<Detection> {
+        dets.into_iter()
+            .filter(|d| turn == Turn::Upright || d.score >= TURNED_MIN_SCORE)
+            .map(|d| {
+                let mut m = turn.map_back(&d, tw, th);
+                m.bbox = m.bbox.map(|v| v / s);
+                m.landmarks = m.landmarks.map(|[x, y]| [x / s, y / s]);
+                m
+            })
+            .collect()
+    };
+    let upright = back(
+        Turn::Upright,
+        timed(Pass::Upright, &scaled, &mut found)?,
+        sw,
+        sh,
+        scale,
+    );
+    let mut all = upright.clone();
+    let every = how == Thoroughness::Every;
+    let (probe_img, probe_scale) = scaled_to(&scaled, if every { MAX_SIDE } else { PROBE_SIDE });
+    let probe_is_full = probe_scale >= 1.0;
+    let (pw, ph) = (probe_img.width() as f32, probe_img.height() as f32);
+    // Turns whose probe saw a face the upright pass did not, or saw one better: the
+    // photo, or a head, is turned. Any detection the detector keeps counts as evidence
+    // (a spurious one costs a pass); only those over [`TURNED_MIN_SCORE`] are kept.
+    let mut turned_evidence = [true, false, false, false];
+    for (i, turn) in Turn::ALL.into_iter().enumerate().skip(1) {
+        let kind = if probe_is_full {
+            Pass::Turn
+        } else {
+            Pass::TurnProbe
+        };
+        let raw = timed(kind, &turn.apply(&probe_img), &mut found)?;
+        let s = scale * probe_scale;
+        let seen: Vec<Detection> = raw
             .iter()
             .map(|d| {
-                let mut m = turn.map_back(d, sw, sh);
-                m.bbox = m.bbox.map(|v| v / scale);
-                m.landmarks = m.landmarks.map(|[x, y]| [x / scale, y / scale]);
+                let mut m = turn.map_back(d, pw, ph);
+                m.bbox = m.bbox.map(|v| v / s);
                 m
             })
             .collect();
-        per_turn.push(back);
-    }
-    // Turns whose scaled pass saw faces the upright one did not: the photo is turned.
-    let upright = per_turn[0].clone();
-    let turned_evidence: Vec<bool> = per_turn
-        .iter()
-        .enumerate()
-        .map(|(i, dets)| {
-            i == 0
-                || dets
-                    .iter()
-                    .any(|d| upright.iter().all(|u| !same_face(&u.bbox, &d.bbox)))
-        })
-        .collect();
-    for dets in per_turn {
-        all.extend(dets);
+        turned_evidence[i] = seen.iter().any(|d| {
+            upright
+                .iter()
+                .filter(|u| same_face(&u.bbox, &d.bbox))
+                .all(|u| d.score > u.score + PROBE_BETTER)
+        });
+        if turned_evidence[i] && !probe_is_full {
+            all.extend(back(
+                turn,
+                timed(Pass::Turn, &turn.apply(&scaled), &mut found)?,
+                sw,
+                sh,
+                scale,
+            ));
+        } else {
+            all.extend(back(turn, raw, pw, ph, s));
+        }
     }
     if scale < 1.0 {
         for (i, turn) in Turn::ALL.into_iter().enumerate() {
@@ -174,13 +307,8 @@ pub fn search<E>(
             }
             for (x0, y0, tw, th) in tiles(w, h) {
                 let tile = imageops::crop_imm(img, x0, y0, tw, th).to_image();
-                let dets = pass(&turn.apply(&tile))?;
-                found.passes += 1;
-                for d in dets
-                    .into_iter()
-                    .filter(|d| turn == Turn::Upright || d.score >= TURNED_MIN_SCORE)
-                {
-                    let mut m = turn.map_back(&d, tw as f32, th as f32);
+                let dets = timed(Pass::Tile, &turn.apply(&tile), &mut found)?;
+                for mut m in back(turn, dets, tw as f32, th as f32, 1.0) {
                     m.bbox = [
                         m.bbox[0] + x0 as f32,
                         m.bbox[1] + y0 as f32,
@@ -203,15 +331,9 @@ pub fn search<E>(
     }
     all.retain(|d| d.bbox[2] - d.bbox[0] >= 1.0 && d.bbox[3] - d.bbox[1] >= 1.0);
     let (faces, mut views) = merge(all);
-    for (d, v) in faces.iter().zip(views.iter_mut()).filter(|_| second_looks) {
-        let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
-        if fh < 4.0 {
-            continue;
-        }
-        let roll = roll_deg(d);
-        for turn in SECOND_LOOKS {
-            found.passes += 1;
-            if let Some(l) = second_look(img, d, roll + turn, &mut pass)? {
+    if how == Thoroughness::Every {
+        for (d, v) in faces.iter().zip(views.iter_mut()) {
+            for l in second_looks(img, d, |crop| timed(Pass::SecondLook, crop, &mut found))? {
                 v.insert(0, l);
             }
         }
@@ -221,10 +343,29 @@ pub fn search<E>(
     Ok(found)
 }
 
-/// Head roll (degrees) past which a face counts as hard to recognise.
-pub const ROLL_REDO: f32 = 15.0;
-/// Face height (pixels) under which a face counts as hard to recognise.
-pub const SMALL_REDO: f32 = 48.0;
+/// The landmarks of a face's [`SECOND_LOOKS`] (those where the detector found it again),
+/// in `img`'s pixels: views that align a tilted or small face far better for
+/// recognition. Three detector passes of a crop about 1/20 of a full pass each; none for a
+/// face under 4 px.
+pub fn second_looks<E>(
+    img: &RgbImage,
+    d: &Detection,
+    mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
+) -> Result<Vec<Landmarks>, E> {
+    let px = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+    let mut out = Vec::new();
+    if px < 4.0 {
+        return Ok(out);
+    }
+    let roll = roll_deg(d);
+    for turn in SECOND_LOOKS {
+        if let Some(l) = second_look(img, d, roll + turn, &mut pass)? {
+            out.push(l);
+        }
+    }
+    Ok(out)
+}
+
 /// The turns (degrees, added to the roll the landmarks show) of the second looks at each
 /// face. The detectors' landmarks on a head tilted 20–40° often still look level
 /// (measured: 4° for a 35° tilt), so the face is also looked at turned 30° each way.

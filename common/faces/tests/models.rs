@@ -193,3 +193,41 @@ fn turned_and_tilted_faces_are_found() {
         );
     }
 }
+
+/// Each kind of pass runs only where its evidence calls for it: an upright photo costs
+/// the upright pass and three quarter-size probes, and no second looks; a turned one gets
+/// the full pass at the turn that shows it upright, and finds what the upright photo does.
+/// `Every` (the baseline) makes all of them.
+#[test]
+fn passes_run_where_the_evidence_calls_for_them() {
+    use tessera_faces::search::{Pass, Thoroughness};
+    let m = models(DetectorKind::Yunet);
+    let comp = photo("composite_pd_1280x896.jpg");
+    let runs = |f: &tessera_faces::search::Found, p: Pass| f.cost_of(p).runs;
+
+    let upright = m.search(&comp).unwrap();
+    assert_eq!(upright.faces.len(), 8);
+    assert_eq!(runs(&upright, Pass::Upright), 1);
+    assert_eq!(runs(&upright, Pass::TurnProbe), 3);
+    assert_eq!(runs(&upright, Pass::Turn), 0, "no probe saw a turned face");
+    assert_eq!(runs(&upright, Pass::Tile), 0);
+    assert_eq!(runs(&upright, Pass::SecondLook), 0);
+    assert_eq!(upright.passes, 4);
+
+    let turned = m.search(&image::imageops::rotate90(&comp)).unwrap();
+    // As in `turned_and_tilted_faces_are_found`: the eight, and at most one spurious box
+    // of the upright pass.
+    assert!((8..=9).contains(&turned.faces.len()), "{:?}", turned.faces);
+    assert!(
+        (1..=2).contains(&runs(&turned, Pass::Turn)),
+        "the turn that shows the photo upright is searched in full: {:?}",
+        turned.cost
+    );
+
+    let every = m.search_with(&comp, Thoroughness::Every).unwrap();
+    assert_eq!(every.faces.len(), 8);
+    assert_eq!(runs(&every, Pass::Turn), 3);
+    assert_eq!(runs(&every, Pass::TurnProbe), 0);
+    assert_eq!(runs(&every, Pass::SecondLook), 3 * 8);
+    assert!(every.views.iter().all(|v| !v.is_empty()));
+}

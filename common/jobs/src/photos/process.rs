@@ -25,7 +25,7 @@
 //! boxes, the task fails permanently and the photo is unpublished.
 
 use super::render::{self, FileMeta, VariantPlan};
-use super::{FaceService, fault, payload_photo, row, upload, view};
+use super::{FaceService, decide, fault, payload_photo, row, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -41,6 +41,7 @@ use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
 use tessera_core::{Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
+use tessera_faces::search::{PassCost, Thoroughness};
 use tessera_imaging::Orientation;
 
 /// Which job this is.
@@ -69,23 +70,37 @@ fn blocking_err(e: tokio::task::JoinError) -> TaskError {
 }
 
 /// Faces of the upright `img` as stored on the row (decisions filled in later): the
-/// search at every quarter turn and tile, each face embedded from its best detection and
-/// from its other views.
+/// search the evidence calls for ([`tessera_faces::search`]), each face embedded from its
+/// best detection ([`super::decide`] adds better views where a match is close).
 pub fn faces_in(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
 ) -> Result<Vec<Face>, tessera_faces::FaceError> {
-    Ok(faces_and_passes(models, img)?.0)
+    Ok(faces_searched(models, img, Thoroughness::Gated)?.faces)
 }
 
-/// [`faces_in`] and how many detector passes the search took (for the benchmark).
-pub fn faces_and_passes(
+/// The faces of one search, and what its passes cost (for the benchmarks).
+pub struct Searched {
+    /// As [`faces_in`] gives them.
+    pub faces: Vec<Face>,
+    /// Detector runs, all kinds together.
+    pub passes: usize,
+    /// Per kind of pass, as [`tessera_faces::search::Found::cost`].
+    pub cost: [PassCost; 5],
+    /// Time embedding the faces and their views, milliseconds.
+    pub embed_ms: f64,
+}
+
+/// [`faces_in`] searched as thoroughly as `how` says, with what it cost.
+pub fn faces_searched(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
-) -> Result<(Vec<Face>, usize), tessera_faces::FaceError> {
+    how: Thoroughness,
+) -> Result<Searched, tessera_faces::FaceError> {
     let (w, h) = img.dimensions();
-    let found = models.search(img)?;
-    let passes = found.passes;
+    let found = models.search_with(img, how)?;
+    let (passes, cost) = (found.passes, found.cost);
+    let t0 = std::time::Instant::now();
     let faces = found
         .faces
         .into_iter()
@@ -95,19 +110,32 @@ pub fn faces_and_passes(
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
+                looked_again: how == Thoroughness::Every,
                 hard_to_recognise: false,
                 evidence: Some(tessera_faces::search::evidence(&d)),
                 rule: None,
                 embedding: models.embed(img, &d.landmarks)?,
-                views: views
-                    .iter()
-                    .map(|l| models.embed(img, l))
-                    .collect::<Result<_, _>>()?,
+                // Other views cost an embedding each (most of a photo's time); the
+                // product embeds only the best detection, and the decision looks again,
+                // with better-aligned views, at the faces whose match is close.
+                views: if how == Thoroughness::Every {
+                    views
+                        .iter()
+                        .map(|l| models.embed(img, l))
+                        .collect::<Result<_, _>>()?
+                } else {
+                    Vec::new()
+                },
                 decision: FaceDecision::FailClosed,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((faces, passes))
+    Ok(Searched {
+        faces,
+        passes,
+        cost,
+        embed_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 /// What a row under older [`RULES`] becomes: regions mapped from stored to displayed
@@ -256,8 +284,26 @@ impl TaskHandler for Process {
                 found
             }
         };
-        for f in &mut faces {
-            f.redecide(&subjects, policy);
+        // Decided, looking again at the close calls (which needs the detector and the
+        // pixels; a project with nobody opted out never does).
+        if decide::may_look_again(&faces, &subjects, policy) {
+            let models = self.faces.models()?;
+            let (pixels, subjects) = (img.clone(), subjects.clone());
+            let (decided, how) = tokio::task::spawn_blocking(move || {
+                let how = decide::decide(&models, &pixels, &mut faces, &subjects, policy);
+                (faces, how)
+            })
+            .await
+            .map_err(blocking_err)?;
+            faces = decided;
+            let how = how.map_err(TaskError::from_classified)?;
+            if how.looked_again > 0 {
+                tracing::info!(photo = %id, looked_again = how.looked_again, changed = how.changed, "close calls looked at again");
+            }
+        } else {
+            for f in &mut faces {
+                f.redecide(&subjects, policy);
+            }
         }
         let plans = render::plan(&faces, &regions, proj.blur_expand);
         ctx.checkpoint().await?;

@@ -119,6 +119,7 @@ mod tests {
             score: 0.9,
             embedding: vec![],
             views: vec![],
+            looked_again: true,
             hard_to_recognise: false,
             evidence: None,
             rule: None,
