@@ -122,3 +122,47 @@ fn a_row_written_before_faces_were_searched_without_second_looks_had_them() {
             .is_none()
     );
 }
+
+/// Through the real pipeline: a project whose threshold (0.99) sits above what the astronaut's
+/// faces in the composite score against her portrait, so each of them is a close call at
+/// the first processing. Their second looks are stored in a new embeddings object, the one
+/// written at detection is deleted with the replaced files, and a re-blur for a second
+/// opt-out looks at no face twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_calls_store_their_views_and_leave_no_old_embeddings_behind() {
+    let r = support::rig().await;
+    let p = r.project(Some(0.99)).await;
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    let (photo, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let first = r.photo(photo).await;
+    assert!(first.published_at.is_some());
+    let faces = r.faces(&first).await;
+    let looked: Vec<_> = faces.iter().filter(|f| f.looked_again).collect();
+    assert!(!looked.is_empty(), "some face is a close call at 0.99");
+    assert!(
+        looked.iter().all(|f| !f.views.is_empty()),
+        "their views are stored"
+    );
+    // Nothing under the photo's prefix but what the row points at: the embeddings object
+    // written at detection, before the second looks, is gone.
+    let prefix = tessera_core::photo::keys::derived_prefix(p.id, photo);
+    assert_eq!(r.objects(&prefix).await, support::derived(&first));
+    assert!(first.replaced_keys.is_empty());
+
+    // A second opt-out re-decides from the stored faces: the faces looked at before keep
+    // their views, and still nothing is left behind.
+    r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    r.settle().await;
+    let second = r.photo(photo).await;
+    assert!(second.variant_version > first.variant_version);
+    assert!(second.published_at.is_some());
+    let again = r.faces(&second).await;
+    for (a, b) in faces.iter().zip(&again) {
+        if a.looked_again {
+            assert_eq!(a.views, b.views, "not looked at twice");
+        }
+    }
+    assert_eq!(r.objects(&prefix).await, support::derived(&second));
+}

@@ -145,6 +145,7 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
     r.ingest(&p, &event).await;
     r.settle().await;
     let first = r.photo(photo).await;
+    let first_faces = r.faces(&first).await;
     assert_eq!((first.variant_version, first.renditions.len()), (1, 2));
     // The rendered files (the embeddings object stays: faces are detected once).
     let first_keys: Vec<String> = derived(&first)
@@ -204,8 +205,19 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
             .map(|f| (f.bbox, f.embedding))
             .collect::<Vec<_>>()
     };
-    assert_eq!(strip(r.faces(&first).await), strip(r.faces(&second).await));
-    assert_eq!(first.embeddings_key, second.embeddings_key, "stored once");
+    let second_faces = r.faces(&second).await;
+    assert_eq!(strip(first_faces.clone()), strip(second_faces.clone()));
+    // Stored once, unless a close call against the new subject was looked at again: then
+    // a new object holds its new views, and the one it replaced is gone (below).
+    let looked_again = first_faces
+        .iter()
+        .zip(&second_faces)
+        .any(|(a, b)| !a.looked_again && b.looked_again && b.views.len() > a.views.len());
+    assert_eq!(
+        first.embeddings_key != second.embeddings_key,
+        looked_again,
+        "the embeddings object changes only with new views"
+    );
     assert_eq!(r.detections_in(job).await, 0);
     // Old files are gone, new ones are all there, nothing else under the prefix.
     let now = r.objects(&keys::derived_prefix(p.id, photo)).await;
