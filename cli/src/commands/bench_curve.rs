@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use tessera_core::photo::Face;
 use tessera_core::privacy::{MatchPolicy, MatchRule};
 use tessera_faces::search::Thoroughness;
-use tessera_jobs::photos::{decide, process, render, upload};
+use tessera_jobs::photos::{decide, faces, render, upload};
 
 /// The thresholds of the curve: 0.25 to 0.50 in steps of 0.025.
 fn thresholds() -> Vec<f32> {
@@ -99,8 +99,7 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
     for i in 0..a.photos {
         let (scene, bytes) = bench.scene(case, i)?;
         let decoded = upload::decode("scene", &bytes)?;
-        let faces =
-            process::faces_searched(&bench.product, &decoded.rgb, Thoroughness::Gated)?.faces;
+        let faces = faces::faces_searched(&bench.product, &decoded.rgb, Thoroughness::Gated)?.faces;
         let found = Found {
             faces,
             truth: scene.faces.clone(),
@@ -121,14 +120,7 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
             )
             .map_or(a.threshold, |r| r.threshold);
             let mut looked = f.clone();
-            if !looked.looked_again {
-                for l in bench
-                    .product
-                    .second_looks(&found.rgb, &decide::detection(&looked, &found.rgb))?
-                {
-                    looked.views.push(bench.product.embed(&found.rgb, &l)?);
-                }
-            }
+            decide::look_again(&bench.product, &found.rgb, &mut looked)?;
             for (k, s) in bench.subjects.iter().enumerate() {
                 let Some(sim) = f.similarity_to(s) else {
                     continue;

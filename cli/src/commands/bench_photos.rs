@@ -13,7 +13,7 @@ use tessera_core::SubjectId;
 use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
 use tessera_faces::FaceModels;
 use tessera_faces::search::{Pass, PassCost, Thoroughness};
-use tessera_jobs::photos::{FaceService, decide, process, project, render, upload as photo_upload};
+use tessera_jobs::photos::{FaceService, decide, faces, project, render, upload as photo_upload};
 
 #[derive(clap::Args, Debug)]
 pub struct PhotosBench {
@@ -70,7 +70,7 @@ fn process_once(
         .map_err(anyhow::Error::msg)?
         .rgb;
     let t1 = Instant::now();
-    let searched = process::faces_searched(models, &img, how)?;
+    let searched = faces::faces_searched(models, &img, how)?;
     let mut faces = searched.faces;
     let t_decide = Instant::now();
     let looked = decide::decide(models, &img, &mut faces, subjects, policy)?;

@@ -29,7 +29,7 @@ use tessera_core::photo::Face;
 use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
 use tessera_faces::search::Thoroughness;
 use tessera_faces::{DetectorKind, FaceModels};
-use tessera_jobs::photos::{decide, process, render, upload};
+use tessera_jobs::photos::{decide, faces, render, upload};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -99,8 +99,9 @@ fn faces_of(
     how: Option<Thoroughness>,
 ) -> anyhow::Result<(Vec<Face>, usize)> {
     let (mut faces, passes) = if let Some(how) = how {
-        let s = process::faces_searched(models, img, how)?;
-        (s.faces, s.passes)
+        let s = faces::faces_searched(models, img, how)?;
+        let passes = s.passes();
+        (s.faces, passes)
     } else {
         let (w, h) = img.dimensions();
         let mut v = Vec::new();
@@ -121,7 +122,8 @@ fn faces_of(
         (v, 1)
     };
     let looked = decide::decide(models, img, &mut faces, subjects, policy)?;
-    Ok((faces, passes + 3 * looked.looked_again))
+    let looks = tessera_faces::search::SECOND_LOOKS.len();
+    Ok((faces, passes + looks * looked.looked_again))
 }
 
 /// Writes one scene's stored bytes as `<case>-<i>.jpg` (or `.heic`), the case's name

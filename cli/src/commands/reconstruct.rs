@@ -2,11 +2,11 @@
 //! become a bundle-adjusted (optionally georeferenced) sparse model with exports and a
 //! report, with live progress, Ctrl-C to cancel and `--resume` to continue.
 
+use super::reconstruct_report::{Report, build_report};
 use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ use tessera_core::spec::{
     ReconstructionSpec,
 };
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::reconstruct::{self, Stage, checkpoint, georef_choice, pairing, resolution};
+use tessera_jobs::reconstruct::{self, georef_choice, pairing, resolution};
 use tokio_util::sync::CancellationToken;
 
 /// The project every embedded reconstruction belongs to.
@@ -157,45 +157,6 @@ fn parse_limit(s: &str) -> Result<(String, u64), String> {
         .parse()
         .map_err(|_| format!("`{mb}` is not a number of megabytes"))?;
     Ok((stage.to_string(), mb))
-}
-
-/// What a finished run reports (`report.json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub job_id: String,
-    pub status: String,
-    pub fingerprint: String,
-    /// The engine backend that ran (`pycolmap` or `colmap`).
-    pub engine: String,
-    /// Its version (COLMAP's, or pycolmap's).
-    pub colmap_version: String,
-    pub images: usize,
-    pub rejected: serde_json::Value,
-    pub registered_images: u64,
-    pub points: u64,
-    /// Every model the mapper built, largest (the primary, `sparse/0`) first; the others
-    /// are exported as `sparse/1`, `sparse/2`, …
-    pub submodels: serde_json::Value,
-    /// When the other sub-models' photos were joined to the largest: how many it gained.
-    pub merged: serde_json::Value,
-    pub metrics: serde_json::Value,
-    pub stages: Vec<serde_json::Value>,
-    /// Wall time of the stages that ran (skipped ones left out).
-    pub stages_wall_s: f64,
-    pub elapsed_s: f64,
-    pub outputs: Vec<String>,
-    /// The pair strategy `--pairs auto` chose, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pairs_auto: Option<pairing::Choice>,
-    /// Where the model was placed: the frame (`enu`, `ecef`, or `none` when a chosen
-    /// georeferencing could not place it, with why) and the GPS residual in metres.
-    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
-    pub georeference: serde_json::Value,
-    /// Whether `--georef auto` placed the model by GPS, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub georef_auto: Option<georef_choice::GeorefChoice>,
-    /// What was chosen for `--max-image-size` / `--max-features` not given, and why.
-    pub resolution_auto: Option<resolution::Resolution>,
 }
 
 /// The spec `args` ask for; `auto` is the choice for `--pairs auto`, `resolution` the
@@ -571,115 +532,6 @@ pub async fn drive(
     stop.cancel();
     let _ = worker_task.await;
     Ok(job)
-}
-
-/// Copy a finished job's export checkpoint into `out`, verified by checksum; returns the
-/// files and the exported model's metrics.
-pub async fn download_exports(
-    engine: &Engine,
-    job_id: tessera_core::JobId,
-    out: &Path,
-) -> anyhow::Result<(Vec<String>, serde_json::Value)> {
-    let objects = engine.ports().objects.as_ref();
-    let cp = checkpoint::manifest(objects, job_id, Stage::Export.name())
-        .await
-        .map_err(|e| anyhow::anyhow!(e.message))?
-        .context("the export checkpoint is missing; run again with --resume")?;
-    let mut files = Vec::new();
-    for f in &cp.files {
-        checkpoint::materialize(objects, job_id, &cp, &f.name, out)
-            .await
-            .map_err(|e| anyhow::anyhow!(e.message))?;
-        files.push(f.name.clone());
-    }
-    Ok((files, cp.result["model"].clone()))
-}
-
-async fn build_report(
-    engine: &Engine,
-    job_id: tessera_core::JobId,
-    job: &tessera_core::job::Job,
-    backend: &tessera_sfm::backend::BackendInfo,
-    started: Instant,
-    args: &Args,
-) -> anyhow::Result<Report> {
-    let tasks = engine.job_tasks(job_id).await?;
-    let mut stage_rows = Vec::new();
-    let mut wall = 0.0;
-    for name in tessera_jobs::reconstruct::Stage::ALL.map(|s| s.name()) {
-        let Some(t) = tasks.iter().find(|t| t.name == name) else {
-            continue;
-        };
-        let r = t.result.clone().unwrap_or_default();
-        let skipped = r["skipped"].as_bool().unwrap_or(false);
-        if !skipped {
-            wall += r["wall_s"].as_f64().unwrap_or(0.0);
-        }
-        let peak = [&r["process"], &r["passes"][0], &r["passes"][1]]
-            .iter()
-            .filter_map(|p| p["peak_rss_bytes"].as_u64())
-            .max();
-        stage_rows.push(serde_json::json!({
-            "stage": name, "state": t.state, "attempts": t.attempts, "skipped": skipped,
-            "wall_s": r["wall_s"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
-            "last_error": t.last_error.as_ref().map(|e| serde_json::json!({"class": e.class, "message": e.message})),
-        }));
-    }
-    let mut report = Report {
-        job_id: job_id.to_string(),
-        status: job.status().to_string(),
-        fingerprint: job.fingerprint.clone(),
-        engine: backend.name.clone(),
-        colmap_version: backend.version.clone(),
-        images: 0,
-        rejected: serde_json::Value::Null,
-        registered_images: 0,
-        points: 0,
-        submodels: serde_json::Value::Null,
-        merged: serde_json::Value::Null,
-        metrics: serde_json::Value::Null,
-        stages: stage_rows,
-        stages_wall_s: wall,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        outputs: Vec::new(),
-        pairs_auto: None,
-        georeference: serde_json::Value::Null,
-        georef_auto: None,
-        resolution_auto: None,
-    };
-    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Georeference.name())
-        && let Some(r) = &t.result
-    {
-        report.georeference = serde_json::json!({
-            "frame": r["frame"], "alignment_residual_m": r["alignment_residual_m"],
-            "placed": r["frame"] != "none", "why": r["why"],
-        });
-    }
-    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Ingest.name())
-        && let Some(r) = &t.result
-    {
-        report.images = r["images"].as_array().map_or(0, Vec::len);
-        report.rejected = r["rejected"].clone();
-    }
-    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Map.name())
-        && let Some(r) = &t.result
-    {
-        report.submodels = r["submodels"].clone();
-        report.merged = r["merged"].clone();
-    }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create output folder {}", args.out.display()))?;
-    if job.status() == JobStatus::Succeeded {
-        let (outputs, metrics) = download_exports(engine, job_id, &args.out).await?;
-        report.outputs = outputs;
-        report.metrics = metrics;
-        report.registered_images = report.metrics["registered_images"].as_u64().unwrap_or(0);
-        report.points = report.metrics["points"].as_u64().unwrap_or(0);
-    }
-    let text = serde_json::to_vec_pretty(&report)?;
-    std::fs::write(args.out.join("report.json"), text)
-        .with_context(|| format!("cannot write {}", args.out.join("report.json").display()))?;
-    Ok(report)
 }
 
 pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCode> {

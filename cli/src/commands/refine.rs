@@ -1,7 +1,8 @@
 //! `tessera relocalize BASE_JOB NEW_PHOTOS --out OUT` and `tessera triangulate BASE_JOB
 //! --out OUT`: refinements of a finished reconstruction.
 
-use super::reconstruct::{download_exports, drive, upload};
+use super::reconstruct::{drive, upload};
+use super::reconstruct_report::download_exports;
 use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};

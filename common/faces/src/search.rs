@@ -28,6 +28,7 @@
 use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
 use image::RgbImage;
 use image::imageops::{self, FilterType};
+use std::borrow::Cow;
 
 /// Side of a full-resolution tile (a multiple of 32).
 pub const TILE: u32 = 1280;
@@ -63,12 +64,13 @@ impl Turn {
     /// All four, upright first.
     pub const ALL: [Turn; 4] = [Turn::Upright, Turn::Cw90, Turn::Cw180, Turn::Cw270];
 
-    fn apply(self, img: &RgbImage) -> RgbImage {
+    /// The image turned; upright, the image itself (no copy).
+    fn apply(self, img: &RgbImage) -> Cow<'_, RgbImage> {
         match self {
-            Turn::Upright => img.clone(),
-            Turn::Cw90 => imageops::rotate90(img),
-            Turn::Cw180 => imageops::rotate180(img),
-            Turn::Cw270 => imageops::rotate270(img),
+            Turn::Upright => Cow::Borrowed(img),
+            Turn::Cw90 => Cow::Owned(imageops::rotate90(img)),
+            Turn::Cw180 => Cow::Owned(imageops::rotate180(img)),
+            Turn::Cw270 => Cow::Owned(imageops::rotate270(img)),
         }
     }
 
@@ -157,13 +159,16 @@ pub struct Found {
     /// For each face, the landmarks of up to [`MAX_VIEWS`] other detections of it (from
     /// other turns or tiles), best first: more chances to recognise who it is.
     pub views: Vec<Vec<Landmarks>>,
-    /// Detector runs, all kinds together.
-    pub passes: usize,
     /// Per kind of pass (indexed as [`Pass::ALL`]): runs and time.
     pub cost: [PassCost; 5],
 }
 
 impl Found {
+    /// Detector runs, all kinds together.
+    pub fn passes(&self) -> usize {
+        self.cost.iter().map(|c| c.runs).sum()
+    }
+
     /// What the passes of `kind` cost.
     pub fn cost_of(&self, kind: Pass) -> PassCost {
         self.cost[kind as usize]
@@ -180,11 +185,13 @@ pub const PROBE_BETTER: f32 = 0.1;
 /// turned passes found in the untagged, tilted and HEIC cases was found by the probes too.
 pub const PROBE_SIDE: u32 = 960;
 
-fn scaled_to(img: &RgbImage, side: u32) -> (RgbImage, f32) {
+/// `img` with its long side at most `side` (itself, uncopied, when it already is), and
+/// the scale applied.
+fn scaled_to(img: &RgbImage, side: u32) -> (Cow<'_, RgbImage>, f32) {
     let (w, h) = img.dimensions();
     let long = w.max(h);
     if long <= side {
-        return (img.clone(), 1.0);
+        return (Cow::Borrowed(img), 1.0);
     }
     let scale = side as f32 / long as f32;
     let resized = imageops::resize(
@@ -193,7 +200,7 @@ fn scaled_to(img: &RgbImage, side: u32) -> (RgbImage, f32) {
         ((h as f32 * scale).round() as u32).max(1),
         FilterType::Triangle,
     );
-    (resized, scale)
+    (Cow::Owned(resized), scale)
 }
 
 /// How thoroughly to search.
@@ -232,7 +239,6 @@ pub fn search<E>(
         let c = &mut found.cost[kind as usize];
         c.runs += 1;
         c.ms += t0.elapsed().as_secs_f64() * 1e3;
-        found.passes += 1;
         out
     };
     let (scaled, scale) = scaled_to(img, MAX_SIDE);

@@ -156,7 +156,10 @@ fn a_photo_larger_than_the_detector_input_is_scaled_and_boxes_map_back() {
     let a = m.detect(&small).unwrap();
     let found = m.search(&big).unwrap();
     assert_eq!(a.len(), 8);
-    assert!(found.passes > 4, "the big photo is also searched in tiles");
+    assert!(
+        found.passes() > 4,
+        "the big photo is also searched in tiles"
+    );
     // Every face of the small photo is found in the big one, in the big one's pixels
     // (3× the small one's; a tile sees the face at full size, so its box differs by a
     // few small-photo pixels); tiles may add at most one more box.
@@ -212,7 +215,7 @@ fn passes_run_where_the_evidence_calls_for_them() {
     assert_eq!(runs(&upright, Pass::Turn), 0, "no probe saw a turned face");
     assert_eq!(runs(&upright, Pass::Tile), 0);
     assert_eq!(runs(&upright, Pass::SecondLook), 0);
-    assert_eq!(upright.passes, 4);
+    assert_eq!(upright.passes(), 4);
 
     let turned = m.search(&image::imageops::rotate90(&comp)).unwrap();
     // As in `turned_and_tilted_faces_are_found`: the eight, and at most one spurious box

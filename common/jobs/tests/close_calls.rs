@@ -6,7 +6,7 @@ mod support;
 use support::{models, shared};
 use tessera_core::SubjectId;
 use tessera_core::privacy::{FaceDecision, MatchPolicy, SubjectEmbeddings};
-use tessera_jobs::photos::{decide, process};
+use tessera_jobs::photos::{decide, faces};
 
 fn composite() -> image::RgbImage {
     image::open(shared().join("testdata/faces/composite_pd_1280x896.jpg"))
@@ -31,7 +31,7 @@ fn hopper() -> SubjectEmbeddings {
 fn only_close_calls_are_looked_at_again_and_once() {
     let m = models();
     let img = composite();
-    let faces = process::faces_in(&m, &img).unwrap();
+    let faces = faces::faces_in(&m, &img).unwrap();
     assert_eq!(faces.len(), 8);
     assert!(
         faces.iter().all(|f| !f.looked_again),

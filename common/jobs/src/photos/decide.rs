@@ -59,16 +59,31 @@ pub fn decide(
             continue;
         }
         let before = f.decision.blurred_in(None);
-        let looks = models.second_looks(img, &detection(f, img))?;
-        for l in looks.iter().rev() {
-            f.views.insert(0, models.embed(img, l)?);
-        }
-        f.looked_again = true;
+        look_again(models, img, f)?;
         f.redecide(subjects, policy);
         out.looked_again += 1;
         out.changed += usize::from(f.decision.blurred_in(None) != before);
     }
     Ok(out)
+}
+
+/// Take `f`'s second looks in the upright `img`, put their embeddings first among its
+/// views and mark it looked at (it is not decided again here). Nothing for a face already
+/// looked at.
+pub fn look_again(
+    models: &FaceModels,
+    img: &image::RgbImage,
+    f: &mut Face,
+) -> Result<(), FaceError> {
+    if f.looked_again {
+        return Ok(());
+    }
+    let looks = models.second_looks(img, &detection(f, img))?;
+    for l in looks.iter().rev() {
+        f.views.insert(0, models.embed(img, l)?);
+    }
+    f.looked_again = true;
+    Ok(())
 }
 
 /// Whether deciding `faces` needs the detector and the photo's pixels: someone opted out,
@@ -80,7 +95,7 @@ pub fn may_look_again(faces: &[Face], subjects: &[SubjectEmbeddings], policy: Ma
 }
 
 /// The stored face as a detection in `img`'s pixels.
-pub fn detection(f: &Face, img: &image::RgbImage) -> Detection {
+fn detection(f: &Face, img: &image::RgbImage) -> Detection {
     let (w, h) = (img.width() as f32, img.height() as f32);
     let b = f.bbox;
     Detection {

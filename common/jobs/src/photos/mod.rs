@@ -20,6 +20,7 @@
 pub mod cleanup;
 pub mod decide;
 pub mod erase;
+pub mod faces;
 pub mod fault;
 pub mod ingest;
 pub mod process;

@@ -25,7 +25,7 @@
 //! boxes, the task fails permanently and the photo is unpublished.
 
 use super::render::{self, FileMeta, VariantPlan};
-use super::{FaceService, decide, fault, payload_photo, row, upload, view};
+use super::{FaceService, decide, faces, fault, payload_photo, row, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -35,13 +35,12 @@ use tessera_core::job::Job;
 use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::{Condition, Write};
-use tessera_core::privacy::{FaceDecision, MatchPolicy};
+use tessera_core::privacy::MatchPolicy;
 use tessera_core::privacy_view;
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
 use tessera_core::{Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
-use tessera_faces::search::{PassCost, Thoroughness};
 use tessera_imaging::Orientation;
 
 /// Which job this is.
@@ -67,75 +66,6 @@ pub struct Process {
 
 fn blocking_err(e: tokio::task::JoinError) -> TaskError {
     TaskError::transient(format!("worker thread: {e}"))
-}
-
-/// Faces of the upright `img` as stored on the row (decisions filled in later): the
-/// search the evidence calls for ([`tessera_faces::search`]), each face embedded from its
-/// best detection ([`super::decide`] adds better views where a match is close).
-pub fn faces_in(
-    models: &tessera_faces::FaceModels,
-    img: &image::RgbImage,
-) -> Result<Vec<Face>, tessera_faces::FaceError> {
-    Ok(faces_searched(models, img, Thoroughness::Gated)?.faces)
-}
-
-/// The faces of one search, and what its passes cost (for the benchmarks).
-pub struct Searched {
-    /// As [`faces_in`] gives them.
-    pub faces: Vec<Face>,
-    /// Detector runs, all kinds together.
-    pub passes: usize,
-    /// Per kind of pass, as [`tessera_faces::search::Found::cost`].
-    pub cost: [PassCost; 5],
-    /// Time embedding the faces and their views, milliseconds.
-    pub embed_ms: f64,
-}
-
-/// [`faces_in`] searched as thoroughly as `how` says, with what it cost.
-pub fn faces_searched(
-    models: &tessera_faces::FaceModels,
-    img: &image::RgbImage,
-    how: Thoroughness,
-) -> Result<Searched, tessera_faces::FaceError> {
-    let (w, h) = img.dimensions();
-    let found = models.search_with(img, how)?;
-    let (passes, cost) = (found.passes, found.cost);
-    let t0 = std::time::Instant::now();
-    let faces = found
-        .faces
-        .into_iter()
-        .zip(found.views)
-        .map(|(d, views)| {
-            Ok(Face {
-                bbox: FracRect::from_pixels(d.bbox, w, h),
-                landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
-                score: d.score,
-                looked_again: how == Thoroughness::Every,
-                hard_to_recognise: false,
-                evidence: Some(tessera_faces::search::evidence(&d)),
-                rule: None,
-                embedding: models.embed(img, &d.landmarks)?,
-                // Other views cost an embedding each (most of a photo's time); the
-                // product embeds only the best detection, and the decision looks again,
-                // with better-aligned views, at the faces whose match is close.
-                views: if how == Thoroughness::Every {
-                    views
-                        .iter()
-                        .map(|l| models.embed(img, l))
-                        .collect::<Result<_, _>>()?
-                } else {
-                    Vec::new()
-                },
-                decision: FaceDecision::FailClosed,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Searched {
-        faces,
-        passes,
-        cost,
-        embed_ms: t0.elapsed().as_secs_f64() * 1e3,
-    })
 }
 
 /// What a row under older [`RULES`] becomes: regions mapped from stored to displayed
@@ -258,7 +188,7 @@ impl TaskHandler for Process {
                 let models = self.faces.models()?;
                 let detector = models.detector_kind().as_str();
                 let pixels = img.clone();
-                let found = tokio::task::spawn_blocking(move || faces_in(&models, &pixels))
+                let found = tokio::task::spawn_blocking(move || faces::faces_in(&models, &pixels))
                     .await
                     .map_err(blocking_err)?
                     .map_err(TaskError::from_classified)?;

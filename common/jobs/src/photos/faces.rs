@@ -1,0 +1,80 @@
+//! A photo's faces as its row stores them: found by the search
+//! ([`tessera_faces::search`]) and embedded, their decisions left to [`super::decide`].
+
+use tessera_core::geometry::FracRect;
+use tessera_core::photo::Face;
+use tessera_core::privacy::FaceDecision;
+use tessera_faces::search::{PassCost, Thoroughness};
+
+/// Faces of the upright `img` as stored on the row (decisions filled in later): the
+/// search the evidence calls for ([`tessera_faces::search`]), each face embedded from its
+/// best detection ([`super::decide`] adds better views where a match is close).
+pub fn faces_in(
+    models: &tessera_faces::FaceModels,
+    img: &image::RgbImage,
+) -> Result<Vec<Face>, tessera_faces::FaceError> {
+    Ok(faces_searched(models, img, Thoroughness::Gated)?.faces)
+}
+
+/// The faces of one search, and what its passes cost (for the benchmarks).
+pub struct Searched {
+    /// As [`faces_in`] gives them.
+    pub faces: Vec<Face>,
+    /// Per kind of pass, as [`tessera_faces::search::Found::cost`].
+    pub cost: [PassCost; 5],
+    /// Time embedding the faces and their views, milliseconds.
+    pub embed_ms: f64,
+}
+
+impl Searched {
+    /// Detector runs, all kinds together.
+    pub fn passes(&self) -> usize {
+        self.cost.iter().map(|c| c.runs).sum()
+    }
+}
+
+/// [`faces_in`] searched as thoroughly as `how` says, with what it cost.
+pub fn faces_searched(
+    models: &tessera_faces::FaceModels,
+    img: &image::RgbImage,
+    how: Thoroughness,
+) -> Result<Searched, tessera_faces::FaceError> {
+    let (w, h) = img.dimensions();
+    let found = models.search_with(img, how)?;
+    let cost = found.cost;
+    let t0 = std::time::Instant::now();
+    let faces = found
+        .faces
+        .into_iter()
+        .zip(found.views)
+        .map(|(d, views)| {
+            Ok(Face {
+                bbox: FracRect::from_pixels(d.bbox, w, h),
+                landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
+                score: d.score,
+                looked_again: how == Thoroughness::Every,
+                hard_to_recognise: false,
+                evidence: Some(tessera_faces::search::evidence(&d)),
+                rule: None,
+                embedding: models.embed(img, &d.landmarks)?,
+                // Other views cost an embedding each (most of a photo's time); the
+                // product embeds only the best detection, and the decision looks again,
+                // with better-aligned views, at the faces whose match is close.
+                views: if how == Thoroughness::Every {
+                    views
+                        .iter()
+                        .map(|l| models.embed(img, l))
+                        .collect::<Result<_, _>>()?
+                } else {
+                    Vec::new()
+                },
+                decision: FaceDecision::FailClosed,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Searched {
+        faces,
+        cost,
+        embed_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
