@@ -117,6 +117,8 @@ fn faces_of(
                 evidence: Some(tessera_faces::search::evidence(&d)),
                 rule: None,
                 decision: tessera_core::privacy::FaceDecision::FailClosed,
+                cluster: None,
+                ruling: None,
             });
         }
         (v, 1)

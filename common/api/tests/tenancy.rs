@@ -109,6 +109,18 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         .as_str()
         .unwrap()
         .to_string();
+    // The people its photo shows.
+    let clusters = json_of(
+        c.get(format!("{base}/v1/x-tessera/projects/{pid}/clusters"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let cluster = clusters["items"][0]["cluster_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{clusters}"))
+        .to_string();
     let dataset = json_of(
         c.post(format!("{base}/v1/projects/{pid}/datasets"))
             .json(&json!({"name": "scene"}))
@@ -218,6 +230,7 @@ async fn every_route_answers_404_to_another_tenant_and_changes_nothing() {
         ("file", "points.bin".into()),
         ("photo_id", photo.clone()),
         ("subject_id", sid.clone()),
+        ("cluster_id", cluster.clone()),
         ("variant", variant.clone()),
         ("key_id", key.clone()),
         ("webhook_id", webhook.clone()),

@@ -166,6 +166,8 @@ mod tests {
             evidence: None,
             rule: None,
             decision: FaceDecision::FailClosed,
+            cluster: None,
+            ruling: None,
         }
     }
 

@@ -78,6 +78,10 @@ ulid_id!(
     /// A person who asked not to be published.
     SubjectId, "subject");
 ulid_id!(
+    /// One person as a project's photos show them: faces of several photos that look
+    /// alike ([`crate::clusters`]).
+    ClusterId, "cluster");
+ulid_id!(
     /// A webhook: where a tenant's notices are delivered.
     WebhookId, "webhook");
 

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod camera;
 pub mod catalog;
 pub mod clock;
+pub mod clusters;
 pub mod domain;
 pub mod embeddings;
 pub mod error;
@@ -33,5 +34,6 @@ pub mod weakening;
 pub use clock::Millis;
 pub use error::{Classify, ErrorClass};
 pub use ids::{
-    DatasetId, ImageId, JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId, WebhookId,
+    ClusterId, DatasetId, ImageId, JobId, PhotoId, ProjectId, SubjectId, TaskId, TenantId,
+    WebhookId,
 };

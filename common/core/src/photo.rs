@@ -69,6 +69,12 @@ pub struct Face {
     pub rule: Option<crate::privacy::MatchRule>,
     /// What matching decided, against the subjects at the time of the last render.
     pub decision: FaceDecision,
+    /// The person it was found to be among the project's faces ([`crate::clusters`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::ClusterId>,
+    /// Where its cluster, not its own evidence, made the last decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ruling: Option<crate::clusters::Ruling>,
 }
 
 fn yes() -> bool {
@@ -91,6 +97,7 @@ impl Face {
             crate::privacy::MatchRule::for_face(policy, self.evidence, self.hard_to_recognise);
         self.decision = self.decide_under(subjects, rule);
         self.rule = rule;
+        self.ruling = None;
     }
 
     /// What [`Face::redecide`] would decide, leaving the face as it is.

@@ -265,6 +265,54 @@ pub fn subject_item(s: &Subject) -> Item {
     Item::new(subject_key(s.project, s.id), to_body(s))
 }
 
+/// Key of one of a project's clusters (its head: counts and centroid). In a partition of
+/// the project's clusters, not the project's own: photo jobs never touch the project's
+/// partition (its record is read through the view shards), and a burst of joins writes
+/// here about 1.2 KB each.
+pub fn cluster_key(project: ProjectId, id: crate::ClusterId) -> ItemKey {
+    ItemKey::new(
+        project_clusters_partition(project),
+        format!("{CLUSTER_PREFIX}{id}"),
+    )
+}
+
+/// The partition of a project's cluster heads (erased with the project).
+pub fn project_clusters_partition(project: ProjectId) -> String {
+    format!("PROJECT#{project}#CLUSTERS")
+}
+
+/// Sort-key prefix of a project's cluster heads.
+pub const CLUSTER_PREFIX: &str = "CLUSTER#";
+
+/// Key of a cluster's representative views (about 25 KB): in a partition of its own, so
+/// the writes of many joins at once spread over as many partitions as there are people.
+pub fn cluster_reps_key(_project: ProjectId, id: crate::ClusterId) -> ItemKey {
+    ItemKey::new(format!("CLUSTER#{id}"), "REPS")
+}
+
+/// A cluster as its two items: the head (counts and centroid, what a listing and a
+/// face's search for its cluster read) and its representative views.
+pub fn cluster_items(c: &crate::clusters::Cluster) -> (Item, Item) {
+    let head = crate::clusters::Cluster {
+        reps: Vec::new(),
+        ..c.clone()
+    };
+    (
+        Item::new(cluster_key(c.project, c.id), to_body(&head)),
+        Item::new(
+            cluster_reps_key(c.project, c.id),
+            serde_json::json!({ "reps": to_body(&c.reps) }),
+        ),
+    )
+}
+
+/// Key of the record of which cluster face `index` of `photo` joined: in the photo's own
+/// partition, so the photo's erasure sweeps it, and written only if absent, so a retried
+/// join counts the face once.
+pub fn cluster_member_key(photo: PhotoId, index: u32) -> ItemKey {
+    ItemKey::new(format!("PHOTO#{photo}"), format!("CLUSTER_OF#{index:05}"))
+}
+
 /// Key of a photo.
 pub fn photo_key(id: PhotoId) -> ItemKey {
     ItemKey::new(format!("PHOTO#{id}"), "PHOTO")

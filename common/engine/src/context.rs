@@ -58,6 +58,22 @@ impl TaskContext {
         }
     }
 
+    /// The write that makes a transaction fail once this run has lost its lease: first
+    /// in a transaction the handler commits through another use case (one that commits
+    /// follow-up work of its own with it), as [`TaskContext::commit`] puts it first.
+    pub fn fence_write(&self) -> Write {
+        Write::Check {
+            key: records::task_key(self.task.id),
+            condition: records::fenced(self.task.epoch),
+        }
+    }
+
+    /// The engine, for a use case that prepares a job in its own transaction (with
+    /// [`TaskContext::fence_write`] among its writes).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Cancelled when the lease is lost (taken over, revoked by a forced cancel).
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.cancel
@@ -68,13 +84,7 @@ impl TaskContext {
     /// made before it finishes go through here, so a worker whose lease was taken over
     /// can never write after its successor.
     pub async fn commit(&self, mut writes: Vec<Write>) -> Result<(), TaskError> {
-        writes.insert(
-            0,
-            Write::Check {
-                key: records::task_key(self.task.id),
-                condition: records::fenced(self.task.epoch),
-            },
-        );
+        writes.insert(0, self.fence_write());
         match self.engine.ports.store.transact(writes).await {
             Ok(()) => Ok(()),
             Err(StoreError::Conflict { index: 0, .. }) => Err(TaskError::cancelled(format!(

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod artifacts;
+pub mod clusters;
 pub mod datasets;
 pub mod downloads;
 pub mod events;

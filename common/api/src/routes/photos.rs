@@ -259,7 +259,7 @@ pub(crate) fn photo_view(
         "original_deleted": p.original_deleted_at.is_some(),
         "published_at": p.published_at.map(|m| m.to_rfc3339()),
         "variant_version": p.variant_version,
-        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)) })).collect::<Vec<_>>()),
+        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)), "cluster_id": f.cluster, "cluster_ruling": f.ruling.as_ref().map(|r| json!({ "ruling": r, "why": r.explain() })) })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
         "variants": p.renditions.iter().map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());

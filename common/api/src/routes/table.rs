@@ -3,8 +3,9 @@
 //! ([`super::openapi`]) are both built from it, so they cannot disagree.
 
 use super::{
-    admin, artifacts, datasets, downloads, events, image_files, jobs, meta, optional, photo_review,
-    photos, pipeline_run, pipelines, privacy, projects, reconstructions, uploads, webhooks, ws,
+    admin, artifacts, clusters, datasets, downloads, events, image_files, jobs, meta, optional,
+    photo_review, photos, pipeline_run, pipelines, privacy, projects, reconstructions, uploads,
+    webhooks, ws,
 };
 use crate::ApiState;
 use axum::http::Method;
@@ -811,6 +812,24 @@ pub fn table() -> Vec<Operation> {
             "x-tessera",
             200,
             get(privacy::list_subjects),
+        ),
+        op(
+            M::GET,
+            "/v1/x-tessera/projects/{project_id}/clusters",
+            "/v1/x-tessera/projects/{project_id}/clusters",
+            "List the people the project's photos show, most photos first (admin)",
+            "x-tessera",
+            200,
+            get(clusters::list),
+        ),
+        op(
+            M::POST,
+            "/v1/x-tessera/projects/{project_id}/clusters/{cluster_id}/opt-out",
+            "/v1/x-tessera/projects/{project_id}/clusters/{cluster_id}/opt-out",
+            "Opt a cluster's person out from its views; re-blurs every photo (admin)",
+            "x-tessera",
+            201,
+            post(clusters::opt_out),
         ),
         op(
             M::DELETE,

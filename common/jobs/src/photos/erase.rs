@@ -24,7 +24,8 @@ pub fn photo_erasure(project: ProjectId, photo: PhotoId) -> Erasure {
             keys::derived_prefix(project, photo),
             format!("uploads/{project}/{photo}/"),
         ],
-        partitions: Vec::new(),
+        // Which cluster each of its faces joined (`super::clusters`).
+        partitions: vec![("table".into(), records::photo_key(photo).pk)],
         erased_at: Millis::now(),
         swept: false,
     }
@@ -38,6 +39,9 @@ pub async fn erase_photo(
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
+    // Its faces' embeddings leave its clusters first: once the row is gone, nothing
+    // would say which clusters hold them.
+    super::clusters::forget_photo(store, photo).await?;
     commit_erasure(
         store,
         &e,
@@ -214,6 +218,9 @@ pub async fn delete_empty_project(
             left.join(", ")
         )));
     }
+    // With no photo left, what clusters remain hold faces of none (a join that raced an
+    // erasure): they go with the project.
+    super::clusters::erase_all(store, project).await?;
     remove_project(
         store,
         &item,
@@ -287,7 +294,10 @@ fn project_erasure(project: ProjectId) -> Erasure {
             // Subject sets: the opted-out subjects' embeddings.
             tessera_core::privacy_view::subject_sets_prefix(project),
         ],
-        partitions: Vec::new(),
+        // Its cluster heads (each photo's erasure takes its faces out of them, and the
+        // project's erasure deletes what remains with their views; this catches a head
+        // written by a join that raced the erasure).
+        partitions: vec![("table".into(), records::project_clusters_partition(project))],
         erased_at: Millis::now(),
         swept: false,
     }
@@ -395,6 +405,8 @@ pub async fn erase_project(
             done.datasets += 1;
         }
     }
+    // Clusters left without photos (a join that raced an erasure): their views too.
+    super::clusters::erase_all(store, project).await?;
     // Refused uploads: their bytes and the blobs they came from, like any photo's.
     for r in super::status::refusals(store, project).await? {
         match erase_refused(store, objects, &r, actor).await {

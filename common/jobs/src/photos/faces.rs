@@ -69,6 +69,8 @@ pub fn faces_searched(
                     Vec::new()
                 },
                 decision: FaceDecision::FailClosed,
+                cluster: None,
+                ruling: None,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

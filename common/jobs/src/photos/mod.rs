@@ -18,6 +18,7 @@
 //! [`tessera_core::photo`].
 
 pub mod cleanup;
+pub mod clusters;
 pub mod decide;
 pub mod erase;
 pub mod faces;

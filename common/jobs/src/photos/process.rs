@@ -25,7 +25,7 @@
 //! boxes, the task fails permanently and the photo is unpublished.
 
 use super::render::{self, FileMeta, VariantPlan};
-use super::{FaceService, decide, faces, fault, payload_photo, row, upload, view};
+use super::{FaceService, clusters, decide, faces, fault, payload_photo, row, upload, view};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ impl TaskHandler for Process {
         let Some(mut photo) = row::find(store, id).await? else {
             return Ok(row::erased(id));
         };
-        let proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
+        let mut proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
             .await
             .map_err(TaskError::from_classified)?;
         // A thumbnail_dims message re-sent after the photo was processed (and is current)
@@ -118,11 +118,11 @@ impl TaskHandler for Process {
         // The subjects are the set the view names (immutable, named by its content), so
         // they are the ones of `decided_rev`; a change since is caught by the publishing
         // condition on the same view.
-        let decided_rev = proj.subjects_rev;
-        let subjects = view::subjects(store, ports.objects.as_ref(), &proj)
+        let mut decided_rev = proj.subjects_rev;
+        let mut subjects = view::subjects(store, ports.objects.as_ref(), &proj)
             .await
             .map_err(TaskError::from_classified)?;
-        let policy = MatchPolicy::from_threshold(proj.match_threshold);
+        let mut policy = MatchPolicy::from_threshold(proj.match_threshold);
 
         if let Some(at) = photo.original_deleted_at {
             return Err(TaskError::permanent(format!(
@@ -234,6 +234,28 @@ impl TaskHandler for Process {
             for f in &mut faces {
                 f.redecide(&subjects, policy);
             }
+        }
+        // The faces join their project's clusters, and a cluster's standing may decide a
+        // face its own evidence did not (`tessera_core::clusters`).
+        let joined = clusters::join(ctx, &photo, &mut faces, &subjects, policy).await?;
+        if joined.redecided.is_some() {
+            // The join was committed with a re-decision of every photo: this one is
+            // decided at the new revision too, or its publication would be refused.
+            proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
+                .await
+                .map_err(TaskError::from_classified)?;
+            decided_rev = proj.subjects_rev;
+            subjects = view::subjects(store, ports.objects.as_ref(), &proj)
+                .await
+                .map_err(TaskError::from_classified)?;
+            policy = MatchPolicy::from_threshold(proj.match_threshold);
+            for f in &mut faces {
+                f.redecide(&subjects, policy);
+            }
+        }
+        let ruled = tessera_core::clusters::apply(&mut faces, &joined.clusters, &subjects, policy);
+        if joined.joined > 0 || ruled > 0 {
+            tracing::info!(photo = %id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");
         }
         let plans = render::plan(&faces, &regions, proj.blur_expand);
         ctx.checkpoint().await?;

@@ -312,12 +312,31 @@ pub async fn enrol(
     })
     .await
     .map_err(|e| PhotoError::Invalid(format!("enrolment thread failed: {e}")))??;
+    enrol_embeddings(engine, project, label, embeddings, names, actor).await
+}
+
+/// Enrol an opted-out subject from embeddings already checked (`references` names where
+/// each came from): the subject, the project's counters and the sweep that re-blurs
+/// every photo, in one transaction, audited.
+pub async fn enrol_embeddings(
+    engine: &Engine,
+    project: ProjectId,
+    label: &str,
+    embeddings: Vec<Vec<f32>>,
+    references: Vec<String>,
+    actor: &Actor,
+) -> Result<(Subject, SubjectChange), PhotoError> {
+    if label.trim().is_empty() {
+        return Err(PhotoError::Invalid(
+            "a subject needs a label (a name people recognise)".into(),
+        ));
+    }
     let s = Subject {
         id: SubjectId::new(),
         project,
         label: label.to_string(),
         embeddings,
-        references: names,
+        references,
         created_at: Millis::now(),
     };
     let change = change_subjects(
@@ -417,7 +436,19 @@ pub async fn remove_subject(
 /// Re-decide every photo of a project with nothing else changed: how rows made under
 /// older [`tessera_core::photo::RULES`] are migrated.
 pub async fn reblur_all(engine: &Engine, project: ProjectId) -> Result<SubjectChange, PhotoError> {
-    change_subjects(engine, project, Vec::new(), SubjectDelta::Same, |_| {
+    redecide_with(engine, project, Vec::new()).await
+}
+
+/// Commit `writes` (first) with a re-decision of every photo of `project`: its
+/// `subjects_rev` bumped and the sweep, in one transaction. How a cluster whose standing
+/// changed has its members in other photos decided again ([`super::clusters`]). A
+/// conflict on one of `writes` is returned as is, with its index.
+pub async fn redecide_with(
+    engine: &Engine,
+    project: ProjectId,
+    writes: Vec<Write>,
+) -> Result<SubjectChange, PhotoError> {
+    change_subjects(engine, project, writes, SubjectDelta::Same, |_| {
         Ok(Vec::new())
     })
     .await

@@ -124,6 +124,8 @@ mod tests {
             evidence: None,
             rule: None,
             decision,
+            cluster: None,
+            ruling: None,
         }
     }
 
