@@ -636,6 +636,20 @@ try {
   await page.getByRole('button', { name: 'Delete photo' }).click();
   await page.waitForURL(/\/privacy$/);
   await until(page, 'the broken upload gone', () => (window.__tessera.privacy?.photos || []).length === 1);
+  // The people in its photo: Grace Hopper appears three times in the group photo. Opt her
+  // out from here, with no reference photo; her faces are blurred once it is re-decided.
+  await until(page, 'the people in the photos listed', () => (window.__tessera.privacy?.people || []).some((p) => p.faces === 3 && p.standing !== 'opted_out'));
+  assert.ok((await state(page, () => window.__tessera.privacy.people)).some((p) => p.standing === 'opted_out'), 'the astronaut\'s person is listed as opted out');
+  const hopperAt = await state(page, () => window.__tessera.privacy.people.findIndex((p) => p.faces === 3)) + 1;
+  await page.getByText(/this person appears in 1 photo \(3 faces\)/).waitFor();
+  await page.getByLabel(`Label for person ${hopperAt}`).fill('the woman in uniform');
+  await page.getByRole('button', { name: `Opt person ${hopperAt} out` }).click();
+  await page.getByText(/the woman in uniform opted out: every photo is re-decided/).waitFor();
+  await until(page, 'her faces blurred and the photo published again', () => {
+    const t = window.__tessera.privacy;
+    return t?.people?.some((p) => p.faces === 3 && p.standing === 'opted_out') && t.notCurrent === 0 && t.photos.every((p) => p.status === 'published');
+  }, null, 120_000);
+  await page.getByText(/opted out as the woman in uniform/).waitFor();
   await page.goto(hookPage);
   await until(page, 'the deliveries page again', () => window.__tessera.webhook?.loaded === true);
   // Deleting it from its page.

@@ -45,6 +45,18 @@ function thresholdSays(settings, subjects) {
     : 'Nobody has opted out, so photos are published as they are.';
 }
 
+/** The people a project's photos show, or `null` where the key may not list them. */
+const peopleOf = (pid) => api(`/v1/x-tessera/projects/${pid}/clusters?page_size=100`)
+  .then((r) => r.items)
+  .catch((e) => { if (e.status === 403) return null; throw e; });
+
+/** A person's standing in words. */
+function standingSays(c) {
+  if (c.standing === 'opted_out') return `opted out as ${c.subjects.map((s) => s.label).join(', ')}: blurred in every photo`;
+  if (c.standing === 'nobody') return `${c.clear_views} clear views match nobody who opted out: shown`;
+  return 'shown unless a photo of them matches someone who opted out';
+}
+
 /** Call `f` every `ms` while the page is visible and `wanted()` holds; answers a stop. */
 function keepCurrent(f, wanted, ms = 2000) {
   let busy = false;
@@ -57,21 +69,59 @@ function keepCurrent(f, wanted, ms = 2000) {
 }
 
 export async function photos(pid) {
-  const [project, settings, list, subjects] = await Promise.all([
+  const [project, settings, list, subjects, found] = await Promise.all([
     api(`/v1/projects/${pid}`),
     api(`/v1/x-tessera/projects/${pid}/privacy`),
     all(`/v1/x-tessera/projects/${pid}/photos`).then((items) => ({ items })),
     api(`/v1/x-tessera/projects/${pid}/subjects`).then((s) => s.items).catch(() => []),
+    peopleOf(pid),
   ]);
   const out = h('div');
   const counts = h('p', { id: 'not-current' });
   const tbody = h('tbody');
   const table = h('table', { class: 'list' }, h('thead', {}, h('tr', {}, h('th', {}, 'Photo'), h('th', {}, 'State'), h('th', {}, 'Faces'), h('th', {}, 'Copies'))), tbody);
   const empty = h('p', { class: 'dim' }, 'No photos yet.');
-  let current = { settings, items: list.items };
+  let current = { settings, items: list.items, people: found };
+  const peopleList = h('div');
+  // Typed labels survive the list being drawn again while photos are processed.
+  const typed = new Map();
+  function renderPeople() {
+    const { people } = current;
+    if (people === null) {
+      fill(peopleList, h('p', { class: 'dim' }, 'Only an admin key lists who appears in which photos.'));
+      return;
+    }
+    if (!people.length) {
+      fill(peopleList, h('p', { class: 'dim' }, 'Nobody found yet. Faces are searched for once someone has opted out, or no threshold is set.'));
+      return;
+    }
+    fill(peopleList, h('ul', { class: 'subjects people' }, people.map((c, i) => {
+      const n = i + 1;
+      const input = h('input', { maxlength: 200, 'aria-label': `Label for person ${n}`, placeholder: 'name or description', value: typed.get(c.cluster_id) || '', oninput: (e) => typed.set(c.cluster_id, e.target.value) });
+      const optOut = h('form', {
+        class: 'inline',
+        onsubmit: async (e) => {
+          e.preventDefault();
+          const label = input.value.trim();
+          if (!label) { fill(out, h('p', { class: 'error' }, `Give person ${n} a label first: the name you were given, or a description.`)); return; }
+          try {
+            const r = await api(`/v1/x-tessera/projects/${pid}/clusters/${c.cluster_id}/opt-out`, { method: 'POST', body: { label } });
+            typed.delete(c.cluster_id);
+            toast(`${r.label} opted out: every photo is re-decided`);
+            window.dispatchEvent(new HashChangeEvent('hashchange'));
+          } catch (err) { fill(out, errorBox(err)); }
+        },
+      }, input, h('button', { type: 'submit', class: 'ghost' }, `Opt person ${n} out`));
+      return h('li', {},
+        h('strong', {}, `Person ${n}`), h('span', {}, ` ${c.summary} (${c.faces} face${c.faces === 1 ? '' : 's'})`),
+        h('span', { class: c.standing === 'opted_out' ? 'dim' : '' }, ` · ${standingSays(c)}`),
+        c.standing === 'opted_out' ? null : optOut);
+    })));
+  }
   function render() {
     const { settings: st, items } = current;
-    window.__tessera.privacy = { photos: items.map((p) => ({ id: p.photo_id, status: p.status })), notCurrent: st.photos_not_current, processing: st.photos_processing, refreshes: (window.__tessera.privacy?.refreshes || 0) };
+    window.__tessera.privacy = { photos: items.map((p) => ({ id: p.photo_id, status: p.status })), people: (current.people || []).map((c) => ({ faces: c.faces, photos: c.photos, standing: c.standing })), notCurrent: st.photos_not_current, processing: st.photos_processing, refreshes: (window.__tessera.privacy?.refreshes || 0) };
+    renderPeople();
     const parts = [`${st.photos_published} of ${st.photos} photos published`];
     if (st.photos_processing) parts.push(`${st.photos_processing} being processed`);
     if (st.photos_failed) parts.push(`${st.photos_failed} failed`);
@@ -87,8 +137,8 @@ export async function photos(pid) {
     empty.hidden = Boolean(items.length);
   }
   async function refresh() {
-    const [st, items] = await Promise.all([api(`/v1/x-tessera/projects/${pid}/privacy`), all(`/v1/x-tessera/projects/${pid}/photos`)]);
-    current = { settings: st, items };
+    const [st, items, people] = await Promise.all([api(`/v1/x-tessera/projects/${pid}/privacy`), all(`/v1/x-tessera/projects/${pid}/photos`), peopleOf(pid)]);
+    current = { settings: st, items, people };
     render();
     window.__tessera.privacy.refreshes += 1;
   }
@@ -204,6 +254,9 @@ export async function photos(pid) {
       counts, says,
       table, empty,
       h('h2', {}, 'People who opted out'), people,
+      h('h2', {}, 'People in these photos'),
+      h('p', { class: 'dim' }, 'The same face across the photos, most photos first. Opting a person out here blurs them in every photo, without a reference photo: how an organiser acts on a request from someone they can point at.'),
+      peopleList,
       h('h2', {}, 'Matching'), settingsForm,
       h('h2', {}, 'Add photos'), addPhotos,
       h('h2', {}, 'Enrol a person who asked not to be shown'), enrol, progress, out),
