@@ -112,6 +112,17 @@ async fn an_admin_lists_the_people_in_a_project_and_opts_one_out() {
         "{published}"
     );
 
+    // To other keys, a photo does not say who each face is.
+    let as_viewer = json_of(viewer.get(&photo_url).send().await.unwrap()).await;
+    assert!(
+        as_viewer["faces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["cluster_id"].is_null() && f["cluster_ruling"].is_null()),
+        "{as_viewer}"
+    );
+
     let opt_out = format!("{x}/clusters/{cid}/opt-out");
     let r = viewer
         .post(&opt_out)

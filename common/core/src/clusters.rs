@@ -58,6 +58,10 @@ pub struct Rep {
     pub face: u32,
     /// Large enough that its person loses nothing measurable ([`Basis::Clear`]).
     pub clear: bool,
+    /// Clear, and matched a subject at the project's own threshold when it joined: never
+    /// replaced by another view, so a cluster cannot stop saying whose it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub matched: bool,
     /// Unit-length embedding, as little-endian `f32` in hex (a fixed 8 characters a
     /// number, where JSON numbers take up to 12).
     #[serde(with = "hex_f32")]
@@ -201,9 +205,18 @@ impl Cluster {
     }
 
     /// Take `face` (index `index` of `photo`) as a member: counted, and kept as a
-    /// representative while there is room, or in place of an unclear one when it is clear.
-    /// `first_in_photo`: no other face of the photo joined before (a photo counts once).
-    pub fn admit(&mut self, photo: PhotoId, index: u32, face: &Face, first_in_photo: bool) {
+    /// representative while there is room, or in place of an unclear one when it is clear,
+    /// or, when it `matched` a subject at the project's threshold, in place of any view
+    /// that did not. `first_in_photo`: no other face of the photo joined before (a photo
+    /// counts once).
+    pub fn admit(
+        &mut self,
+        photo: PhotoId,
+        index: u32,
+        face: &Face,
+        first_in_photo: bool,
+        matched: bool,
+    ) {
         self.faces += 1;
         self.photos += u64::from(first_in_photo);
         match &face.decision {
@@ -221,14 +234,24 @@ impl Cluster {
             photo,
             face: index,
             clear: is_clear(face),
+            matched: matched && is_clear(face),
             embedding: face.embedding.clone(),
         };
-        if self.reps.len() < MAX_REPS {
-            self.reps.push(rep);
-        } else if rep.clear
-            && let Some(slot) = self.reps.iter().position(|r| !r.clear)
-        {
-            self.reps[slot] = rep;
+        let slot = if self.reps.len() < MAX_REPS {
+            None
+        } else if rep.clear {
+            self.reps.iter().position(|r| !r.clear).or_else(|| {
+                rep.matched
+                    .then(|| self.reps.iter().position(|r| !r.matched))
+                    .flatten()
+            })
+        } else {
+            return self.summarise();
+        };
+        match slot {
+            Some(i) => self.reps[i] = rep,
+            None if self.reps.len() < MAX_REPS => self.reps.push(rep),
+            None => {}
         }
         self.summarise();
     }
@@ -566,7 +589,7 @@ mod tests {
             hard.decision
         );
         let mut c = Cluster::new(ProjectId::new(), Millis::now());
-        c.admit(PhotoId::new(), 0, &clear, true);
+        c.admit(PhotoId::new(), 0, &clear, true, false);
         let (i, sim) = nearest(std::slice::from_ref(&c), &hard.embedding).expect("joins");
         assert_eq!(i, 0);
         assert!(sim >= JOIN_AT);
@@ -602,7 +625,7 @@ mod tests {
                 0.363,
             );
             assert!(!f.decision.blurred_in(None));
-            c.admit(PhotoId::new(), 0, &f, true);
+            c.admit(PhotoId::new(), 0, &f, true, false);
         }
         // A small view that leans to the subject: between the lowered and the project's
         // threshold.
@@ -659,6 +682,7 @@ mod tests {
             photo: PhotoId::new(),
             face: 0,
             clear: true,
+            matched: true,
             embedding: m.embedding.clone(),
         };
         assert!(matches!(
@@ -678,6 +702,7 @@ mod tests {
                 i,
                 &face(mix(&person, &unit(200 + i, 128), 0.2), 30.0, &[], 0.363),
                 i == 0,
+                false,
             );
         }
         assert_eq!(c.clear_reps().count(), 0);
@@ -687,6 +712,7 @@ mod tests {
             0,
             &face(person.clone(), 120.0, &[], 0.363),
             true,
+            false,
         );
         assert_eq!(c.reps.len(), MAX_REPS);
         assert_eq!(c.clear_reps().count(), 1);
@@ -695,6 +721,38 @@ mod tests {
         assert_eq!(c.reps.len(), 1);
         assert!(c.reps.iter().all(|r| r.photo == clear_photo));
         assert!(c.forget(clear_photo, 1));
+        // Full of clear views: another clear one is not kept, unless it matched a
+        // subject at the threshold, and that one is never replaced.
+        let mut full = Cluster::new(ProjectId::new(), Millis::now());
+        for i in 0..MAX_REPS as u32 {
+            let f = face(mix(&person, &unit(300 + i, 128), 0.2), 120.0, &[], 0.363);
+            full.admit(PhotoId::new(), 0, &f, true, false);
+        }
+        let late = PhotoId::new();
+        full.admit(
+            late,
+            0,
+            &face(person.clone(), 120.0, &[], 0.363),
+            true,
+            false,
+        );
+        assert!(full.reps.iter().all(|r| r.photo != late));
+        full.admit(
+            late,
+            1,
+            &face(person.clone(), 120.0, &[], 0.363),
+            false,
+            true,
+        );
+        assert_eq!(full.reps.iter().filter(|r| r.matched).count(), 1);
+        for i in 0..MAX_REPS as u32 {
+            let f = face(mix(&person, &unit(400 + i, 128), 0.2), 120.0, &[], 0.363);
+            full.admit(PhotoId::new(), 0, &f, true, true);
+        }
+        assert!(
+            full.reps.iter().any(|r| r.photo == late),
+            "a matched view stays"
+        );
         // Stored as hex, read back exactly.
         let mut c = Cluster::new(ProjectId::new(), Millis::now());
         c.admit(
@@ -702,6 +760,7 @@ mod tests {
             0,
             &face(person.clone(), 120.0, &[], 0.363),
             true,
+            false,
         );
         let back: Cluster = serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
         assert_eq!(back, c);

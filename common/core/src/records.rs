@@ -310,8 +310,14 @@ pub fn cluster_items(c: &crate::clusters::Cluster) -> (Item, Item) {
 /// partition, so the photo's erasure sweeps it, and written only if absent, so a retried
 /// join counts the face once.
 pub fn cluster_member_key(photo: PhotoId, index: u32) -> ItemKey {
-    ItemKey::new(format!("PHOTO#{photo}"), format!("CLUSTER_OF#{index:05}"))
+    ItemKey::new(
+        format!("PHOTO#{photo}"),
+        format!("{CLUSTER_MEMBER_PREFIX}{index:05}"),
+    )
 }
+
+/// Sort-key prefix of a photo's cluster memberships (in the photo's partition).
+pub const CLUSTER_MEMBER_PREFIX: &str = "CLUSTER_OF#";
 
 /// Key of a photo.
 pub fn photo_key(id: PhotoId) -> ItemKey {

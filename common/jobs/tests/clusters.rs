@@ -5,7 +5,7 @@
 //! cluster can be opted out directly; erasing photos takes their faces out of the
 //! clusters.
 //!
-//! The photos are made from the shared public-domain portraits ([`scenes::make`]). The
+//! The photos are made from the shared public-domain portraits ([`trial::photo`]). The
 //! threshold each test uses is chosen from the same search and decision the pipeline runs,
 //! on the same photos, so that each face alone is decided the way the test needs (the
 //! hard view leaks on its own; the borderline view is blurred on its own); the pipeline
@@ -16,20 +16,17 @@ mod support;
 use support::{Rig, detail, models, rig, shared};
 use tessera_core::clusters::{self as rules, JOIN_AT, Ruling};
 use tessera_core::photo::Face;
-use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy::SubjectEmbeddings;
 use tessera_core::{PhotoId, SubjectId};
-use tessera_jobs::photos::scenes::{self, Portrait, SceneSpec, Stored};
-use tessera_jobs::photos::{clusters, decide, faces, project};
+use tessera_jobs::photos::scenes::Portrait;
+use tessera_jobs::photos::trial::{self, Measured, decided, threshold_where};
+use tessera_jobs::photos::{clusters, project};
 
-fn portrait(file: &str, mirrored: bool) -> Portrait {
-    let mut pixels = image::open(shared().join("testdata/faces").join(file))
+fn portrait(file: &str) -> Portrait {
+    let pixels = image::open(shared().join("testdata/faces").join(file))
         .unwrap()
         .to_rgb8();
-    if mirrored {
-        pixels = image::imageops::flip_horizontal(&pixels);
-    }
-    let face = models().detect_once(&pixels).unwrap()[0].bbox;
-    Portrait { pixels, face }
+    trial::portrait(&models(), pixels, false).unwrap()
 }
 
 fn background() -> image::RgbImage {
@@ -38,74 +35,16 @@ fn background() -> image::RgbImage {
         .to_rgb8()
 }
 
-/// A 960 × 720 photo of `faces` faces of `who`, `px` high, softened by a Gaussian of
-/// `sigma` px (0: sharp).
 fn photo(who: &Portrait, faces: usize, px: u32, sigma: f32, seed: u64) -> Vec<u8> {
-    let s = scenes::make(
-        std::slice::from_ref(who),
-        &background(),
-        &SceneSpec {
-            width: 960,
-            height: 720,
-            face_px: px,
-            face_px_max: px,
-            tilt_deg: 0.0,
-            people: vec![0; faces],
-            stored: Stored::Upright,
-            seed,
-        },
-    );
-    if sigma <= 0.0 {
-        return s.jpeg;
-    }
-    let img = image::load_from_memory(&s.jpeg).unwrap().to_rgb8();
-    let soft = image::imageops::blur(&img, sigma);
-    let mut out = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
-        .encode_image(&soft)
-        .unwrap();
-    out
-}
-
-/// The faces the pipeline finds in a photo, each as searched and as looked at again.
-struct Measured {
-    plain: Vec<Face>,
-    looked: Vec<Face>,
+    trial::photo(who, &background(), faces, px, sigma, seed)
 }
 
 fn measure(jpeg: &[u8]) -> Measured {
-    let img = image::load_from_memory(jpeg).unwrap().to_rgb8();
-    let m = models();
-    let plain = faces::faces_in(&m, &img).unwrap();
-    let mut looked = plain.clone();
-    for f in &mut looked {
-        decide::look_again(&m, &img, f).unwrap();
-    }
-    Measured { plain, looked }
+    trial::measure(&models(), jpeg).unwrap()
 }
 
-/// What [`decide::decide`] decides for `m` against `subject` at threshold `t` (the same
-/// steps, with the second looks taken once up front).
-fn decided(m: &Measured, subject: &SubjectEmbeddings, t: f32) -> Vec<Face> {
-    let subjects = std::slice::from_ref(subject);
-    let policy = MatchPolicy::Threshold(t);
-    m.plain
-        .iter()
-        .zip(&m.looked)
-        .map(|(p, l)| {
-            let mut f = p.clone();
-            f.redecide(subjects, policy);
-            if decide::close_call(&f) {
-                f = l.clone();
-                f.redecide(subjects, policy);
-            }
-            f
-        })
-        .collect()
-}
-
-fn embedding_of(file: &str, mirrored: bool) -> Vec<f32> {
-    let p = portrait(file, mirrored);
+fn embedding_of(file: &str) -> Vec<f32> {
+    let p = portrait(file);
     let mut png = Vec::new();
     p.pixels
         .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
@@ -138,23 +77,6 @@ async fn add(r: &Rig, p: &tessera_core::domain::Project, name: &str, jpeg: Vec<u
     id
 }
 
-/// The middle of the longest run of thresholds in `0.05..0.95` for which `ok` holds.
-fn threshold_where(ok: impl Fn(f32) -> bool) -> Option<f32> {
-    let (mut best, mut run): ((usize, usize), Option<usize>) = ((0, 0), None);
-    let steps: Vec<f32> = (10..190).map(|i| i as f32 * 0.005).collect();
-    for (i, t) in steps.iter().enumerate() {
-        if ok(*t) {
-            let start = *run.get_or_insert(i);
-            if i + 1 - start > best.1 - best.0 {
-                best = (start, i + 1);
-            }
-        } else {
-            run = None;
-        }
-    }
-    (best.1 > best.0).then(|| steps[(best.0 + best.1 - 1) / 2])
-}
-
 async fn public_face_detail(r: &Rig, id: PhotoId) -> f64 {
     let row = r.photo(id).await;
     let public = row.public().expect("a public file").key.clone();
@@ -167,12 +89,12 @@ async fn public_face_detail(r: &Rig, id: PhotoId) -> f64 {
 async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
     // She opted out with a clear portrait; the project shows her clear, and once out of
     // focus.
-    let reference = embedding_of("grace_hopper.jpg", false);
+    let reference = embedding_of("grace_hopper.jpg");
     let subject = SubjectEmbeddings {
         subject: SubjectId::new(),
         embeddings: vec![reference.clone()],
     };
-    let hopper = portrait("grace_hopper.jpg", false);
+    let hopper = portrait("grace_hopper.jpg");
     let hard = photo(&hopper, 1, 64, 2.0, 7);
     let clear: Vec<Vec<u8>> = (0..2)
         .map(|i| photo(&hopper, 1, 150, 0.0, 20 + i))
@@ -262,12 +184,12 @@ async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
 async fn clear_views_of_a_bystander_that_match_nobody_release_their_borderline_view() {
     // The cameraman opted out (enrolled from a clear photo of him); Grace Hopper, a
     // bystander, appears once small and in twenty clear views.
-    let camera = measure(&photo(&portrait("camera.png", false), 1, 150, 0.0, 20));
+    let camera = measure(&photo(&portrait("camera.png"), 1, 150, 0.0, 20));
     let cameraman = SubjectEmbeddings {
         subject: SubjectId::new(),
         embeddings: vec![camera.plain[0].embedding.clone()],
     };
-    let hopper = portrait("grace_hopper.jpg", false);
+    let hopper = portrait("grace_hopper.jpg");
     let small = photo(&hopper, 1, 31, 0.0, 1);
     let small_m = measure(&small);
     // Twenty clear views in five photos of four.
@@ -343,7 +265,7 @@ async fn an_admin_opts_a_cluster_out_and_every_photo_of_its_person_is_blurred() 
     // searching for faces, so it has no clusters yet.
     r.enrol(&p, "hopper", "grace_hopper.jpg").await;
     r.settle().await;
-    let astronaut = portrait("astronaut.png", false);
+    let astronaut = portrait("astronaut.png");
     let ids = [
         add(&r, &p, "a.jpg", photo(&astronaut, 1, 150, 0.0, 1)).await,
         add(&r, &p, "b.jpg", photo(&astronaut, 2, 120, 0.0, 2)).await,

@@ -62,7 +62,7 @@ pub async fn list(
                 if !row.servable(project.subjects_rev) {
                     row.published_at = None;
                 }
-                super::photos::photo_view(&row, &state, &none)
+                super::photos::photo_view(&row, &state, &none, caller.admin)
             }
             Listed::Refused(r) => super::photos::refusal_view(&r),
         })

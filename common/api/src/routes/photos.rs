@@ -244,10 +244,14 @@ async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<Str
     out
 }
 
+/// A photo as the API shows it. Which person (cluster) each face was found to be, and a
+/// decision its cluster made, only to an admin (`admin`): together over a project's photos
+/// they are the listing of who appears where.
 pub(crate) fn photo_view(
     p: &Photo,
     state: &photos::status::PhotoState,
     downloads: &std::collections::HashMap<String, String>,
+    admin: bool,
 ) -> Value {
     let href = format!("/v1/x-tessera/photos/{}", p.id);
     let published = p.published_at.is_some();
@@ -259,7 +263,7 @@ pub(crate) fn photo_view(
         "original_deleted": p.original_deleted_at.is_some(),
         "published_at": p.published_at.map(|m| m.to_rfc3339()),
         "variant_version": p.variant_version,
-        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)), "cluster_id": f.cluster, "cluster_ruling": f.ruling.as_ref().map(|r| json!({ "ruling": r, "why": r.explain() })) })).collect::<Vec<_>>()),
+        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)), "cluster_id": f.cluster.filter(|_| admin), "cluster_ruling": f.ruling.as_ref().filter(|_| admin).map(|r| json!({ "ruling": r, "why": r.explain() })) })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
         "variants": p.renditions.iter().map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());
@@ -293,7 +297,7 @@ pub async fn get_photo(
     };
     let state = super::photo_review::state_of(&p);
     let downloads = download_urls(&s, &p).await;
-    Ok(Json(photo_view(&p, &state, &downloads)))
+    Ok(Json(photo_view(&p, &state, &downloads, caller.admin)))
 }
 
 /// A refused upload as the photo list and the photo's own page show it.

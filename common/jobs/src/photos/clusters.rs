@@ -99,8 +99,6 @@ async fn joined_before(
 /// What joining a photo's faces did.
 #[derive(Debug, Default)]
 pub struct Joined {
-    /// The clusters the photo's faces are in, with their representatives.
-    pub clusters: Vec<Cluster>,
     /// Faces that joined a cluster in this run.
     pub joined: usize,
     /// Clusters this run started.
@@ -155,12 +153,18 @@ pub async fn join(
             };
             let before = c.standing(subjects, policy);
             let mine = own.get(&c.id).copied().unwrap_or(0);
-            c.admit(photo.id, i as u32, f, mine == 0);
+            c.admit(photo.id, i as u32, f, mine == 0, confident(f));
             let after = c.standing(subjects, policy);
             let redecide = c.calls_for_redecision(&before, &after, mine + 1);
             let (head, reps) = records::cluster_items(&c);
             let writes = vec![
                 ctx.fence_write(),
+                // The photo still exists: its erasure deletes the row first and then
+                // takes its faces out of their clusters, so no join lands after that.
+                Write::Check {
+                    key: records::photo_key(photo.id),
+                    condition: Condition::Exists,
+                },
                 Write::Put {
                     item: Item::new(
                         records::cluster_member_key(photo.id, i as u32),
@@ -219,6 +223,12 @@ pub async fn join(
                     )));
                 }
                 Err(StoreError::Conflict { index: 1, .. }) => {
+                    return Err(TaskError::permanent(format!(
+                        "photo {} was erased while its faces joined their clusters",
+                        photo.id
+                    )));
+                }
+                Err(StoreError::Conflict { index: 2, .. }) => {
                     // A run before this one joined the face meanwhile.
                     f.cluster = joined_before(store, photo.id, i as u32).await?;
                     if let Some(c) = f.cluster {
@@ -234,20 +244,45 @@ pub async fn join(
             }
         }
     }
-    for id in own.keys() {
-        let head = match all.iter().find(|s| s.cluster.id == *id) {
-            Some(s) => Some(s.cluster.clone()),
-            None => store
-                .get(&records::cluster_key(photo.project, *id))
-                .await?
-                .map(|i| records::decode::<Cluster>(&i))
-                .transpose()?,
-        };
-        if let Some(h) = head {
-            out.clusters.push(with_reps(store, h).await?);
+    Ok(out)
+}
+
+/// The clusters `faces` are in, with their representatives, as stored now: read after the
+/// project's view, so that any cluster change that re-decided the project up to the
+/// view's revision is seen.
+pub async fn of_faces(
+    store: &dyn StateStore,
+    project: ProjectId,
+    faces: &[Face],
+) -> Result<Vec<Cluster>, StoreError> {
+    let ids: std::collections::BTreeSet<ClusterId> =
+        faces.iter().filter_map(|f| f.cluster).collect();
+    let mut out = Vec::new();
+    for id in ids {
+        if let Some(item) = store.get(&records::cluster_key(project, id)).await? {
+            out.push(with_reps(store, records::decode::<Cluster>(&item)?).await?);
         }
     }
     Ok(out)
+}
+
+/// Whether `f` is a clear view that matches a subject at the project's own threshold:
+/// kept among its cluster's representatives whatever else they hold, so the cluster
+/// cannot stop saying whose it is.
+fn confident(f: &Face) -> bool {
+    let Some(rule) = f.rule else {
+        return false;
+    };
+    clusters::is_clear(f)
+        && match &f.decision {
+            tessera_core::privacy::FaceDecision::Subject { similarity, .. } => {
+                *similarity >= rule.threshold + rule.lowered_by
+            }
+            tessera_core::privacy::FaceDecision::Ambiguous { candidates } => candidates
+                .iter()
+                .any(|(_, s)| *s >= rule.threshold + rule.lowered_by),
+            _ => false,
+        }
 }
 
 /// Take back from its clusters what `photo` gave them (its representative views and its
@@ -255,74 +290,76 @@ pub async fn join(
 /// embedding of its faces anywhere. The membership records go with the photo's
 /// partition. How many clusters were changed.
 pub async fn forget_photo(store: &dyn StateStore, photo: &Photo) -> Result<usize, StoreError> {
-    let mut q = Query::partition(
-        Index::Table,
-        records::cluster_member_key(photo.id, 0).pk,
-        500,
-    );
-    q.sk_prefix = Some("CLUSTER_OF#".into());
-    let mut per: BTreeMap<ClusterId, u64> = BTreeMap::new();
+    let mut changed = 0;
     loop {
-        let page = store.query(&q).await?;
-        for item in &page.items {
-            if let Some(c) = item.body["cluster"].as_str().and_then(|s| s.parse().ok()) {
-                *per.entry(c).or_default() += 1;
+        // Which clusters its faces joined, as recorded: each is taken back from its
+        // cluster in the transaction that deletes its records, so a second run (or a
+        // concurrent one) finds nothing left to take.
+        let mut q = Query::partition(Index::Table, records::photo_key(photo.id).pk, 500);
+        q.sk_prefix = Some(records::CLUSTER_MEMBER_PREFIX.into());
+        let mut per: BTreeMap<ClusterId, Vec<tessera_core::ports::state_store::ItemKey>> =
+            BTreeMap::new();
+        loop {
+            let page = store.query(&q).await?;
+            for item in &page.items {
+                match item.body["cluster"].as_str().and_then(|s| s.parse().ok()) {
+                    Some(c) => per.entry(c).or_default().push(item.key.clone()),
+                    None => {
+                        store
+                            .transact(vec![Write::Delete {
+                                key: item.key.clone(),
+                                condition: Condition::None,
+                            }])
+                            .await?
+                    }
+                }
+            }
+            match page.next {
+                Some(n) => q.after = Some(n),
+                None => break,
             }
         }
-        match page.next {
-            Some(n) => q.after = Some(n),
-            None => break,
-        }
-    }
-    for f in photo.faces.iter().flatten() {
-        if let Some(c) = f.cluster {
-            per.entry(c).or_insert(1);
-        }
-    }
-    let mut changed = 0;
-    for (id, n) in per {
-        loop {
-            let Some(item) = store.get(&records::cluster_key(photo.project, id)).await? else {
-                break;
-            };
+        let Some((id, members)) = per.into_iter().next() else {
+            return Ok(changed);
+        };
+        let mut writes: Vec<Write> = members
+            .iter()
+            .map(|k| Write::Delete {
+                key: k.clone(),
+                condition: Condition::Exists,
+            })
+            .collect();
+        if let Some(item) = store.get(&records::cluster_key(photo.project, id)).await? {
             let c = with_reps(store, records::decode::<Cluster>(&item)?).await?;
             let mut after = c.clone();
-            let empty = after.forget(photo.id, n);
-            let writes = if empty {
-                vec![
-                    Write::Delete {
-                        key: records::cluster_key(photo.project, id),
-                        condition: Condition::Rev(item.rev),
-                    },
-                    Write::Delete {
-                        key: records::cluster_reps_key(photo.project, id),
-                        condition: Condition::None,
-                    },
-                ]
+            if after.forget(photo.id, members.len() as u64) {
+                writes.push(Write::Delete {
+                    key: records::cluster_key(photo.project, id),
+                    condition: Condition::Rev(item.rev),
+                });
+                writes.push(Write::Delete {
+                    key: records::cluster_reps_key(photo.project, id),
+                    condition: Condition::None,
+                });
             } else {
                 let (head, reps) = records::cluster_items(&after);
-                vec![
-                    Write::Put {
-                        item: head,
-                        condition: Condition::Rev(item.rev),
-                    },
-                    Write::Put {
-                        item: reps,
-                        condition: Condition::None,
-                    },
-                ]
-            };
-            match store.transact(writes).await {
-                Ok(()) => {
-                    changed += 1;
-                    break;
-                }
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e),
+                writes.push(Write::Put {
+                    item: head,
+                    condition: Condition::Rev(item.rev),
+                });
+                writes.push(Write::Put {
+                    item: reps,
+                    condition: Condition::None,
+                });
             }
         }
+        match store.transact(writes).await {
+            Ok(()) => changed += 1,
+            // Another join, or another erasure's run, meanwhile: read again.
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
     }
-    Ok(changed)
 }
 
 /// Delete every cluster of `project` with its views: what erasing the project leaves of
@@ -371,17 +408,23 @@ pub async fn opt_out(
         })?;
     let c = with_reps(store, records::decode::<Cluster>(&item)?).await?;
     let clear: Vec<&Rep> = c.clear_reps().collect();
-    let views: Vec<Vec<f32>> = if clear.is_empty() {
-        c.reps.iter().map(|r| r.embedding.clone()).collect()
+    let chosen: Vec<&Rep> = if clear.is_empty() {
+        c.reps.iter().collect()
     } else {
-        clear.iter().map(|r| r.embedding.clone()).collect()
+        clear
     };
-    if views.is_empty() {
+    if chosen.is_empty() {
         return Err(PhotoError::Invalid(format!(
             "cluster {id} holds no face views to recognise its person by; enrol them from a reference photo instead"
         )));
     }
-    let references = vec![format!("cluster/{id}"); views.len()];
+    let views: Vec<Vec<f32>> = chosen.iter().map(|r| r.embedding.clone()).collect();
+    // Where each view came from, for the audit trail and for a person asking what is
+    // held about them.
+    let references = chosen
+        .iter()
+        .map(|r| format!("cluster/{id}/photo/{}/face/{}", r.photo, r.face))
+        .collect();
     project::enrol_embeddings(engine, project, label, views, references, actor).await
 }
 

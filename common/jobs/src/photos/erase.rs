@@ -39,9 +39,6 @@ pub async fn erase_photo(
     actor: &Actor,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
-    // Its faces' embeddings leave its clusters first: once the row is gone, nothing
-    // would say which clusters hold them.
-    super::clusters::forget_photo(store, photo).await?;
     commit_erasure(
         store,
         &e,
@@ -58,6 +55,10 @@ pub async fn erase_photo(
         serde_json::json!({ "project": photo.project, "file_name": photo.file_name }),
     )
     .await?;
+    // Its faces' embeddings leave its clusters, after the row is gone (a join checks
+    // the row, so none can land after this) and before the sweep deletes the records of
+    // which clusters they joined.
+    super::clusters::forget_photo(store, photo).await?;
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;

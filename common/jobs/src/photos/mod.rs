@@ -32,6 +32,7 @@ pub mod render;
 pub mod row;
 pub mod scenes;
 pub mod status;
+pub mod trial;
 pub mod upload;
 pub mod view;
 pub mod withdraw;

@@ -236,7 +236,12 @@ impl TaskHandler for Process {
             }
         }
         // The faces join their project's clusters, and a cluster's standing may decide a
-        // face its own evidence did not (`tessera_core::clusters`).
+        // face its own evidence did not (`tessera_core::clusters`). Faces found again
+        // replace the ones the row had: those leave their clusters first (the records of
+        // which cluster each joined are by index).
+        if detected_by.is_some() && photo.faces.is_some() {
+            clusters::forget_photo(store, &photo).await?;
+        }
         let joined = clusters::join(ctx, &photo, &mut faces, &subjects, policy).await?;
         if joined.redecided.is_some() {
             // The join was committed with a re-decision of every photo: this one is
@@ -253,7 +258,11 @@ impl TaskHandler for Process {
                 f.redecide(&subjects, policy);
             }
         }
-        let ruled = tessera_core::clusters::apply(&mut faces, &joined.clusters, &subjects, policy);
+        // The clusters as they are now, read after the view: a cluster change that
+        // re-decided the project up to the view's revision is in them (one after it
+        // fails this photo's publication, which is then decided again).
+        let known = clusters::of_faces(store, photo.project, &faces).await?;
+        let ruled = tessera_core::clusters::apply(&mut faces, &known, &subjects, policy);
         if joined.joined > 0 || ruled > 0 {
             tracing::info!(photo = %id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");
         }
