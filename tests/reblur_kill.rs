@@ -225,50 +225,7 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
     }
     let rev = show(&state)["subjects_rev"].as_u64().unwrap();
 
-    // Workers SIGKILLed at random while the sweep and the re-blurs run.
-    let mut workers = Workers(vec![worker(&state), worker(&state)]);
-    for _ in 0..kills {
-        std::thread::sleep(Duration::from_millis(rng.u64(300..1500)));
-        let i = rng.usize(..workers.0.len());
-        let _ = workers.0[i].kill();
-        let _ = workers.0[i].wait();
-        workers.0[i] = worker(&state);
-    }
-    // A crash counts as a try and photo tasks get three (the attempt policy table): a
-    // photo whose re-blur was in flight at three kills ends unpublished, never shown
-    // with its old decision. The operator's remedy is to put the dead jobs back in line
-    // (`tessera jobs resume`), which the test does when the photos stop moving. (A task
-    // whose re-offer died with the worker that released its lease waits for the
-    // reaper's lost-message pass, a minute later; nothing is needed for it.)
-    let deadline = Instant::now() + Duration::from_secs(if full { 1800 } else { 400 });
-    let (mut last, mut since, mut remedies) = (Value::Null, Instant::now(), 0);
-    loop {
-        let s = show(&state);
-        if s["photos_not_current"] == 0 && s["published"] == photos {
-            break;
-        }
-        if Instant::now() >= deadline {
-            panic!("not settled: {s}\n{}", stuck(&state));
-        }
-        let moving = (&s["photos_not_current"], &s["published"]);
-        if moving != (&last["photos_not_current"], &last["published"]) {
-            (last, since) = (s, Instant::now());
-        } else if since.elapsed() > Duration::from_secs(20) {
-            for j in all_jobs(&state) {
-                if j["status"] == "failed" {
-                    let id = j["id"].as_str().unwrap();
-                    eprintln!("resuming {} {id}: {j}", j["kind"]);
-                    remedies += 1;
-                    let o = tessera(&state, &["jobs", "resume", id]);
-                    assert!(o.status.success(), "{}", stderr(&o));
-                }
-            }
-            since = Instant::now();
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    eprintln!("settled after resuming {remedies} dead job(s)");
-    drop(workers);
+    kill_workers_until_settled(&state, photos, kills, &mut rng, full);
 
     let list = json(&tessera(
         &state,
@@ -302,5 +259,212 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
             "{}",
             file.display()
         );
+    }
+}
+
+/// Run two workers, SIGKILL one at random `kills` times while the sweep and the re-blurs
+/// run, and wait until every one of `photos` photos is published at the project's
+/// current subjects.
+///
+/// A crash counts as a try and photo tasks get three (the attempt policy table): a photo
+/// whose re-blur was in flight at three kills ends unpublished, never shown with its old
+/// decision. The operator's remedy is to put the dead jobs back in line (`tessera jobs
+/// resume`), which this does when the photos stop moving. (A task whose re-offer died with
+/// the worker that released its lease waits for the reaper's lost-message pass, a minute
+/// later; nothing is needed for it.)
+fn kill_workers_until_settled(
+    state: &Path,
+    photos: usize,
+    kills: usize,
+    rng: &mut fastrand::Rng,
+    full: bool,
+) {
+    let mut workers = Workers(vec![worker(state), worker(state)]);
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.u64(300..1500)));
+        let i = rng.usize(..workers.0.len());
+        let _ = workers.0[i].kill();
+        let _ = workers.0[i].wait();
+        workers.0[i] = worker(state);
+    }
+    let deadline = Instant::now() + Duration::from_secs(if full { 1800 } else { 400 });
+    let (mut last, mut since, mut remedies) = (Value::Null, Instant::now(), 0);
+    loop {
+        let s = show(state);
+        if s["photos_not_current"] == 0 && s["published"] == photos {
+            break;
+        }
+        if Instant::now() >= deadline {
+            panic!("not settled: {s}\n{}", stuck(state));
+        }
+        let moving = (&s["photos_not_current"], &s["published"]);
+        if moving != (&last["photos_not_current"], &last["published"]) {
+            (last, since) = (s, Instant::now());
+        } else if since.elapsed() > Duration::from_secs(20) {
+            for j in all_jobs(state) {
+                if j["status"] == "failed" {
+                    let id = j["id"].as_str().unwrap();
+                    eprintln!("resuming {} {id}: {j}", j["kind"]);
+                    remedies += 1;
+                    let o = tessera(state, &["jobs", "resume", id]);
+                    assert!(o.status.success(), "{}", stderr(&o));
+                }
+            }
+            since = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("settled after resuming {remedies} dead job(s)");
+}
+
+/// A person's hard views, shown on their own, are blurred once a clear photo of them
+/// arrives: the re-decision their cluster calls for is committed with the clear photo's
+/// join, and survives SIGKILL of the process that adds it and of the workers that run
+/// the sweep. (The same rules, with the release of a bystander's borderline view and an
+/// admin's opt-out of a cluster, in `common/jobs/tests/clusters.rs`.)
+#[test]
+fn a_cluster_pulling_hard_views_to_blurred_survives_sigkill() {
+    use tessera_jobs::photos::trial;
+    let full = std::env::var_os("TESSERA_FULL_KILL").is_some();
+    let (hard_count, kills) = if full { (120, 12) } else { (16, 3) };
+    let mut rng = fastrand::Rng::with_seed(
+        std::env::var("TESSERA_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(11),
+    );
+    let faces = repo_root().join("../shared/testdata/faces");
+    // The models the product runs (the ones `tessera` finds in ../shared/models).
+    let models = tessera_faces::FaceModels::load(
+        &tessera_faces::OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)"),
+        &tessera_faces::ModelFiles::in_dir(repo_root().join("../shared/models")),
+        tessera_faces::DetectorKind::Yunet,
+        1,
+    )
+    .expect("face models (scripts/setup installs them)");
+    let reference = faces.join("grace_hopper.jpg");
+    let hopper =
+        trial::portrait(&models, image::open(&reference).unwrap().to_rgb8(), false).unwrap();
+    let background = image::open(faces.join("negatives/coffee.png"))
+        .unwrap()
+        .to_rgb8();
+    // Out of focus: each alone is shown at the threshold chosen below.
+    let hard: Vec<Vec<u8>> = (0..hard_count as u64)
+        .map(|i| trial::photo(&hopper, &background, 1, 64, 2.0, 100 + i))
+        .collect();
+    let clear = trial::photo(&hopper, &background, 1, 150, 0.0, 20);
+    let bytes = std::fs::read(&reference).unwrap();
+    let e = tessera_jobs::photos::project::reference_embedding(&models, "grace_hopper.jpg", &bytes)
+        .unwrap();
+    let subject = tessera_core::privacy::SubjectEmbeddings {
+        subject: tessera_core::SubjectId::new(),
+        embeddings: vec![e],
+    };
+    let hard_m: Vec<trial::Measured> = hard
+        .iter()
+        .map(|h| trial::measure(&models, h).unwrap())
+        .collect();
+    let clear_m = trial::measure(&models, &clear).unwrap();
+    let t = trial::threshold_where(|t| {
+        hard_m.iter().all(|m| {
+            let d = trial::decided(m, &subject, t);
+            d.len() == 1 && !d[0].decision.blurred_in(None)
+        }) && {
+            let d = trial::decided(&clear_m, &subject, t);
+            d.len() == 1 && d[0].decision.blurred_in(None)
+        }
+    })
+    .expect("a threshold where every hard view alone is shown and the clear one blurred");
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (hard_dir, clear_dir) = (dir.path().join("hard"), dir.path().join("clear"));
+    std::fs::create_dir_all(&hard_dir).unwrap();
+    std::fs::create_dir_all(&clear_dir).unwrap();
+    for (i, h) in hard.iter().enumerate() {
+        std::fs::write(hard_dir.join(format!("h{i:03}.jpg")), h).unwrap();
+    }
+    std::fs::write(clear_dir.join("clear.jpg"), &clear).unwrap();
+    let threshold = format!("{t}");
+    for args in [
+        vec![
+            "projects",
+            "create",
+            "kill",
+            "--threshold",
+            threshold.as_str(),
+        ],
+        vec![
+            "subjects",
+            "add",
+            "--project",
+            "kill",
+            "--label",
+            "hopper",
+            reference.to_str().unwrap(),
+        ],
+        vec![
+            "photos",
+            "add",
+            "--project",
+            "kill",
+            hard_dir.to_str().unwrap(),
+        ],
+    ] {
+        let o = tessera(&state, &args);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let list = |state: &Path| -> Vec<Value> {
+        json(&tessera(
+            state,
+            &["--json", "photos", "list", "--project", "kill"],
+        ))
+        .as_array()
+        .cloned()
+        .unwrap()
+    };
+    for p in list(&state) {
+        assert_eq!(
+            p["faces"][0]["decision"]["decision"], "not_opted_out",
+            "alone, a hard view is shown: {p}"
+        );
+    }
+
+    // The process adding the clear photo dies at a random moment: before its upload (then
+    // it is run again) or after (then ingest, the join and its re-decision are stored work).
+    let started = Instant::now();
+    loop {
+        let mut add = spawn(
+            &state,
+            &[
+                "photos",
+                "add",
+                "--project",
+                "kill",
+                clear_dir.to_str().unwrap(),
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(rng.u64(200..2500)));
+        let _ = add.kill();
+        let _ = add.wait();
+        if list(&state).len() > hard_count {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the clear photo was never added"
+        );
+    }
+    let total = list(&state).len();
+    kill_workers_until_settled(&state, total, kills, &mut rng, full);
+
+    let rev = show(&state)["subjects_rev"].clone();
+    for p in list(&state) {
+        assert_eq!(p["subjects_rev"], rev, "{p}");
+        let f = &p["faces"][0];
+        assert_eq!(f["decision"]["decision"], "subject", "{p}");
+        if p["file_name"].as_str().is_some_and(|n| n.starts_with('h')) {
+            assert_eq!(f["ruling"]["ruling"]["kind"], "pulled", "{p}");
+        }
     }
 }

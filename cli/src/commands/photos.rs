@@ -556,6 +556,10 @@ fn photo_view(p: &Photo) -> serde_json::Value {
         "published_at": p.published_at,
         "faces": p.faces.as_ref().map(|f| f.iter().map(|f| serde_json::json!({
             "bbox": f.bbox, "score": f.score, "decision": f.decision,
+            "rule": f.rule.map(|r| r.report(f.evidence)),
+            // The operator of the state folder sees what an admin key sees in the API.
+            "cluster_id": f.cluster,
+            "ruling": f.ruling.as_ref().map(|r| serde_json::json!({ "ruling": r, "why": r.explain() })),
         })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
         "renditions": p.renditions,
