@@ -302,3 +302,118 @@ async fn an_admin_opts_a_cluster_out_and_every_photo_of_its_person_is_blurred() 
         .unwrap_err();
     assert!(missing.to_string().contains("list them with"), "{missing}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_joins_its_clusters_in_a_few_transactions_and_once() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    r.settle().await;
+    // Three people, seventeen times each, about 70 px: more memberships than one
+    // transaction takes.
+    let people: Vec<Portrait> = ["grace_hopper.jpg", "astronaut.png", "camera.png"]
+        .iter()
+        .map(|f| portrait(f))
+        .collect();
+    let s = tessera_jobs::photos::scenes::make(
+        &people,
+        &background(),
+        &tessera_jobs::photos::scenes::SceneSpec {
+            width: 1600,
+            height: 1200,
+            face_px: 70,
+            face_px_max: 70,
+            tilt_deg: 0.0,
+            people: (0..51).map(|i| i % 3).collect(),
+            stored: tessera_jobs::photos::scenes::Stored::Upright,
+            seed: 5,
+        },
+    );
+    let id = add(&r, &p, "crowd.jpg", s.jpeg).await;
+    r.settle().await;
+    let row = r.photo(id).await;
+    let faces = r.faces(&row).await;
+    assert!(faces.len() >= 45, "{} faces found", faces.len());
+    assert!(
+        faces.iter().all(|f| f.cluster.is_some()),
+        "every face joined"
+    );
+    let job = r
+        .jobs_of_kind(tessera_jobs::photos::kinds::FACE_PROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.label.contains(&id.to_string()))
+        .expect("its face_process job");
+    let tasks = r.engine.job_tasks(job.id).await.unwrap();
+    let result = tasks
+        .iter()
+        .find_map(|t| t.result.as_ref().and_then(|v| v.get("clusters").cloned()))
+        .expect("the clusters' part of the result");
+    assert_eq!(
+        result["joined"].as_u64(),
+        Some(faces.len() as u64),
+        "{result}"
+    );
+    let transactions = result["transactions"].as_u64().unwrap();
+    let needed = (faces.len() + 2 * 3).div_ceil(clusters::JOIN_WRITES - 2) as u64;
+    assert!(
+        transactions <= needed + 1,
+        "{transactions} transactions for {} faces: {result}",
+        faces.len()
+    );
+    // Every face counted once, in as many clusters as there are people (or a few more).
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    let heads = clusters::heads(r.store(), p.id).await.unwrap();
+    let counted: u64 = heads.iter().map(|h| h.cluster.faces).sum();
+    assert_eq!(counted, faces.len() as u64);
+    assert!((3..=6).contains(&heads.len()), "{} clusters", heads.len());
+    assert!(heads.iter().all(|h| h.cluster.photos == 1));
+    assert!(r.photo(id).await.servable(cur.subjects_rev));
+    // One person sixty times: more faces than one transaction takes for one cluster,
+    // committed in slices.
+    let one = tessera_jobs::photos::scenes::make(
+        &people[..1],
+        &background(),
+        &tessera_jobs::photos::scenes::SceneSpec {
+            width: 1600,
+            height: 1200,
+            face_px: 64,
+            face_px_max: 64,
+            tilt_deg: 0.0,
+            people: vec![0; 60],
+            stored: tessera_jobs::photos::scenes::Stored::Upright,
+            seed: 6,
+        },
+    );
+    let many = add(&r, &p, "one-person.jpg", one.jpeg).await;
+    r.settle().await;
+    let many_faces = r.faces(&r.photo(many).await).await;
+    assert!(
+        many_faces.len() > clusters::JOIN_WRITES,
+        "{} faces found",
+        many_faces.len()
+    );
+    assert!(many_faces.iter().all(|f| f.cluster.is_some()));
+    let counted = counted + many_faces.len() as u64;
+    assert_eq!(
+        clusters::heads(r.store(), p.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|h| h.cluster.faces)
+            .sum::<u64>(),
+        counted
+    );
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    // Decided again (a second opt-out), the faces join nothing twice.
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    r.settle().await;
+    let again: u64 = clusters::heads(r.store(), p.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.cluster.faces)
+        .sum();
+    assert_eq!(again, counted);
+    assert!(r.photo(id).await.servable(cur.subjects_rev + 1));
+}

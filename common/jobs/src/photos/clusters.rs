@@ -3,8 +3,8 @@
 //! [`tessera_core::clusters`]; this module stores them.
 //!
 //! A cluster is two records: its head (counts and centroid, about 1.2 KB: what a face's
-//! search for its cluster and the listing read), in a partition of the project's cluster
-//! heads (never the project's own, which photo jobs do not touch), and its representative
+//! search for its cluster and the listing read), in one of 16 partitions of the project's
+//! cluster heads (never the project's own, which photo jobs do not touch), and its representative
 //! views (up to 24 embeddings, about 25 KB), in a partition of its own, read only for the
 //! clusters a photo's faces are in. Which cluster each face joined is recorded in the photo's own partition,
 //! written only if absent in the transaction that joins it, so a retried run counts no
@@ -18,13 +18,12 @@
 //! change cannot be stored without the work that applies it, and photos decided before it
 //! are withheld until decided again (fail closed).
 //!
-//! Cost, per photo with `f` faces in a project with `c` clusters: one query of
-//! `⌈c × 1.2 KB / 1 MB⌉` pages of heads, and per face one read of its membership record,
-//! one of the representatives and one transaction of four writes (fence, membership,
-//! head, representatives). On DynamoDB that is about 2 write units a join in the heads'
-//! partition (1,000 a second per partition: some 500 joins a second per project) and 25
-//! in the cluster's own. A conflict with a concurrent join into the same cluster re-reads
-//! the heads.
+//! Cost, per photo with `f` faces in a project with `c` clusters: 16 queries of heads
+//! (`⌈c × 1.2 KB / 1 MB⌉` pages in all), one query of the photo's memberships, one read of
+//! the representatives of each cluster it joins, and `⌈(f + 2k) / 46⌉` transactions for
+//! `k` clusters joined (fence, photo check, a membership per face, a head and the
+//! representatives per cluster). A conflict with a concurrent join re-reads the heads and
+//! places what is left.
 
 use super::project::{self, PhotoError};
 use std::collections::BTreeMap;
@@ -47,28 +46,27 @@ pub struct Stored {
     pub rev: u64,
 }
 
-/// Every cluster of `project`, heads only (no representatives).
+/// Every cluster of `project`, heads only (no representatives): one query a shard.
 pub async fn heads(store: &dyn StateStore, project: ProjectId) -> Result<Vec<Stored>, StoreError> {
-    let mut q = Query::partition(
-        Index::Table,
-        records::project_clusters_partition(project),
-        500,
-    );
-    q.sk_prefix = Some(records::CLUSTER_PREFIX.into());
     let mut out = Vec::new();
-    loop {
-        let page = store.query(&q).await?;
-        for item in &page.items {
-            out.push(Stored {
-                cluster: records::decode(item)?,
-                rev: item.rev,
-            });
-        }
-        match page.next {
-            Some(n) => q.after = Some(n),
-            None => return Ok(out),
+    for partition in records::project_clusters_partitions(project) {
+        let mut q = Query::partition(Index::Table, partition, 500);
+        q.sk_prefix = Some(records::CLUSTER_PREFIX.into());
+        loop {
+            let page = store.query(&q).await?;
+            for item in &page.items {
+                out.push(Stored {
+                    cluster: records::decode(item)?,
+                    rev: item.rev,
+                });
+            }
+            match page.next {
+                Some(n) => q.after = Some(n),
+                None => break,
+            }
         }
     }
+    Ok(out)
 }
 
 /// `c` with its representatives read.
@@ -84,16 +82,28 @@ pub async fn with_reps(store: &dyn StateStore, mut c: Cluster) -> Result<Cluster
     Ok(c)
 }
 
-/// The cluster face `index` of `photo` joined in an earlier run, if any.
+/// Which cluster each face of `photo` joined in earlier runs, by face index.
 async fn joined_before(
     store: &dyn StateStore,
     photo: PhotoId,
-    index: u32,
-) -> Result<Option<ClusterId>, StoreError> {
-    Ok(store
-        .get(&records::cluster_member_key(photo, index))
-        .await?
-        .and_then(|i| i.body["cluster"].as_str().and_then(|s| s.parse().ok())))
+) -> Result<BTreeMap<u32, ClusterId>, StoreError> {
+    let mut q = Query::partition(Index::Table, records::photo_key(photo).pk, 500);
+    q.sk_prefix = Some(records::CLUSTER_MEMBER_PREFIX.into());
+    let mut out = BTreeMap::new();
+    loop {
+        let page = store.query(&q).await?;
+        for item in &page.items {
+            let index = item.key.sk[records::CLUSTER_MEMBER_PREFIX.len()..].parse::<u32>();
+            let cluster = item.body["cluster"].as_str().and_then(|s| s.parse().ok());
+            if let (Ok(i), Some(c)) = (index, cluster) {
+                out.insert(i, c);
+            }
+        }
+        match page.next {
+            Some(n) => q.after = Some(n),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// What joining a photo's faces did.
@@ -103,14 +113,50 @@ pub struct Joined {
     pub joined: usize,
     /// Clusters this run started.
     pub started: usize,
+    /// Transactions it took (a conflict with another photo's join costs one more round).
+    pub transactions: usize,
     /// The project's re-decision committed with a join, if one was called for: the
     /// photo's own decision is stale (decided at an older subject revision).
     pub redecided: Option<project::SubjectChange>,
 }
 
+/// Most writes of one join transaction, fence and photo check included. A transaction
+/// that also re-decides the project carries the project, its view shards and the sweep
+/// (about 40 more), under DynamoDB's 100.
+pub const JOIN_WRITES: usize = 48;
+/// Rounds of a join before it gives up on contention (and the task is tried again).
+const JOIN_ROUNDS: usize = 20;
+
+/// One cluster a photo's faces join, as planned in memory.
+struct Touched {
+    /// As read (or new): what the writes start from.
+    stored: Cluster,
+    /// With the faces placed so far, for placing the next ones.
+    planned: Cluster,
+    /// The head's revision as read (`None`: started by this photo).
+    rev: Option<u64>,
+    /// Faces of the photo in it before this round.
+    own_before: u64,
+    /// The indexes joining it now.
+    joining: Vec<u32>,
+}
+
+/// One transaction's share of one cluster: some of the faces joining it, and the cluster
+/// after them.
+struct Slice {
+    cluster: Cluster,
+    condition: Condition,
+    faces: Vec<u32>,
+    redecide: bool,
+    started: bool,
+}
+
 /// Have each of `faces` (decided on its own evidence, in `photo`) join its cluster, or
 /// start one, unless it did before; see the module's doc. Faces without an embedding
-/// join nothing.
+/// join nothing. The faces are placed in memory against the clusters as read (a face may
+/// join a cluster another face of the photo started), then committed in transactions of
+/// at most [`JOIN_WRITES`] writes, a cluster's faces in slices where they are many: a
+/// crowd of 150 faces is a handful of transactions, not 150 rounds.
 pub async fn join(
     ctx: &TaskContext,
     photo: &Photo,
@@ -120,44 +166,31 @@ pub async fn join(
 ) -> Result<Joined, TaskError> {
     let store = ctx.ports().store.as_ref();
     let mut out = Joined::default();
-    // Faces of this photo per cluster (a photo counts once in a cluster).
-    let mut own: BTreeMap<ClusterId, u64> = BTreeMap::new();
-    for (i, f) in faces.iter_mut().enumerate() {
-        if f.cluster.is_none() && !f.embedding.is_empty() {
-            f.cluster = joined_before(store, photo.id, i as u32).await?;
+    for _round in 0..JOIN_ROUNDS {
+        // Faces that joined in an earlier run (or an earlier round of this one).
+        let before = joined_before(store, photo.id).await?;
+        for (i, f) in faces.iter_mut().enumerate() {
+            if f.cluster.is_none() {
+                f.cluster = before.get(&(i as u32)).copied();
+            }
         }
-        if let Some(c) = f.cluster {
-            *own.entry(c).or_default() += 1;
+        let pending: Vec<usize> = (0..faces.len())
+            .filter(|&i| faces[i].cluster.is_none() && !faces[i].embedding.is_empty())
+            .collect();
+        if pending.is_empty() {
+            return Ok(out);
         }
-    }
-    let mut all = if faces
-        .iter()
-        .any(|f| f.cluster.is_none() && !f.embedding.is_empty())
-    {
-        heads(store, photo.project).await?
-    } else {
-        Vec::new()
-    };
-    for (i, f) in faces.iter_mut().enumerate() {
-        if f.cluster.is_some() || f.embedding.is_empty() {
-            continue;
+        let mut own: BTreeMap<ClusterId, u64> = BTreeMap::new();
+        for f in faces.iter() {
+            if let Some(c) = f.cluster {
+                *own.entry(c).or_default() += 1;
+            }
         }
-        loop {
-            let heads_only: Vec<Cluster> = all.iter().map(|s| s.cluster.clone()).collect();
-            let (mut c, rev) = match clusters::nearest(&heads_only, &f.embedding) {
-                Some((k, _)) => (
-                    with_reps(store, all[k].cluster.clone()).await?,
-                    Some(all[k].rev),
-                ),
-                None => (Cluster::new(photo.project, Millis::now()), None),
-            };
-            let before = c.standing(subjects, policy);
-            let mine = own.get(&c.id).copied().unwrap_or(0);
-            c.admit(photo.id, i as u32, f, mine == 0, confident(f));
-            let after = c.standing(subjects, policy);
-            let redecide = c.calls_for_redecision(&before, &after, mine + 1);
-            let (head, reps) = records::cluster_items(&c);
-            let writes = vec![
+        let touched = place(store, photo, faces, &pending, &own).await?;
+        let transactions = slices(photo, faces, &touched, subjects, policy);
+        let mut conflicted = false;
+        for tx in transactions {
+            let mut writes = vec![
                 ctx.fence_write(),
                 // The photo still exists: its erasure deletes the row first and then
                 // takes its faces out of their clusters, so no join lands after that.
@@ -165,26 +198,32 @@ pub async fn join(
                     key: records::photo_key(photo.id),
                     condition: Condition::Exists,
                 },
-                Write::Put {
-                    item: Item::new(
-                        records::cluster_member_key(photo.id, i as u32),
-                        serde_json::json!({ "cluster": c.id, "at": Millis::now() }),
-                    ),
-                    condition: Condition::Absent,
-                },
-                Write::Put {
+            ];
+            for sl in &tx {
+                for i in &sl.faces {
+                    writes.push(Write::Put {
+                        item: Item::new(
+                            records::cluster_member_key(photo.id, *i),
+                            serde_json::json!({ "cluster": sl.cluster.id, "at": Millis::now() }),
+                        ),
+                        condition: Condition::Absent,
+                    });
+                }
+                let (head, reps) = records::cluster_items(&sl.cluster);
+                writes.push(Write::Put {
                     item: head,
-                    condition: rev.map_or(Condition::Absent, Condition::Rev),
-                },
-                Write::Put {
+                    condition: sl.condition.clone(),
+                });
+                writes.push(Write::Put {
                     item: reps,
                     condition: Condition::None,
-                },
-            ];
-            let committed = if redecide {
+                });
+            }
+            out.transactions += 1;
+            let committed = if tx.iter().any(|sl| sl.redecide) {
                 match project::redecide_with(ctx.engine(), photo.project, writes).await {
                     Ok(change) => {
-                        tracing::info!(photo = %photo.id, cluster = %c.id, subjects_rev = change.subjects_rev, "a cluster's standing changed; every photo of the project is decided again");
+                        tracing::info!(photo = %photo.id, subjects_rev = change.subjects_rev, "a cluster's standing changed; every photo of the project is decided again");
                         out.redecided = Some(change);
                         Ok(())
                     }
@@ -196,24 +235,13 @@ pub async fn join(
             };
             match committed {
                 Ok(()) => {
-                    f.cluster = Some(c.id);
-                    *own.entry(c.id).or_default() += 1;
-                    out.joined += 1;
-                    let stored = Stored {
-                        cluster: Cluster {
-                            reps: Vec::new(),
-                            ..c.clone()
-                        },
-                        rev: rev.map_or(1, |r| r + 1),
-                    };
-                    match all.iter_mut().find(|s| s.cluster.id == c.id) {
-                        Some(s) => *s = stored,
-                        None => {
-                            out.started += 1;
-                            all.push(stored);
+                    for sl in &tx {
+                        for i in &sl.faces {
+                            faces[*i as usize].cluster = Some(sl.cluster.id);
                         }
+                        out.joined += sl.faces.len();
+                        out.started += usize::from(sl.started);
                     }
-                    break;
                 }
                 Err(StoreError::Conflict { index: 0, .. }) => {
                     return Err(TaskError::cancelled(format!(
@@ -228,23 +256,148 @@ pub async fn join(
                         photo.id
                     )));
                 }
-                Err(StoreError::Conflict { index: 2, .. }) => {
-                    // A run before this one joined the face meanwhile.
-                    f.cluster = joined_before(store, photo.id, i as u32).await?;
-                    if let Some(c) = f.cluster {
-                        *own.entry(c).or_default() += 1;
-                    }
-                    break;
-                }
+                // Another photo joined or started a cluster meanwhile, or an earlier run
+                // of this one joined a face: place what is left again.
                 Err(e) if e.is_conflict() => {
-                    // Another photo joined or started a cluster meanwhile: look again.
-                    all = heads(store, photo.project).await?;
+                    conflicted = true;
+                    break;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
+        if !conflicted {
+            return Ok(out);
+        }
     }
-    Ok(out)
+    Err(TaskError::transient(format!(
+        "photo {}'s faces could not join their clusters in {JOIN_ROUNDS} rounds of contention; tried again later",
+        photo.id
+    )))
+}
+
+/// Place each of the `pending` faces: against the heads as read, and the clusters this
+/// photo touches as they grow.
+async fn place(
+    store: &dyn StateStore,
+    photo: &Photo,
+    faces: &[Face],
+    pending: &[usize],
+    own: &BTreeMap<ClusterId, u64>,
+) -> Result<Vec<Touched>, StoreError> {
+    let heads = heads(store, photo.project).await?;
+    let mut touched: Vec<Touched> = Vec::new();
+    for &i in pending {
+        let f = &faces[i];
+        let candidates: Vec<Cluster> = heads
+            .iter()
+            .filter(|h| !touched.iter().any(|t| t.stored.id == h.cluster.id))
+            .map(|h| h.cluster.clone())
+            .chain(touched.iter().map(|t| t.planned.clone()))
+            .collect();
+        let k = match clusters::nearest(&candidates, &f.embedding) {
+            Some((n, _)) => {
+                let id = candidates[n].id;
+                match touched.iter().position(|t| t.stored.id == id) {
+                    Some(k) => k,
+                    None => {
+                        let h = heads
+                            .iter()
+                            .find(|h| h.cluster.id == id)
+                            .expect("a candidate not touched is a head");
+                        let c = with_reps(store, h.cluster.clone()).await?;
+                        touched.push(Touched {
+                            planned: c.clone(),
+                            stored: c,
+                            rev: Some(h.rev),
+                            own_before: own.get(&id).copied().unwrap_or(0),
+                            joining: Vec::new(),
+                        });
+                        touched.len() - 1
+                    }
+                }
+            }
+            None => {
+                let c = Cluster::new(photo.project, Millis::now());
+                touched.push(Touched {
+                    planned: c.clone(),
+                    stored: c,
+                    rev: None,
+                    own_before: 0,
+                    joining: Vec::new(),
+                });
+                touched.len() - 1
+            }
+        };
+        let t = &mut touched[k];
+        let first = t.own_before == 0 && t.joining.is_empty();
+        t.planned.admit(photo.id, i as u32, f, first, confident(f));
+        t.joining.push(i as u32);
+    }
+    Ok(touched)
+}
+
+/// The transactions that commit `touched`, in order: each cluster's faces in slices of at
+/// most [`JOIN_WRITES`] − 4 (a slice carries the cluster's head and views, conditioned on
+/// the revision the slice before it wrote), slices of several clusters packed together
+/// up to [`JOIN_WRITES`], never two of one cluster in one transaction.
+fn slices(
+    photo: &Photo,
+    faces: &[Face],
+    touched: &[Touched],
+    subjects: &[SubjectEmbeddings],
+    policy: MatchPolicy,
+) -> Vec<Vec<Slice>> {
+    let per_slice = JOIN_WRITES - 4;
+    let mut units: Vec<Vec<Slice>> = Vec::new();
+    for t in touched {
+        let mut state = t.stored.clone();
+        let mut rev = t.rev;
+        let mut admitted = 0u64;
+        let mut unit = Vec::new();
+        for part in t.joining.chunks(per_slice) {
+            let before = state.standing(subjects, policy);
+            for i in part {
+                let f = &faces[*i as usize];
+                let first = t.own_before == 0 && admitted == 0;
+                state.admit(photo.id, *i, f, first, confident(f));
+                admitted += 1;
+            }
+            let after = state.standing(subjects, policy);
+            unit.push(Slice {
+                cluster: state.clone(),
+                condition: rev.map_or(Condition::Absent, Condition::Rev),
+                faces: part.to_vec(),
+                redecide: state.calls_for_redecision(&before, &after, t.own_before + admitted),
+                started: rev.is_none(),
+            });
+            rev = Some(rev.map_or(1, |r| r + 1));
+        }
+        units.push(unit);
+    }
+    // Pack: slice k of every cluster goes in round k's transactions, several clusters'
+    // slices to a transaction as the write budget allows.
+    let rounds = units.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out: Vec<Vec<Slice>> = Vec::new();
+    let mut queues: Vec<std::collections::VecDeque<Slice>> =
+        units.into_iter().map(Into::into).collect();
+    for _ in 0..rounds {
+        let mut tx: Vec<Slice> = Vec::new();
+        let mut size = 2;
+        for q in queues.iter_mut() {
+            let Some(sl) = q.pop_front() else { continue };
+            let writes = sl.faces.len() + 2;
+            if size + writes > JOIN_WRITES && !tx.is_empty() {
+                out.push(std::mem::take(&mut tx));
+                size = 2;
+            }
+            size += writes;
+            tx.push(sl);
+        }
+        if !tx.is_empty() {
+            out.push(tx);
+        }
+    }
+    out
 }
 
 /// The clusters `faces` are in, with their representatives, as stored now: read after the

@@ -298,7 +298,10 @@ fn project_erasure(project: ProjectId) -> Erasure {
         // Its cluster heads (each photo's erasure takes its faces out of them, and the
         // project's erasure deletes what remains with their views; this catches a head
         // written by a join that raced the erasure).
-        partitions: vec![("table".into(), records::project_clusters_partition(project))],
+        partitions: records::project_clusters_partitions(project)
+            .into_iter()
+            .map(|p| ("table".to_string(), p))
+            .collect(),
         erased_at: Millis::now(),
         swept: false,
     }

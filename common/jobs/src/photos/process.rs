@@ -389,7 +389,11 @@ impl TaskHandler for Process {
         //    project's subjects are still the ones decided against.
         let published_at = Millis::now();
         tracing::info!(photo = %id, version, subjects_rev = decided_rev, files = renditions.len(), faces = faces.len(), "publishing");
-        let summary = summary(&photo, version, &faces, &renditions, self.mode);
+        let mut summary = summary(&photo, version, &faces, &renditions, self.mode);
+        summary["clusters"] = serde_json::json!({
+            "joined": joined.joined, "started": joined.started,
+            "transactions": joined.transactions, "ruled": ruled,
+        });
         Ok(TaskOutput {
             result: summary,
             writes: vec![
