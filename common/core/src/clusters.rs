@@ -75,9 +75,10 @@ pub struct Cluster {
     pub id: ClusterId,
     /// The project.
     pub project: ProjectId,
-    /// Faces that joined it.
+    /// Faces that joined it, as of the last change to its views (a join that changes
+    /// none writes only the counters, `records::cluster_count_key`).
     pub faces: u64,
-    /// Photos those faces are in.
+    /// Photos those faces are in, likewise.
     pub photos: u64,
     /// Members that were shown when they joined (decided nobody opted out).
     #[serde(default)]
@@ -257,7 +258,8 @@ impl Cluster {
     }
 
     /// Drop what `photo` gave: its representatives, and its faces from the counts
-    /// (`faces` of them). Whether the cluster is now empty.
+    /// (`faces` of them). Whether the cluster has no view left to say anything with (its
+    /// standing is then `Unsure`, as for a face in no cluster): it can go.
     pub fn forget(&mut self, photo: PhotoId, faces: u64) -> bool {
         self.reps.retain(|r| r.photo != photo);
         self.faces = self.faces.saturating_sub(faces);
@@ -265,7 +267,7 @@ impl Cluster {
         self.shown = self.shown.min(self.faces);
         self.leaning = self.leaning.min(self.faces);
         self.summarise();
-        self.faces == 0 || self.reps.is_empty()
+        self.reps.is_empty()
     }
 
     /// What the cluster says about its members under `subjects` and `policy`.

@@ -279,6 +279,22 @@ pub fn cluster_key(project: ProjectId, id: crate::ClusterId) -> ItemKey {
     )
 }
 
+/// Key of one of a cluster's counters: how many faces and photos joined it, each join
+/// adding to the shard its photo picks. A join that leaves the cluster's views as they
+/// were writes nothing else of the cluster, so a person in every photo of a burst costs a
+/// counter write spread over [`CLUSTER_COUNT_SHARDS`] partitions, not a head write each.
+pub fn cluster_count_key(id: crate::ClusterId, shard: u32) -> ItemKey {
+    ItemKey::new(format!("CLUSTER#{id}#COUNT#{shard}"), "COUNT")
+}
+
+/// Counter shards of a cluster.
+pub const CLUSTER_COUNT_SHARDS: u32 = 8;
+
+/// The counter shard a photo's joins add to (the same one its erasure subtracts from).
+pub fn cluster_count_shard(photo: PhotoId) -> u32 {
+    (u128::from(photo.0) % u128::from(CLUSTER_COUNT_SHARDS)) as u32
+}
+
 /// Partitions a project's cluster heads are spread over.
 pub const CLUSTER_SHARDS: u32 = 16;
 

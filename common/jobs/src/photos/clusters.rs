@@ -147,9 +147,27 @@ struct Slice {
     cluster: Cluster,
     condition: Condition,
     faces: Vec<u32>,
+    /// Whether the photo counts in the cluster's photos with this slice.
+    first_in_photo: bool,
+    /// Whether the cluster's views changed (else only memberships and a counter).
+    write_head: bool,
     redecide: bool,
     started: bool,
 }
+
+impl Slice {
+    fn writes(&self) -> usize {
+        self.faces.len()
+            + if self.write_head { 2 } else { 0 }
+            + if self.started {
+                CLUSTER_COUNT_SHARDS as usize
+            } else {
+                1
+            }
+    }
+}
+
+use tessera_core::records::CLUSTER_COUNT_SHARDS;
 
 /// Have each of `faces` (decided on its own evidence, in `photo`) join its cluster, or
 /// start one, unless it did before; see the module's doc. Faces without an embedding
@@ -209,15 +227,18 @@ pub async fn join(
                         condition: Condition::Absent,
                     });
                 }
-                let (head, reps) = records::cluster_items(&sl.cluster);
-                writes.push(Write::Put {
-                    item: head,
-                    condition: sl.condition.clone(),
-                });
-                writes.push(Write::Put {
-                    item: reps,
-                    condition: Condition::None,
-                });
+                if sl.write_head {
+                    let (head, reps) = records::cluster_items(&sl.cluster);
+                    writes.push(Write::Put {
+                        item: head,
+                        condition: sl.condition.clone(),
+                    });
+                    writes.push(Write::Put {
+                        item: reps,
+                        condition: Condition::None,
+                    });
+                }
+                writes.extend(count_writes(photo.id, sl));
             }
             out.transactions += 1;
             let committed = if tx.iter().any(|sl| sl.redecide) {
@@ -273,6 +294,63 @@ pub async fn join(
         "photo {}'s faces could not join their clusters in {JOIN_ROUNDS} rounds of contention; tried again later",
         photo.id
     )))
+}
+
+/// The counter writes of a slice: a cluster it starts gets its shards, the photo's with
+/// its counts; otherwise the photo's shard is added to.
+fn count_writes(photo: PhotoId, sl: &Slice) -> Vec<Write> {
+    let mine = records::cluster_count_shard(photo);
+    let (faces, photos) = (sl.faces.len() as i64, i64::from(sl.first_in_photo));
+    if sl.started {
+        (0..CLUSTER_COUNT_SHARDS)
+            .map(|k| {
+                let (f, p) = if k == mine { (faces, photos) } else { (0, 0) };
+                Write::Put {
+                    item: Item::new(
+                        records::cluster_count_key(sl.cluster.id, k),
+                        serde_json::json!({ "faces": f, "photos": p }),
+                    ),
+                    condition: Condition::Absent,
+                }
+            })
+            .collect()
+    } else {
+        vec![Write::Add {
+            key: records::cluster_count_key(sl.cluster.id, mine),
+            deltas: vec![("faces".into(), faces), ("photos".into(), photos)],
+        }]
+    }
+}
+
+/// How many faces and photos joined cluster `id`: the sum of its counter shards.
+pub async fn counts(store: &dyn StateStore, id: ClusterId) -> Result<(u64, u64), StoreError> {
+    let (mut faces, mut photos) = (0i64, 0i64);
+    for k in 0..CLUSTER_COUNT_SHARDS {
+        if let Some(item) = store.get(&records::cluster_count_key(id, k)).await? {
+            faces += item.body["faces"].as_i64().unwrap_or(0);
+            photos += item.body["photos"].as_i64().unwrap_or(0);
+        }
+    }
+    Ok((faces.max(0) as u64, photos.max(0) as u64))
+}
+
+/// The writes that delete cluster `id` of `project`: head, views and counters.
+fn delete_cluster(project: ProjectId, id: ClusterId, head: Condition) -> Vec<Write> {
+    let mut out = vec![
+        Write::Delete {
+            key: records::cluster_key(project, id),
+            condition: head,
+        },
+        Write::Delete {
+            key: records::cluster_reps_key(project, id),
+            condition: Condition::None,
+        },
+    ];
+    out.extend((0..CLUSTER_COUNT_SHARDS).map(|k| Write::Delete {
+        key: records::cluster_count_key(id, k),
+        condition: Condition::None,
+    }));
+    out
 }
 
 /// Place each of the `pending` faces: against the heads as read, and the clusters this
@@ -337,9 +415,10 @@ async fn place(
 }
 
 /// The transactions that commit `touched`, in order: each cluster's faces in slices of at
-/// most [`JOIN_WRITES`] − 4 (a slice carries the cluster's head and views, conditioned on
-/// the revision the slice before it wrote), slices of several clusters packed together
-/// up to [`JOIN_WRITES`], never two of one cluster in one transaction.
+/// most [`JOIN_WRITES`] − 12 (a slice carries the cluster's head and views when they
+/// changed, conditioned on the revision the slice before it wrote, and its counters),
+/// slices of several clusters packed together up to [`JOIN_WRITES`], never two of one
+/// cluster in one transaction.
 fn slices(
     photo: &Photo,
     faces: &[Face],
@@ -347,7 +426,7 @@ fn slices(
     subjects: &[SubjectEmbeddings],
     policy: MatchPolicy,
 ) -> Vec<Vec<Slice>> {
-    let per_slice = JOIN_WRITES - 4;
+    let per_slice = JOIN_WRITES - 4 - CLUSTER_COUNT_SHARDS as usize;
     let mut units: Vec<Vec<Slice>> = Vec::new();
     for t in touched {
         let mut state = t.stored.clone();
@@ -356,21 +435,31 @@ fn slices(
         let mut unit = Vec::new();
         for part in t.joining.chunks(per_slice) {
             let before = state.standing(subjects, policy);
+            let views_before = state.reps.clone();
+            let first_in_photo = t.own_before == 0 && admitted == 0;
             for i in part {
                 let f = &faces[*i as usize];
                 let first = t.own_before == 0 && admitted == 0;
                 state.admit(photo.id, *i, f, first, confident(f));
                 admitted += 1;
             }
+            // Its views as they were: its standing is too, and nothing of it but the
+            // counters need be written (a person in every photo of a burst).
+            let write_head = rev.is_none() || state.reps != views_before;
             let after = state.standing(subjects, policy);
             unit.push(Slice {
                 cluster: state.clone(),
                 condition: rev.map_or(Condition::Absent, Condition::Rev),
                 faces: part.to_vec(),
-                redecide: state.calls_for_redecision(&before, &after, t.own_before + admitted),
+                first_in_photo,
+                write_head,
+                redecide: write_head
+                    && state.calls_for_redecision(&before, &after, t.own_before + admitted),
                 started: rev.is_none(),
             });
-            rev = Some(rev.map_or(1, |r| r + 1));
+            if write_head {
+                rev = Some(rev.map_or(1, |r| r + 1));
+            }
         }
         units.push(unit);
     }
@@ -385,7 +474,7 @@ fn slices(
         let mut size = 2;
         for q in queues.iter_mut() {
             let Some(sl) = q.pop_front() else { continue };
-            let writes = sl.faces.len() + 2;
+            let writes = sl.writes();
             if size + writes > JOIN_WRITES && !tx.is_empty() {
                 out.push(std::mem::take(&mut tx));
                 size = 2;
@@ -486,15 +575,15 @@ pub async fn forget_photo(store: &dyn StateStore, photo: &Photo) -> Result<usize
             let c = with_reps(store, records::decode::<Cluster>(&item)?).await?;
             let mut after = c.clone();
             if after.forget(photo.id, members.len() as u64) {
-                writes.push(Write::Delete {
-                    key: records::cluster_key(photo.project, id),
-                    condition: Condition::Rev(item.rev),
-                });
-                writes.push(Write::Delete {
-                    key: records::cluster_reps_key(photo.project, id),
-                    condition: Condition::None,
-                });
+                writes.extend(delete_cluster(photo.project, id, Condition::Rev(item.rev)));
             } else {
+                writes.push(Write::Add {
+                    key: records::cluster_count_key(id, records::cluster_count_shard(photo.id)),
+                    deltas: vec![
+                        ("faces".into(), -(members.len() as i64)),
+                        ("photos".into(), -1),
+                    ],
+                });
                 let (head, reps) = records::cluster_items(&after);
                 writes.push(Write::Put {
                     item: head,
@@ -521,16 +610,7 @@ pub async fn erase_all(store: &dyn StateStore, project: ProjectId) -> Result<usi
     let all = heads(store, project).await?;
     for s in &all {
         store
-            .transact(vec![
-                Write::Delete {
-                    key: records::cluster_reps_key(project, s.cluster.id),
-                    condition: Condition::None,
-                },
-                Write::Delete {
-                    key: records::cluster_key(project, s.cluster.id),
-                    condition: Condition::None,
-                },
-            ])
+            .transact(delete_cluster(project, s.cluster.id, Condition::None))
             .await?;
     }
     if !all.is_empty() {
@@ -619,6 +699,8 @@ pub async fn list(
         .into_iter()
         .map(|s| s.cluster)
         .collect();
+    // By the photos counted at the last change to each cluster's views: reading every
+    // cluster's counters to sort would cost 8 reads a cluster for each page.
     all.sort_by(|a, b| b.photos.cmp(&a.photos).then(a.id.cmp(&b.id)));
     let size = size.clamp(1, MAX_LISTED);
     let subjects = project::subjects(store, project.id).await?;
@@ -633,6 +715,7 @@ pub async fn list(
     let mut out = Vec::new();
     for head in all.iter().skip(skip).take(size) {
         let c = with_reps(store, head.clone()).await?;
+        let (faces, photos) = counts(store, c.id).await?;
         let standing = c.standing(&embeddings, policy);
         let (word, matched) = match &standing {
             clusters::Standing::Subjects(m) => ("opted_out", m.clone()),
@@ -647,8 +730,8 @@ pub async fn list(
         }
         out.push(Listed {
             cluster_id: c.id,
-            photos: c.photos,
-            faces: c.faces,
+            photos,
+            faces,
             clear_views: c.clear_views,
             standing: word,
             subjects: matched
