@@ -164,12 +164,7 @@ fn detail(img: &image::RgbImage, b: &Value) -> f64 {
 fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
     let full = std::env::var_os("TESSERA_FULL_KILL").is_some();
     let (photos, kills) = if full { (600, 12) } else { (120, 4) };
-    let mut rng = fastrand::Rng::with_seed(
-        std::env::var("TESSERA_KILL_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(7),
-    );
+    let mut rng = kill_rng(7);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let hopper = repo_root().join("../shared/testdata/faces/grace_hopper.jpg");
@@ -198,31 +193,21 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
 
     // The enrolling process dies at a random moment: before its commit (then it is run
     // again, as a person would) or after (then its sweep is already stored).
-    let started = Instant::now();
-    loop {
-        let mut enrol = spawn(
-            &state,
-            &[
-                "subjects",
-                "add",
-                "--project",
-                "kill",
-                "--label",
-                "hopper",
-                hopper.to_str().unwrap(),
-            ],
-        );
-        std::thread::sleep(Duration::from_millis(rng.u64(200..2500)));
-        let _ = enrol.kill();
-        let _ = enrol.wait();
-        if show(&state)["subjects"].as_array().unwrap().len() == 1 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "enrolment never committed"
-        );
-    }
+    kill_at_random_until(
+        &state,
+        &[
+            "subjects",
+            "add",
+            "--project",
+            "kill",
+            "--label",
+            "hopper",
+            hopper.to_str().unwrap(),
+        ],
+        &mut rng,
+        || show(&state)["subjects"].as_array().unwrap().len() == 1,
+        "enrolment never committed",
+    );
     let rev = show(&state)["subjects_rev"].as_u64().unwrap();
 
     kill_workers_until_settled(&state, photos, kills, &mut rng, full);
@@ -259,6 +244,28 @@ fn an_enrolment_survives_sigkill_of_the_enrolling_process_and_of_workers() {
             "{}",
             file.display()
         );
+    }
+}
+
+/// Run `tessera args` and SIGKILL it after a random 0.2–2.5 s, again and again until
+/// `done()` (what it does has been committed), for at most two minutes.
+fn kill_at_random_until(
+    state: &Path,
+    args: &[&str],
+    rng: &mut fastrand::Rng,
+    done: impl Fn() -> bool,
+    never: &str,
+) {
+    let started = Instant::now();
+    loop {
+        let mut child = spawn(state, args);
+        std::thread::sleep(Duration::from_millis(rng.u64(200..2500)));
+        let _ = child.kill();
+        let _ = child.wait();
+        if done() {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{never}");
     }
 }
 
@@ -317,6 +324,95 @@ fn kill_workers_until_settled(
     eprintln!("settled after resuming {remedies} dead job(s)");
 }
 
+/// The kills' random source: `TESSERA_KILL_SEED` replays a failing run.
+fn kill_rng(default_seed: u64) -> fastrand::Rng {
+    fastrand::Rng::with_seed(
+        std::env::var("TESSERA_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default_seed),
+    )
+}
+
+fn faces_dir() -> std::path::PathBuf {
+    repo_root().join("../shared/testdata/faces")
+}
+
+/// The models the product runs (the ones `tessera` finds in ../shared/models).
+fn product_models() -> tessera_faces::FaceModels {
+    tessera_faces::FaceModels::load(
+        &tessera_faces::OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)"),
+        &tessera_faces::ModelFiles::in_dir(repo_root().join("../shared/models")),
+        tessera_faces::DetectorKind::Yunet,
+        1,
+    )
+    .expect("face models (scripts/setup installs them)")
+}
+
+fn portrait_of(
+    models: &tessera_faces::FaceModels,
+    file: &str,
+) -> tessera_jobs::photos::scenes::Portrait {
+    let pixels = image::open(faces_dir().join(file)).unwrap().to_rgb8();
+    tessera_jobs::photos::trial::portrait(models, pixels, false).unwrap()
+}
+
+fn background() -> image::RgbImage {
+    image::open(faces_dir().join("negatives/coffee.png"))
+        .unwrap()
+        .to_rgb8()
+}
+
+/// `tessera … photos list --project kill`, as JSON rows.
+fn listed(state: &Path) -> Vec<Value> {
+    json(&tessera(
+        state,
+        &["--json", "photos", "list", "--project", "kill"],
+    ))
+    .as_array()
+    .cloned()
+    .unwrap()
+}
+
+/// Run `args` to success.
+fn run_ok(state: &Path, args: &[&str]) {
+    let o = tessera(state, args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+}
+
+/// The project `kill` at `threshold`, with `subject` (label, reference photo) opted out
+/// and the photos of `photos` added.
+fn create_project(state: &Path, threshold: f32, subject: (&str, &Path), photos: &Path) {
+    let threshold = format!("{threshold}");
+    let (label, reference) = subject;
+    run_ok(
+        state,
+        &["projects", "create", "kill", "--threshold", &threshold],
+    );
+    run_ok(
+        state,
+        &[
+            "subjects",
+            "add",
+            "--project",
+            "kill",
+            "--label",
+            label,
+            reference.to_str().unwrap(),
+        ],
+    );
+    run_ok(
+        state,
+        &[
+            "photos",
+            "add",
+            "--project",
+            "kill",
+            photos.to_str().unwrap(),
+        ],
+    );
+}
+
 /// A person's hard views, shown on their own, are blurred once a clear photo of them
 /// arrives: the re-decision their cluster calls for is committed with the clear photo's
 /// join, and survives SIGKILL of the process that adds it and of the workers that run
@@ -327,27 +423,11 @@ fn a_cluster_pulling_hard_views_to_blurred_survives_sigkill() {
     use tessera_jobs::photos::trial;
     let full = std::env::var_os("TESSERA_FULL_KILL").is_some();
     let (hard_count, kills) = if full { (120, 12) } else { (16, 3) };
-    let mut rng = fastrand::Rng::with_seed(
-        std::env::var("TESSERA_KILL_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(11),
-    );
-    let faces = repo_root().join("../shared/testdata/faces");
-    // The models the product runs (the ones `tessera` finds in ../shared/models).
-    let models = tessera_faces::FaceModels::load(
-        &tessera_faces::OnnxRuntime::from_env().expect("ORT_DYLIB_PATH (scripts/env.sh)"),
-        &tessera_faces::ModelFiles::in_dir(repo_root().join("../shared/models")),
-        tessera_faces::DetectorKind::Yunet,
-        1,
-    )
-    .expect("face models (scripts/setup installs them)");
-    let reference = faces.join("grace_hopper.jpg");
-    let hopper =
-        trial::portrait(&models, image::open(&reference).unwrap().to_rgb8(), false).unwrap();
-    let background = image::open(faces.join("negatives/coffee.png"))
-        .unwrap()
-        .to_rgb8();
+    let mut rng = kill_rng(11);
+    let models = product_models();
+    let reference = faces_dir().join("grace_hopper.jpg");
+    let hopper = portrait_of(&models, "grace_hopper.jpg");
+    let background = background();
     // Out of focus: each alone is shown at the threshold chosen below.
     let hard: Vec<Vec<u8>> = (0..hard_count as u64)
         .map(|i| trial::photo(&hopper, &background, 1, 64, 2.0, 100 + i))
@@ -385,45 +465,8 @@ fn a_cluster_pulling_hard_views_to_blurred_survives_sigkill() {
         std::fs::write(hard_dir.join(format!("h{i:03}.jpg")), h).unwrap();
     }
     std::fs::write(clear_dir.join("clear.jpg"), &clear).unwrap();
-    let threshold = format!("{t}");
-    for args in [
-        vec![
-            "projects",
-            "create",
-            "kill",
-            "--threshold",
-            threshold.as_str(),
-        ],
-        vec![
-            "subjects",
-            "add",
-            "--project",
-            "kill",
-            "--label",
-            "hopper",
-            reference.to_str().unwrap(),
-        ],
-        vec![
-            "photos",
-            "add",
-            "--project",
-            "kill",
-            hard_dir.to_str().unwrap(),
-        ],
-    ] {
-        let o = tessera(&state, &args);
-        assert!(o.status.success(), "{}", stderr(&o));
-    }
-    let list = |state: &Path| -> Vec<Value> {
-        json(&tessera(
-            state,
-            &["--json", "photos", "list", "--project", "kill"],
-        ))
-        .as_array()
-        .cloned()
-        .unwrap()
-    };
-    for p in list(&state) {
+    create_project(&state, t, ("hopper", reference.as_path()), &hard_dir);
+    for p in listed(&state) {
         assert_eq!(
             p["faces"][0]["decision"]["decision"], "not_opted_out",
             "alone, a hard view is shown: {p}"
@@ -432,34 +475,24 @@ fn a_cluster_pulling_hard_views_to_blurred_survives_sigkill() {
 
     // The process adding the clear photo dies at a random moment: before its upload (then
     // it is run again) or after (then ingest, the join and its re-decision are stored work).
-    let started = Instant::now();
-    loop {
-        let mut add = spawn(
-            &state,
-            &[
-                "photos",
-                "add",
-                "--project",
-                "kill",
-                clear_dir.to_str().unwrap(),
-            ],
-        );
-        std::thread::sleep(Duration::from_millis(rng.u64(200..2500)));
-        let _ = add.kill();
-        let _ = add.wait();
-        if list(&state).len() > hard_count {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the clear photo was never added"
-        );
-    }
-    let total = list(&state).len();
+    kill_at_random_until(
+        &state,
+        &[
+            "photos",
+            "add",
+            "--project",
+            "kill",
+            clear_dir.to_str().unwrap(),
+        ],
+        &mut rng,
+        || listed(&state).len() > hard_count,
+        "the clear photo was never added",
+    );
+    let total = listed(&state).len();
     kill_workers_until_settled(&state, total, kills, &mut rng, full);
 
     let rev = show(&state)["subjects_rev"].clone();
-    for p in list(&state) {
+    for p in listed(&state) {
         assert_eq!(p["subjects_rev"], rev, "{p}");
         let f = &p["faces"][0];
         assert_eq!(f["decision"]["decision"], "subject", "{p}");
@@ -467,4 +500,119 @@ fn a_cluster_pulling_hard_views_to_blurred_survives_sigkill() {
             assert_eq!(f["ruling"]["ruling"]["kind"], "pulled", "{p}");
         }
     }
+}
+
+/// A bystander's view that matched the opted-out cameraman only under a threshold lowered
+/// for its size is shown once twenty clear views of the same bystander, matching nobody,
+/// arrive: their cluster's release re-decides the project, and survives SIGKILL of the
+/// workers that ingest the clear photos, join their faces and run the sweep.
+#[test]
+fn a_cluster_releasing_a_borderline_view_survives_sigkill() {
+    use tessera_jobs::photos::trial;
+    let full = std::env::var_os("TESSERA_FULL_KILL").is_some();
+    let kills = if full { 12 } else { 3 };
+    let mut rng = kill_rng(13);
+    let models = product_models();
+    let background = background();
+    let camera = trial::photo(
+        &portrait_of(&models, "camera.png"),
+        &background,
+        1,
+        150,
+        0.0,
+        20,
+    );
+    let hopper = portrait_of(&models, "grace_hopper.jpg");
+    let small = trial::photo(&hopper, &background, 1, 31, 0.0, 1);
+    // Twenty clear views in five photos of four.
+    let crowd: Vec<Vec<u8>> = (0..5)
+        .map(|i| trial::photo(&hopper, &background, 4, 130, 0.0, 40 + i))
+        .collect();
+    // The cameraman as `subjects add` enrols him.
+    let cameraman = tessera_core::privacy::SubjectEmbeddings {
+        subject: tessera_core::SubjectId::new(),
+        embeddings: vec![
+            tessera_jobs::photos::project::reference_embedding(&models, "camera.jpg", &camera)
+                .unwrap(),
+        ],
+    };
+    let small_m = trial::measure(&models, &small).unwrap();
+    let crowd_m: Vec<trial::Measured> = crowd
+        .iter()
+        .map(|c| trial::measure(&models, c).unwrap())
+        .collect();
+    let t = trial::threshold_where(|t| {
+        let clear: Vec<f32> = crowd_m
+            .iter()
+            .flat_map(|m| trial::decided(m, &cameraman, t))
+            .filter(tessera_core::clusters::is_clear)
+            .filter_map(|f| f.similarity_to(&cameraman))
+            .collect();
+        let mut sorted = clear.clone();
+        sorted.sort_by(f32::total_cmp);
+        let s = trial::decided(&small_m, &cameraman, t);
+        clear.len() >= tessera_core::clusters::RELEASE_AFTER
+            && clear.iter().all(|x| *x < t)
+            && s.len() == 1
+            && s[0].decision.blurred_in(None)
+            && s[0].similarity_to(&cameraman).is_some_and(|x| x < t)
+            && s[0]
+                .rule
+                .is_some_and(|r| r.threshold > sorted[sorted.len() / 2])
+    })
+    .expect("a threshold where the small view alone leans to the cameraman and the clear views match nobody");
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (camera_file, small_dir, crowd_dir) = (
+        dir.path().join("camera.jpg"),
+        dir.path().join("small"),
+        dir.path().join("crowd"),
+    );
+    std::fs::write(&camera_file, &camera).unwrap();
+    std::fs::create_dir_all(&small_dir).unwrap();
+    std::fs::create_dir_all(&crowd_dir).unwrap();
+    std::fs::write(small_dir.join("small.jpg"), &small).unwrap();
+    for (i, c) in crowd.iter().enumerate() {
+        std::fs::write(crowd_dir.join(format!("c{i}.jpg")), c).unwrap();
+    }
+    create_project(&state, t, ("cameraman", camera_file.as_path()), &small_dir);
+    let alone = listed(&state);
+    assert_ne!(
+        alone[0]["faces"][0]["decision"]["decision"], "not_opted_out",
+        "alone, the borderline view leans to the cameraman: {alone:?}"
+    );
+
+    // The clear photos are queued, and the workers that ingest them, join their faces
+    // and run the release's sweep are killed at random.
+    run_ok(
+        &state,
+        &[
+            "photos",
+            "add",
+            "--submit-only",
+            "--project",
+            "kill",
+            crowd_dir.to_str().unwrap(),
+        ],
+    );
+    kill_workers_until_settled(&state, 1 + crowd.len(), kills, &mut rng, full);
+
+    let rev = show(&state)["subjects_rev"].clone();
+    let photos = listed(&state);
+    assert_eq!(photos.len(), 1 + crowd.len());
+    for p in &photos {
+        assert_eq!(p["subjects_rev"], rev, "{p}");
+        for f in p["faces"].as_array().unwrap() {
+            assert_eq!(f["decision"]["decision"], "not_opted_out", "{p}");
+        }
+    }
+    let small_row = photos
+        .iter()
+        .find(|p| p["file_name"] == "small.jpg")
+        .unwrap();
+    assert_eq!(
+        small_row["faces"][0]["ruling"]["ruling"]["kind"], "released",
+        "{small_row}"
+    );
 }

@@ -661,13 +661,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
         PhotosCommand::Erase { photo } => {
             let p = load_photo(&engine, parse_photo(&photo)?).await?;
             let tenant = project::load(store.as_ref(), p.project).await?.tenant;
-            let swept = tessera_jobs::photos::erase::erase_photo(
-                store.as_ref(),
-                engine.ports().objects.as_ref(),
-                &p,
-                &Actor::cli(tenant),
-            )
-            .await?;
+            let swept =
+                tessera_jobs::photos::erase::erase_photo(&engine, &p, &Actor::cli(tenant)).await?;
             emit(
                 json,
                 &serde_json::json!({ "photo": p.id, "objects": swept.objects }),

@@ -3,37 +3,16 @@
 //! photo is decided again and the cluster's faces are blurred. Real face models, real
 //! SQLite, real HTTP.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tessera_api::AuthMode;
-use tessera_core::TenantId;
 
 mod support;
 use support::*;
 
-fn as_key(key: &str) -> reqwest::Client {
-    let mut h = reqwest::header::HeaderMap::new();
-    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
-    reqwest::Client::builder()
-        .default_headers(h)
-        .build()
-        .unwrap()
-}
-
-async fn json_of(r: reqwest::Response) -> Value {
-    r.json().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_lists_the_people_in_a_project_and_opts_one_out() {
     let s = serve_with(AuthMode::ApiKey, false, Some(face_models())).await;
-    let store = s.engine.ports().store.clone();
-    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
-        .await
-        .unwrap();
-    let (_, viewer) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), false)
-        .await
-        .unwrap();
-    let (admin, viewer) = (as_key(&admin), as_key(&viewer));
+    let (admin, viewer) = admin_and_viewer(&s).await;
     let base = s.base.clone();
     let p = json_of(
         admin

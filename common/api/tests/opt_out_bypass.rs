@@ -15,35 +15,10 @@ use tessera_core::catalog::quotas;
 mod support;
 use support::*;
 
-fn as_key(key: &str) -> reqwest::Client {
-    let mut h = reqwest::header::HeaderMap::new();
-    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
-    reqwest::Client::builder()
-        .default_headers(h)
-        .build()
-        .unwrap()
-}
-
-/// An admin client and a non-admin one of the local tenant.
-async fn keys(s: &Server) -> (reqwest::Client, reqwest::Client) {
-    let store = s.engine.ports().store.clone();
-    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), true)
-        .await
-        .unwrap();
-    let (_, viewer) = tessera_api::auth::create_key(store.as_ref(), TenantId::local(), false)
-        .await
-        .unwrap();
-    (as_key(&admin), as_key(&viewer))
-}
-
-async fn json_of(r: reqwest::Response) -> Value {
-    r.json().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
     let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
-    let (admin, viewer) = keys(&s).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
     let p = json_of(
         admin
             .post(format!("{}/v1/projects", s.base))
@@ -282,7 +257,7 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leaves_them_behind() {
     let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
-    let (admin, viewer) = keys(&s).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
     let store = s.engine.ports().store.clone();
     let tenant = TenantId::local();
     let p = json_of(
@@ -490,7 +465,7 @@ async fn refused_uploads_are_erasable_counted_and_collected_and_no_project_leave
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enrolment_refuses_reference_photos_that_will_not_work_and_says_how_many_do() {
     let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
-    let (admin, _) = keys(&s).await;
+    let (admin, _) = admin_and_viewer(&s).await;
     let p = json_of(
         admin
             .post(format!("{}/v1/projects", s.base))

@@ -6,7 +6,6 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tessera_api::AuthMode;
-use tessera_core::TenantId;
 
 mod support;
 use support::*;
@@ -14,23 +13,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn photos_are_listed_with_states_and_reasons_and_originals_are_for_admins() {
     let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
-    let store = s.engine.ports().store.clone();
-    let tenant = TenantId::local();
-    let (_, admin) = tessera_api::auth::create_key(store.as_ref(), tenant.clone(), true)
-        .await
-        .unwrap();
-    let (_, viewer) = tessera_api::auth::create_key(store.as_ref(), tenant, false)
-        .await
-        .unwrap();
-    let as_key = |key: &str| {
-        let mut h = reqwest::header::HeaderMap::new();
-        h.insert("authorization", format!("Bearer {key}").parse().unwrap());
-        reqwest::Client::builder()
-            .default_headers(h)
-            .build()
-            .unwrap()
-    };
-    let (c, v) = (as_key(&admin), as_key(&viewer));
+    let (c, v) = admin_and_viewer(&s).await;
     let p: Value = c
         .post(format!("{}/v1/projects", s.base))
         .json(&json!({ "name": "review", "match_threshold": 0.363 }))

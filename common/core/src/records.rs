@@ -265,12 +265,11 @@ pub fn subject_item(s: &Subject) -> Item {
     Item::new(subject_key(s.project, s.id), to_body(s))
 }
 
-/// Key of one of a project's clusters (its head: counts and centroid). In one of
-/// [`CLUSTER_SHARDS`] partitions of the project's cluster heads, picked by the cluster's
-/// id, and never the project's own partition (photo jobs do not touch it: its record is
-/// read through the view shards). Every join writes a head (about 1.2 KB); the load
-/// rehearsal measured one partition of them at 0.89 of a partition's write limit at the
-/// extrapolated peak, which the shards divide.
+/// Key of one of a project's cluster heads (`clusters::Head`: centroid and photos, a few
+/// hundred bytes). In one of [`CLUSTER_SHARDS`] partitions, picked by the cluster's id,
+/// and never the project's own partition (photo jobs do not touch it: its record is read
+/// through the view shards). Every face's search for its cluster reads them all; they are
+/// written when a cluster starts and when its centroid moves.
 pub fn cluster_key(project: ProjectId, id: crate::ClusterId) -> ItemKey {
     let shard = u128::from(id.0) % u128::from(CLUSTER_SHARDS);
     ItemKey::new(
@@ -308,25 +307,19 @@ pub fn project_clusters_partitions(project: ProjectId) -> Vec<String> {
 /// Sort-key prefix of a project's cluster heads.
 pub const CLUSTER_PREFIX: &str = "CLUSTER#";
 
-/// Key of a cluster's representative views (about 25 KB): in a partition of its own, so
-/// the writes of many joins at once spread over as many partitions as there are people.
-pub fn cluster_reps_key(_project: ProjectId, id: crate::ClusterId) -> ItemKey {
-    ItemKey::new(format!("CLUSTER#{id}"), "REPS")
+/// Key of a cluster's body: the whole cluster, its counts and its representative views
+/// (about 25 KB), in a partition of its own. Every change to its views writes it,
+/// conditioned on its revision; its [`cluster_key`] head only when its centroid moved.
+pub fn cluster_body_key(id: crate::ClusterId) -> ItemKey {
+    ItemKey::new(format!("CLUSTER#{id}"), "BODY")
 }
 
-/// A cluster as its two items: the head (counts and centroid, what a listing and a
-/// face's search for its cluster read) and its representative views.
+/// A cluster as its two items: the head (what every face's search for its cluster and
+/// the listing read) and the body.
 pub fn cluster_items(c: &crate::clusters::Cluster) -> (Item, Item) {
-    let head = crate::clusters::Cluster {
-        reps: Vec::new(),
-        ..c.clone()
-    };
     (
-        Item::new(cluster_key(c.project, c.id), to_body(&head)),
-        Item::new(
-            cluster_reps_key(c.project, c.id),
-            serde_json::json!({ "reps": to_body(&c.reps) }),
-        ),
+        Item::new(cluster_key(c.project, c.id), to_body(&c.head())),
+        Item::new(cluster_body_key(c.id), to_body(c)),
     )
 }
 

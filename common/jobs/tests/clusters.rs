@@ -165,14 +165,9 @@ async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
     // Erasing the photos takes their faces out of the clusters, which go with the last.
     let actor = tessera_core::audit::Actor::cli(p.tenant.clone());
     for photo in project::photos(r.store(), p.id).await.unwrap() {
-        tessera_jobs::photos::erase::erase_photo(
-            r.store(),
-            r.engine.ports().objects.as_ref(),
-            &photo,
-            &actor,
-        )
-        .await
-        .unwrap();
+        tessera_jobs::photos::erase::erase_photo(&r.engine, &photo, &actor)
+            .await
+            .unwrap();
     }
     assert!(
         clusters::heads(r.store(), p.id).await.unwrap().is_empty(),
@@ -239,8 +234,9 @@ async fn clear_views_of_a_bystander_that_match_nobody_release_their_borderline_v
         "alone, the borderline view leans to a match: {:?}",
         alone[0].decision
     );
+    let mut crowd_ids = Vec::new();
     for (i, c) in crowd.into_iter().enumerate() {
-        add(&r, &p, &format!("crowd{i}.jpg"), c).await;
+        crowd_ids.push(add(&r, &p, &format!("crowd{i}.jpg"), c).await);
     }
     r.settle().await;
     let now = r.faces(&r.photo(small_id).await).await;
@@ -255,6 +251,35 @@ async fn clear_views_of_a_bystander_that_match_nobody_release_their_borderline_v
     let (listed, _) = clusters::list(r.store(), &cur, 0, 50).await.unwrap();
     assert_eq!(listed[0].standing, "nobody", "{listed:?}");
     assert_eq!(listed[0].photos, 6);
+
+    // Two of the clear photos are erased: twelve clear views are too few to speak for
+    // the bystander, the release is withdrawn, and the borderline view is blurred again.
+    let actor = tessera_core::audit::Actor::cli(p.tenant.clone());
+    let rev = project::load(r.store(), p.id).await.unwrap().subjects_rev;
+    for id in &crowd_ids[..2] {
+        let photo = r.photo(*id).await;
+        tessera_jobs::photos::erase::erase_photo(&r.engine, &photo, &actor)
+            .await
+            .unwrap();
+    }
+    r.settle().await;
+    assert!(
+        project::load(r.store(), p.id).await.unwrap().subjects_rev > rev,
+        "the withdrawal re-decides the project"
+    );
+    let again = r.photo(small_id).await;
+    let faces = r.faces(&again).await;
+    assert!(
+        faces[0].ruling.is_none() && faces[0].decision.blurred_in(None),
+        "{:?} {:?}",
+        faces[0].decision,
+        faces[0].ruling
+    );
+    assert!(again.published_at.is_some(), "published again, blurred");
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    let (listed, _) = clusters::list(r.store(), &cur, 0, 50).await.unwrap();
+    assert_eq!(listed[0].standing, "unsure", "{listed:?}");
+    assert_eq!(listed[0].photos, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,10 +393,7 @@ async fn a_crowd_joins_its_clusters_in_a_few_transactions_and_once() {
     assert_eq!(counted, faces.len() as u64);
     assert!((3..=6).contains(&heads.len()), "{} clusters", heads.len());
     for h in &heads {
-        assert_eq!(
-            clusters::counts(r.store(), h.cluster.id).await.unwrap().1,
-            1
-        );
+        assert_eq!(clusters::counts(r.store(), h.id).await.unwrap().1, 1);
     }
     assert!(r.photo(id).await.servable(cur.subjects_rev));
     // One person sixty times: more faces than one transaction takes for one cluster,
@@ -407,13 +429,28 @@ async fn a_crowd_joins_its_clusters_in_a_few_transactions_and_once() {
     r.settle().await;
     assert_eq!(faces_counted(&r, p.id).await, counted);
     assert!(r.photo(id).await.servable(cur.subjects_rev + 1));
+    // Erased, the sixty leave their cluster in more transactions than one, and are
+    // uncounted once each.
+    let photo = r.photo(many).await;
+    let actor = tessera_core::audit::Actor::cli(p.tenant.clone());
+    tessera_jobs::photos::erase::erase_photo(&r.engine, &photo, &actor)
+        .await
+        .unwrap();
+    assert_eq!(
+        faces_counted(&r, p.id).await,
+        counted - many_faces.len() as u64
+    );
+    for h in clusters::heads(r.store(), p.id).await.unwrap() {
+        let (c, _) = clusters::load(r.store(), h.id).await.unwrap().unwrap();
+        assert!(c.reps.iter().all(|v| v.photo != many), "no view of it kept");
+    }
 }
 
 /// Faces counted in every cluster of `project`.
 async fn faces_counted(r: &Rig, project: tessera_core::ProjectId) -> u64 {
     let mut n = 0;
     for h in clusters::heads(r.store(), project).await.unwrap() {
-        n += clusters::counts(r.store(), h.cluster.id).await.unwrap().0;
+        n += clusters::counts(r.store(), h.id).await.unwrap().0;
     }
     n
 }

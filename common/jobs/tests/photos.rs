@@ -518,8 +518,7 @@ async fn a_photos_jobs_queued_before_its_erasure_end_without_acting() {
     assert!(row.published_at.is_some());
     let prefix = keys::derived_prefix(p.id, photo);
     tessera_jobs::photos::erase::erase_photo(
-        r.store(),
-        r.engine.ports().objects.as_ref(),
+        &r.engine,
         &row,
         &tessera_core::audit::Actor::cli(p.tenant.clone()),
     )

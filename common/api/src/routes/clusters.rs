@@ -16,16 +16,6 @@ use serde_json::{Value, json};
 use tessera_core::ClusterId;
 use tessera_jobs::photos::clusters;
 
-fn admin_only(caller: &Caller, what: &str) -> Result<(), Problem> {
-    if caller.admin {
-        Ok(())
-    } else {
-        Err(Problem::forbidden(format!(
-            "{what} needs an admin key: it shows who appears in which photos"
-        )))
-    }
-}
-
 /// `GET …/clusters?page_size=&page_token=`: the people in most photos first.
 pub async fn list(
     State(s): State<ApiState>,
@@ -35,7 +25,7 @@ pub async fn list(
 ) -> Result<Json<Value>, Problem> {
     // Whose project first: another tenant learns nothing, not even that it needs an admin.
     let p = super::projects::owned(&s, &caller, &pid).await?;
-    admin_only(&caller, "listing a project's clusters")?;
+    caller.require_admin("listing who appears in which photos")?;
     let skip = match paging.page_token.as_deref() {
         None | Some("") => 0,
         Some(t) => t.parse::<usize>().map_err(|_| {
@@ -83,7 +73,7 @@ pub async fn opt_out(
 ) -> Result<Response, Problem> {
     // Whose project first: another tenant learns nothing, not even that it needs an admin.
     let p = super::projects::owned(&s, &caller, &pid).await?;
-    admin_only(&caller, "opting a cluster out")?;
+    caller.require_admin("opting a cluster out (it shows who appears in which photos)")?;
     let Json(b) = body.map_err(|e| {
         Problem::bad_request(format!("the body must be JSON {{\"label\": …}}: {e}"))
     })?;

@@ -337,7 +337,7 @@ pub async fn erase(
         }
         Err(other) => return Err(other),
     };
-    tessera_jobs::photos::erase::erase_photo(store, objects, &p, &caller.actor())
+    tessera_jobs::photos::erase::erase_photo(&s.engine, &p, &caller.actor())
         .await
         .map_err(photo_error)?;
     Ok(StatusCode::NO_CONTENT)

@@ -328,3 +328,32 @@ pub fn start_worker(s: &Server) -> CancellationToken {
     tokio::spawn(async move { w.run(t).await });
     stop
 }
+
+/// A client that sends `key` as its bearer token.
+pub fn as_key(key: &str) -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
+    reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .unwrap()
+}
+
+/// An admin client and a non-admin one of the local tenant.
+pub async fn admin_and_viewer(s: &Server) -> (reqwest::Client, reqwest::Client) {
+    let store = s.engine.ports().store.clone();
+    let (_, admin) =
+        tessera_api::auth::create_key(store.as_ref(), tessera_core::TenantId::local(), true)
+            .await
+            .unwrap();
+    let (_, viewer) =
+        tessera_api::auth::create_key(store.as_ref(), tessera_core::TenantId::local(), false)
+            .await
+            .unwrap();
+    (as_key(&admin), as_key(&viewer))
+}
+
+/// A response's JSON body.
+pub async fn json_of(r: reqwest::Response) -> serde_json::Value {
+    r.json().await.unwrap()
+}

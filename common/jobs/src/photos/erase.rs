@@ -15,6 +15,7 @@ use tessera_core::photo::{Photo, keys};
 use tessera_core::ports::state_store::{Condition, Index, Query, Write};
 use tessera_core::ports::{ObjectStore, StateStore};
 use tessera_core::{Millis, PhotoId, ProjectId, records};
+use tessera_engine::Engine;
 
 /// What erasing a photo removes.
 pub fn photo_erasure(project: ProjectId, photo: PhotoId) -> Erasure {
@@ -31,12 +32,34 @@ pub fn photo_erasure(project: ProjectId, photo: PhotoId) -> Erasure {
     }
 }
 
-/// Erase one photo (the caller checked it belongs to the actor's tenant).
+/// Erase one photo (the caller checked it belongs to the actor's tenant), taking its
+/// faces out of their clusters.
 pub async fn erase_photo(
+    engine: &Engine,
+    photo: &Photo,
+    actor: &Actor,
+) -> Result<Swept, PhotoError> {
+    let ports = engine.ports();
+    erase_photo_in(
+        ports.store.as_ref(),
+        ports.objects.as_ref(),
+        photo,
+        actor,
+        Some(engine),
+    )
+    .await
+}
+
+/// Erase one photo. `clusters`: the engine that takes its faces out of their clusters
+/// (and re-decides the project where that withdraws a release), or `None` when its whole
+/// project is being erased and its clusters go whole after its photos
+/// ([`super::clusters::erase_all`]).
+async fn erase_photo_in(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     photo: &Photo,
     actor: &Actor,
+    clusters: Option<&Engine>,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
     commit_erasure(
@@ -58,7 +81,9 @@ pub async fn erase_photo(
     // Its faces' embeddings leave its clusters, after the row is gone (a join checks
     // the row, so none can land after this) and before the sweep deletes the records of
     // which clusters they joined.
-    super::clusters::forget_photo(store, photo).await?;
+    if let Some(engine) = clusters {
+        super::clusters::forget_photo(engine, photo).await?;
+    }
     let swept = erasure::sweep(store, objects, &e)
         .await
         .map_err(|err| PhotoError::Invalid(format!("erasing photo {}: {err}", photo.id)))?;
@@ -379,7 +404,7 @@ pub async fn erase_project(
         }
         for item in &page.items {
             let photo: Photo = records::decode(item)?;
-            match erase_photo(store, objects, &photo, actor).await {
+            match erase_photo_in(store, objects, &photo, actor, None).await {
                 Ok(s) => done.objects += s.objects,
                 Err(PhotoError::NotFound(_)) => {}
                 Err(e) => return Err(e),

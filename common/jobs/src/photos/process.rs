@@ -240,7 +240,9 @@ impl TaskHandler for Process {
         // replace the ones the row had: those leave their clusters first (the records of
         // which cluster each joined are by index).
         if detected_by.is_some() && photo.faces.is_some() {
-            clusters::forget_photo(store, &photo).await?;
+            clusters::forget_photo(ctx.engine(), &photo)
+                .await
+                .map_err(TaskError::from_classified)?;
         }
         let joined = clusters::join(ctx, &photo, &mut faces, &subjects, policy).await?;
         if joined.redecided.is_some() {
@@ -261,7 +263,7 @@ impl TaskHandler for Process {
         // The clusters as they are now, read after the view: a cluster change that
         // re-decided the project up to the view's revision is in them (one after it
         // fails this photo's publication, which is then decided again).
-        let known = clusters::of_faces(store, photo.project, &faces).await?;
+        let known = clusters::of_faces(store, &faces).await?;
         let ruled = tessera_core::clusters::apply(&mut faces, &known, &subjects, policy);
         if joined.joined > 0 || ruled > 0 {
             tracing::info!(photo = %id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");

@@ -1,0 +1,40 @@
+//! Faces joining their project's clusters as photos are decided, what erasing a photo
+//! takes back from them, and listing and opting a cluster out. The rules are in
+//! [`tessera_core::clusters`]; this module stores them.
+//!
+//! A cluster is stored as:
+//! - its **head** (id, centroid, photos: a few hundred bytes), in one of 16 partitions of
+//!   the project's cluster heads: what every face's search for its cluster reads. It is
+//!   written when the cluster starts and when its centroid has moved past
+//!   [`tessera_core::clusters::HEAD_DRIFT`], so a person in every photo of a burst does not
+//!   write a shared partition once a photo;
+//! - its **body** (the whole cluster: counts, standing inputs and up to 24 views, about
+//!   25 KB), in a partition of its own, written whenever its views change, conditioned on
+//!   its revision (which guards every join);
+//! - its **counters** (faces and photos), 8 shards picked by the photo, added to by every
+//!   join and subtracted from by the photo's erasure;
+//! - for each face, which cluster it joined, in the photo's own partition, written only if
+//!   absent in the transaction that joins it, so a retried run counts no face twice and
+//!   the photo's erasure sweeps the record.
+//!
+//! When a join changes its cluster's standing in a way that may change another photo's
+//! decision (a new subject matched by a clear view; twenty clear views that match nobody,
+//! where some member leaned to a match), it is committed in one transaction with a
+//! re-decision of every photo of the project ([`super::project::redecide_with`]): the
+//! same durable sweep as an opt-out, so the change cannot be stored without the work that
+//! applies it, and photos decided before it are withheld until decided again (fail
+//! closed). So is a join or an erasure that withdraws a release (the cluster stops saying
+//! "nobody", or its clear views came closer to a subject): the members it released would
+//! otherwise stay shown on evidence that is gone.
+//!
+//! Cost, per photo with `f` faces in a project with `c` clusters, joining `k` of them: 16
+//! queries of heads, one of the photo's memberships, one read of each joined cluster's
+//! body, and about `⌈(f + 3k) / 46⌉` transactions.
+
+mod join;
+mod listing;
+mod store;
+
+pub use join::{JOIN_WRITES, Joined, join};
+pub use listing::{Listed, MAX_LISTED, list, opt_out};
+pub use store::{counts, erase_all, forget_photo, heads, load, of_faces};
