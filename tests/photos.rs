@@ -652,3 +652,158 @@ fn the_cli_erases_a_photo_and_then_a_whole_project() {
             .success()
     );
 }
+
+/// The people of a project through the CLI, as an admin reviews them, and what an
+/// erasure leaves of a photo's faces in them when its process dies right after the
+/// erasure's commit: nothing (its views leave their clusters before the row goes).
+#[test]
+fn the_cli_lists_and_opts_out_people_and_a_crashed_erasure_leaves_no_view_in_them() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    let ok = |o: Output| {
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    ok(with_state(
+        s,
+        &["projects", "create", "people", "--threshold", "0.363"],
+    ));
+    // Someone opted out already: a project nobody opted out of publishes without
+    // searching for faces, and has no clusters.
+    ok(with_state(
+        s,
+        &[
+            "subjects",
+            "add",
+            "--project",
+            "people",
+            "--label",
+            "hopper",
+            faces_dir().join("grace_hopper.jpg").to_str().unwrap(),
+        ],
+    ));
+    let mut ids = Vec::new();
+    for f in ["camera.png", "astronaut.png"] {
+        let added = ok(with_state(
+            s,
+            &[
+                "--json",
+                "photos",
+                "add",
+                "--project",
+                "people",
+                faces_dir().join(f).to_str().unwrap(),
+            ],
+        ));
+        ids.push(json(&added)[0]["photo"].as_str().unwrap().to_string());
+    }
+    let people = |s: &Path| -> Vec<Value> {
+        json(&ok(with_state(
+            s,
+            &["--json", "clusters", "list", "--project", "people"],
+        )))["clusters"]
+            .as_array()
+            .cloned()
+            .unwrap()
+    };
+    let in_photo = |all: &[Value], id: &str| -> Vec<Value> {
+        all.iter()
+            .filter(|c| {
+                c["sample_photos"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p == id)
+            })
+            .cloned()
+            .collect()
+    };
+    let before = people(s);
+    assert_eq!(in_photo(&before, &ids[0]).len(), 1, "{before:?}");
+    let astronaut = in_photo(&before, &ids[1]);
+    assert_eq!(astronaut.len(), 1, "{before:?}");
+    assert_eq!(astronaut[0]["photos"], 1);
+    assert_eq!(astronaut[0]["standing"], "unsure");
+
+    // The erasing process dies right after the erasure's commit.
+    let crashed = run(
+        &["--state", s.to_str().unwrap(), "photos", "erase", &ids[0]],
+        &[("TESSERA_FAULT", "after-erasure-commit")],
+    );
+    assert!(!crashed.status.success(), "the injected crash ran");
+    assert!(
+        !with_state(s, &["photos", "show", &ids[0]]).status.success(),
+        "its row is gone"
+    );
+    let after = people(s);
+    assert!(
+        in_photo(&after, &ids[0]).is_empty(),
+        "no view of the erased photo is kept: {after:?}"
+    );
+    assert_eq!(after.len(), before.len() - 1, "{after:?}");
+
+    // The astronaut's cluster, opted out from the CLI: her face is now decided hers.
+    let cluster = astronaut[0]["cluster_id"].as_str().unwrap();
+    ok(with_state(
+        s,
+        &[
+            "clusters",
+            "opt-out",
+            "--project",
+            "people",
+            "--label",
+            "the astronaut",
+            cluster,
+        ],
+    ));
+    let shown = json(&ok(with_state(s, &["--json", "photos", "show", &ids[1]])));
+    assert_eq!(
+        shown["faces"][0]["decision"]["decision"], "subject",
+        "{shown}"
+    );
+    let now = people(s);
+    let hers = in_photo(&now, &ids[1]);
+    assert_eq!(hers[0]["standing"], "opted_out", "{now:?}");
+    assert_eq!(hers[0]["subjects"][0][1], "the astronaut");
+    let unknown = with_state(
+        s,
+        &[
+            "clusters",
+            "opt-out",
+            "--project",
+            "people",
+            "--label",
+            "x",
+            "not-an-id",
+        ],
+    );
+    assert!(!unknown.status.success());
+    assert!(
+        stderr(&unknown).contains("clusters list"),
+        "{}",
+        stderr(&unknown)
+    );
+    // A cluster that is gone (the erased photo's) is named, with where to look.
+    let gone = in_photo(&before, &ids[0])[0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = with_state(
+        s,
+        &[
+            "clusters",
+            "opt-out",
+            "--project",
+            "people",
+            "--label",
+            "x",
+            &gone,
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(&gone) && stderr(&o).contains("tessera clusters list"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -64,6 +64,9 @@ pub enum Command {
     /// Upload, list, show and re-blur photos.
     #[command(subcommand)]
     Photos(commands::photos::PhotosCommand),
+    /// List the people a project's photos show, and opt one out.
+    #[command(subcommand)]
+    Clusters(commands::clusters::ClustersCommand),
     /// Measure the engine.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),

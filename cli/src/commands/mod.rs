@@ -12,6 +12,7 @@ mod bench_reconstruct;
 mod bench_scenes;
 pub mod blur;
 mod chaos;
+pub mod clusters;
 pub mod demo;
 pub mod events;
 pub mod jobs;
@@ -45,6 +46,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
         Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
         Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,
+        Command::Clusters(c) => clusters::run(&cli.state, cli.json, c).await,
     }
 }
 

@@ -514,7 +514,7 @@ pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow:
 }
 
 /// Run (unless `submit_only`) the sweep a subject change committed, and say what it did.
-async fn report_change(
+pub(super) async fn report_change(
     engine: &Engine,
     json: bool,
     change: project::SubjectChange,

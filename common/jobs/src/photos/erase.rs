@@ -62,6 +62,14 @@ async fn erase_photo_in(
     clusters: Option<&Engine>,
 ) -> Result<Swept, PhotoError> {
     let e = photo_erasure(photo.project, photo.id);
+    // Its faces' embeddings leave its clusters before the row goes, so that a crash
+    // between the erasure's commit and the step below leaves none of them behind (nothing
+    // else would find them once the sweep deletes the records of which clusters they
+    // joined); and again after, for a run of the photo's processing that joined them
+    // meanwhile (a join checks the row, so none can land after the commit).
+    if let Some(engine) = clusters {
+        super::clusters::forget_photo(engine, photo).await?;
+    }
     commit_erasure(
         store,
         &e,
@@ -78,9 +86,7 @@ async fn erase_photo_in(
         serde_json::json!({ "project": photo.project, "file_name": photo.file_name }),
     )
     .await?;
-    // Its faces' embeddings leave its clusters, after the row is gone (a join checks
-    // the row, so none can land after this) and before the sweep deletes the records of
-    // which clusters they joined.
+    super::fault::crash_point(super::fault::AFTER_ERASURE_COMMIT);
     if let Some(engine) = clusters {
         super::clusters::forget_photo(engine, photo).await?;
     }

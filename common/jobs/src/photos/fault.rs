@@ -19,6 +19,10 @@ pub fn crash_point(point: &str) {
     }
 }
 
+/// After a photo's erasure is committed (its row gone), before the rest of it is
+/// taken away.
+pub const AFTER_ERASURE_COMMIT: &str = "after-erasure-commit";
+
 /// After a photo's files are stored and its decision made, before the task's success
 /// publishes them.
 pub const BEFORE_PUBLISH: &str = "before-publish";

@@ -351,6 +351,7 @@ fn slices(
         for part in t.joining.chunks(per_slice) {
             let before = state.standing(subjects, policy);
             let views_before = state.reps.clone();
+            let leaning_before = state.leaning;
             let first_in_photo = t.own_before == 0 && admitted == 0;
             for i in part {
                 let f = &faces[*i as usize];
@@ -359,8 +360,11 @@ fn slices(
                 admitted += 1;
             }
             // Its views as they were: its standing and centroid are too, and nothing of
-            // it but the counters need be written (a person in every photo of a burst).
-            let write_body = rev.is_none() || state.reps != views_before;
+            // it but the counters need be written (a person in every photo of a burst);
+            // unless a face that leaned joined, which a release's withdrawal must know of
+            // ([`Cluster::withdraws_release`]).
+            let write_body =
+                rev.is_none() || state.reps != views_before || state.leaning != leaning_before;
             let write_head = rev.is_none() || (write_body && state.head_drifted(&head_centroid));
             let after = state.standing(subjects, policy);
             unit.push(Slice {

@@ -173,13 +173,21 @@ pub async fn forget_photo(engine: &Engine, photo: &Photo) -> Result<usize, Photo
                 ("photos".into(), -photos),
             ],
         };
+        let stored = load(store, id).await?;
         if members.len() > FORGET_WRITES {
-            // A crowd of one person: all but the last records first, with their counts;
-            // the loop then reads what is left.
+            // A crowd of one person: all but the last records first, with their counts
+            // while the cluster is there (a counter of a deleted cluster is not made
+            // again); the loop then reads what is left.
             let early = &members[..members.len() - FORGET_WRITES];
             for chunk in early.chunks(FORGET_WRITES) {
                 let mut writes = deletes(chunk);
-                writes.push(uncount(chunk.len(), 0));
+                if stored.is_some() {
+                    writes.push(Write::Check {
+                        key: records::cluster_body_key(id),
+                        condition: Condition::Exists,
+                    });
+                    writes.push(uncount(chunk.len(), 0));
+                }
                 match store.transact(writes).await {
                     Ok(()) => {}
                     Err(e) if e.is_conflict() => break,
@@ -190,14 +198,16 @@ pub async fn forget_photo(engine: &Engine, photo: &Photo) -> Result<usize, Photo
         }
         let mut writes = deletes(&members);
         let mut withdrawn = false;
-        if let Some((c, rev)) = load(store, id).await? {
+        if let Some((c, rev)) = stored {
+            // Whether a release is withdrawn is judged on the cluster as it was: its
+            // members that leaned are still shown, whatever the erased photo took away.
             let before = c.standing(&subjects, policy);
-            let mut after = c;
+            let mut after = c.clone();
             if after.forget(photo.id, members.len() as u64) {
-                withdrawn = after.withdraws_release(&before, &Standing::Unsure);
+                withdrawn = c.withdraws_release(&before, &Standing::Unsure);
                 writes.extend(delete_cluster(photo.project, id, Condition::Rev(rev)));
             } else {
-                withdrawn = after.withdraws_release(&before, &after.standing(&subjects, policy));
+                withdrawn = c.withdraws_release(&before, &after.standing(&subjects, policy));
                 writes.push(uncount(members.len(), 1));
                 // The head too: its centroid held the erased views.
                 let (head, body) = records::cluster_items(&after);
