@@ -50,6 +50,18 @@ fn job_events(state: &Path, report: &serde_json::Value) -> String {
     String::from_utf8_lossy(&tessera(state, &["--json", "events", job]).stdout).into_owned()
 }
 
+/// Checks every event line against sfmapi's `ProgressEvent` v1 and answers the kinds seen.
+fn sfmapi_conformant(events: &str, engine: &str) -> std::collections::BTreeSet<String> {
+    let mut kinds = std::collections::BTreeSet::new();
+    for line in events.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let wrong = tessera_conformance::sfmapi_event::violations(&v);
+        assert!(wrong.is_empty(), "{engine}: {line}: {wrong:?}");
+        kinds.insert(v["kind"].as_str().unwrap().to_string());
+    }
+    kinds
+}
+
 fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["stages"]
         .as_array()
@@ -293,6 +305,13 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
         assert!(
             events.contains(&format!("\"phase\":\"{mapper_phase}\"")),
             "{engine} {mapper}: {events}"
+        );
+        // Every event either engine makes, as `tessera --json events` prints it (the
+        // API's shape), validates against sfmapi's ProgressEvent v1.
+        let kinds = sfmapi_conformant(&events, engine);
+        assert!(
+            kinds.contains("phase_started") && kinds.contains("metric"),
+            "{engine}: {kinds:?}"
         );
         if mapper == "global" {
             assert!(!events.contains("\"phase\":\"incremental_"), "{events}");

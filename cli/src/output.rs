@@ -33,7 +33,9 @@ pub fn event_line(e: &ProgressEvent) -> String {
             "metric {name} = {value}{}",
             unit.as_ref().map_or(String::new(), |u| format!(" {u}"))
         ),
-        EventKind::SnapshotAvailable { key, snapshot } => format!("snapshot {snapshot} at {key}"),
+        EventKind::SnapshotAvailable { key, snapshot, .. } => {
+            format!("snapshot {snapshot} at {key}")
+        }
         EventKind::LogLine { line } => line.clone(),
         EventKind::Warning { message } => format!("warning: {message}"),
         EventKind::Error { class, message } => format!("error ({class}): {message}"),

@@ -1,4 +1,5 @@
-//! `tessera events JOB [--after N] [--follow]`.
+//! `tessera events JOB [--after N] [--follow]`. With `--json`, one event a line as the API
+//! streams it: sfmapi's `ProgressEvent` v1, Tessera's fields beside.
 
 use crate::embedded;
 use crate::output::event_line;
@@ -30,7 +31,7 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
         let batch = engine.ports().events.read_after(id, after, 500).await?;
         for e in &batch {
             if json {
-                println!("{}", serde_json::to_string(e)?);
+                println!("{}", tessera_core::event::sfmapi::event(e));
             } else {
                 println!("{}", event_line(e));
             }

@@ -605,7 +605,12 @@ async fn read_events(r: reqwest::Response, stop_after: Option<usize>) -> Vec<(u6
                 assert_eq!(v["schema_version"], 1);
                 assert!(v["ts"].as_str().unwrap().ends_with('Z'));
                 assert_eq!(Some(v["kind"].as_str().unwrap().to_string()), event);
-                assert_eq!(Some(v["seq"].as_u64().unwrap()), id);
+                // Every event, and the id-less `stream_end` notice, is sfmapi's v1.
+                let wrong = tessera_conformance::sfmapi_event::violations(&v);
+                assert!(wrong.is_empty(), "{v}: {wrong:?}");
+                if id.is_some() {
+                    assert_eq!(Some(v["seq"].as_u64().unwrap()), id);
+                }
             }
             if let (Some(id), Some(event)) = (id, event) {
                 out.push((id, event));
@@ -1631,6 +1636,8 @@ async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
                 let v: Value = serde_json::from_str(&t).unwrap();
                 if let Some(seq) = v["seq"].as_u64() {
                     seqs.push(seq);
+                    let wrong = tessera_conformance::sfmapi_event::violations(&v);
+                    assert!(wrong.is_empty(), "{v}: {wrong:?}");
                 }
                 kinds.push(v["kind"].as_str().unwrap().to_string());
                 if v["kind"] == "terminal" {

@@ -1,13 +1,17 @@
-//! The port conformance suite.
+//! The conformance suites.
 //!
-//! Written once against the traits in `tessera_core::ports`; every adapter set (the
-//! embedded one here, the AWS one against a local AWS-compatible server) runs it
+//! The ports': written once against the traits in `tessera_core::ports`; every adapter
+//! set (the embedded one here, the AWS one against a local AWS-compatible server) runs it
 //! unchanged. Each function panics with a message naming the broken rule.
+//!
+//! sfmapi's event schema ([`sfmapi_event`]): what every event Tessera sends must satisfy,
+//! checked by the tests of each way out.
 
 mod event_log;
 pub mod moto;
 mod object_store;
 mod queue;
+pub mod sfmapi_event;
 mod state_store;
 
 pub use event_log::event_log;

@@ -172,19 +172,21 @@ impl TaskContext {
         .await
     }
 
-    /// Record a measured figure.
+    /// Record a measured figure; one that is not a finite number is logged, not stored
+    /// (`EventKind::metric`).
     pub async fn metric(
         &self,
         name: &str,
         value: f64,
         unit: Option<&str>,
     ) -> Result<(), TaskError> {
-        self.emit(EventKind::Metric {
-            name: name.into(),
-            value,
-            unit: unit.map(Into::into),
-        })
-        .await
+        match EventKind::metric(name, value, unit) {
+            Some(e) => self.emit(e).await,
+            None => {
+                tracing::warn!(task_id = %self.task.id, job_id = %self.task.job_id, metric = name, value, "a figure that is not a finite number is not recorded");
+                Ok(())
+            }
+        }
     }
 
     /// A phase boundary: fails with a *cancelled* error when the job's cancel was

@@ -2,8 +2,13 @@
 //! `Last-Event-ID` (or `?after=`) so a client that reconnects gets every event exactly
 //! once. The stream ends after the job has ended and every event was sent, when its key
 //! is revoked, or at its time limit (`stream_guard`: 30 minutes, or less where the
-//! server runs in a function with a shorter timeout), with a last `stream_end` event
+//! server runs in a function with a shorter timeout), with a last `x-tessera.stream_end` event
 //! saying why and where to resume. An idle stream reads less often, down to every 2 s.
+//!
+//! Each event's data is sfmapi's `ProgressEvent` v1 (`tessera_core::event::sfmapi`), and
+//! its SSE event name is its `kind`. The closing notice is the extension kind
+//! `x-tessera.stream_end`, with the same envelope and no id, so that a client's
+//! Last-Event-ID stays the last event's.
 
 use crate::ApiState;
 use crate::auth::Caller;
@@ -21,17 +26,6 @@ use std::time::Duration;
 pub struct After {
     /// Send events after this sequence number.
     pub after: Option<u64>,
-}
-
-/// An event as sfmapi's `ProgressEvent` v1: `schema_version`, `ts`, `job_id`,
-/// `task_id`, `seq`, `kind` and the kind's own fields (Tessera's `type` and `at` are
-/// kept as well).
-pub fn wire(e: &tessera_core::event::ProgressEvent) -> serde_json::Value {
-    let mut v = serde_json::to_value(e).expect("events serialize");
-    v["kind"] = v["type"].clone();
-    v["schema_version"] = 1.into();
-    v["ts"] = e.at.to_rfc3339().into();
-    v
 }
 
 /// Events read per poll.
@@ -75,7 +69,7 @@ pub async fn sse(
                     if let Some(e) = pending.next() {
                         let e: tessera_core::event::ProgressEvent = e;
                         seen = e.seq;
-                        let v = wire(&e);
+                        let v = tessera_core::event::sfmapi::event(&e);
                         let kind = v["kind"].as_str().unwrap_or("event").to_string();
                         let ev = Event::default()
                             .id(e.seq.to_string())
@@ -90,13 +84,11 @@ pub async fn sse(
                         tracing::info!(job_id = %job_id, reason = why.reason(), "event stream ended");
                         // Said before closing, without an id (the client's Last-Event-ID
                         // stays the last event's): why, and where to resume.
+                        let end = stream_end(job_id, seen, why.reason());
                         let ev = Event::default()
-                            .event("stream_end")
+                            .event(end["kind"].as_str().unwrap_or_default())
                             .retry(Duration::from_secs(1))
-                            .data(
-                                serde_json::json!({ "reason": why.reason(), "resume_after": seen })
-                                    .to_string(),
-                            );
+                            .data(end.to_string());
                         return Some((Ok(ev), (seen, pending, ended, guard, idle, true)));
                     }
                     // Read the job's state before the events: if it had ended, every event it
@@ -122,4 +114,39 @@ pub async fn sse(
         },
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The notice a stream ends with before the job has: why, and the event to resume after.
+/// The envelope of every event (its `seq` is the last event's: nothing new happened), under
+/// an extension kind, which sfmapi's SDKs pass to a catch-all.
+fn stream_end(job: tessera_core::JobId, seen: u64, reason: &str) -> serde_json::Value {
+    use tessera_core::event::sfmapi::{EXTENSION_PREFIX, SCHEMA_VERSION};
+    serde_json::json!({
+        "schema_version": SCHEMA_VERSION,
+        "kind": format!("{EXTENSION_PREFIX}stream_end"),
+        "ts": tessera_core::Millis::now().to_rfc3339(),
+        "job_id": job,
+        "task_id": null,
+        "seq": seen,
+        "reason": reason,
+        "resume_after": seen,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_conformance::sfmapi_event::{EXTENSION_PREFIX, violations};
+
+    #[test]
+    fn the_closing_notice_is_an_extension_kind_with_the_envelope() {
+        let end = stream_end(tessera_core::JobId::new(), 41, "revoked");
+        assert!(violations(&end).is_empty(), "{end}: {:?}", violations(&end));
+        assert_eq!(end["kind"], format!("{EXTENSION_PREFIX}stream_end"));
+        assert_eq!(
+            (end["seq"].as_u64(), end["resume_after"].as_u64()),
+            (Some(41), Some(41))
+        );
+        assert_eq!(end["reason"], "revoked");
+    }
 }

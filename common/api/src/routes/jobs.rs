@@ -434,7 +434,7 @@ pub async fn progress(
             "phase": moving.map(|(p, _, _)| p.as_str()),
             "current": moving.map(|(_, c, _)| c), "total": moving.and_then(|(_, _, t)| t),
             "latest_event_id": latest.map(|e| e.seq),
-            "latest_event_kind": latest.and_then(|e| serde_json::to_value(&e.kind).ok()).and_then(|v| v["type"].as_str().map(String::from)),
+            "latest_event_kind": latest.map(|e| tessera_core::event::sfmapi::kind(&e.kind)),
             "started_at": null,
             "finished_at": finished.filter(|_| matches!(u.status, "succeeded" | "failed" | "cancelled")).map(Millis::to_rfc3339),
             "elapsed_seconds": null,
@@ -455,7 +455,7 @@ pub async fn progress(
         "current_task_kind": current.map(|u| u.kind.clone()),
         "current_phase": current.and_then(|u| views.iter().find(|v| v["task_id"] == u.task_id.as_str())).map(|v| v["phase"].clone()),
         "latest_event_id": latest.map(|e| e.seq),
-        "latest_event": latest.and_then(|e| serde_json::to_value(e).ok()),
+        "latest_event": latest.map(tessera_core::event::sfmapi::event),
         "tasks": views,
     })))
 }

@@ -111,7 +111,7 @@ async fn session(
         idle = if drained { idle.saturating_add(1) } else { 0 };
         for e in events {
             seen = e.seq;
-            if !send(&mut socket, super::events::wire(&e)).await {
+            if !send(&mut socket, tessera_core::event::sfmapi::event(&e)).await {
                 return;
             }
         }

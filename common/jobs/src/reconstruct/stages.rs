@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tessera_core::event::{EventKind, Phase};
+use tessera_core::event::{EventKind, Phase, SnapshotSummary};
 use tessera_core::ports::compute::{KillReason, ProcessReport, ProcessSpec, Stream};
 use tessera_core::spec::{BaMode, BackendSpec, Georef, PairStrategy, ReconstructionSpec};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
@@ -881,9 +881,18 @@ impl Run<'_> {
                         .unwrap_or_default();
                     names.sort();
                     for snap in names {
-                        if seen.contains(&snap) || model_bin::read(&snap).is_err() {
+                        if seen.contains(&snap) {
                             continue;
                         }
+                        // Only its counts are kept: the model is dropped before the awaits.
+                        let summary = match model_bin::read(&snap) {
+                            Ok(model) => SnapshotSummary {
+                                registered_images: model.images.len() as u64,
+                                points: model.points.len() as u64,
+                                cameras: model.cameras.len() as u64,
+                            },
+                            Err(_) => continue,
+                        };
                         seen.insert(snap.clone());
                         // A number no other attempt will ever use, or none: this
                         // attempt lost its lease and must not write snapshots.
@@ -894,7 +903,11 @@ impl Run<'_> {
                                 continue;
                             }
                         }
-                        if self.seal_one(&snap, &sealed_root, seq).await.is_ok() {
+                        if self
+                            .seal_one(&snap, &sealed_root, seq, summary)
+                            .await
+                            .is_ok()
+                        {
                             sealed += 1;
                             crate::photos::fault::crash_point(
                                 crate::photos::fault::AFTER_SNAPSHOT_SEALED,
@@ -921,7 +934,13 @@ impl Run<'_> {
         .await
     }
 
-    async fn seal_one(&self, snap: &Path, sealed_root: &Path, seq: u64) -> Result<(), TaskError> {
+    async fn seal_one(
+        &self,
+        snap: &Path,
+        sealed_root: &Path,
+        seq: u64,
+        summary: SnapshotSummary,
+    ) -> Result<(), TaskError> {
         let tmp = sealed_root.join(format!(".tmp_{seq}"));
         fresh_dir(&tmp)?;
         for f in ["cameras.bin", "images.bin", "points3D.bin"] {
@@ -954,6 +973,7 @@ impl Run<'_> {
             .emit(EventKind::SnapshotAvailable {
                 key: prefix,
                 snapshot: seq,
+                summary: Some(summary),
             })
             .await?;
         Ok(())
