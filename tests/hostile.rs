@@ -181,6 +181,24 @@ async fn hostile_requests_get_clear_4xx_store_nothing_and_bounded_memory() {
     let big_id = big["image_id"].as_str().unwrap().to_string();
     let text_sha = blob(&c, &base, b"just some text, not an image").await;
     let truncated_sha = blob(&c, &base, &jpeg[..jpeg.len() / 2]).await;
+    // Bytes that do not decode are registered, as sfmapi asks, each saying why by name;
+    // they get no thumbnail, and a reconstruction's ingest refuses them by name.
+    let mut unreadable_ids = Vec::new();
+    for (name, sha, why) in [
+        ("notes.jpg", &text_sha, "not an image"),
+        ("half.jpg", &truncated_sha, "truncated"),
+    ] {
+        let img = post_json(
+            &c,
+            &format!("{base}/v1/datasets/{did}/images"),
+            serde_json::json!({"name": name, "blob_sha": sha}),
+        )
+        .await;
+        let said = img["unreadable"].as_str().unwrap_or_default();
+        assert!(said.contains(name) && said.contains(why), "{img}");
+        assert!(img["width"].is_null() && img["height"].is_null(), "{img}");
+        unreadable_ids.push(img["image_id"].as_str().unwrap().to_string());
+    }
     let open = post_json(
         &c,
         &format!("{base}/v1/uploads"),
@@ -299,9 +317,9 @@ async fn hostile_requests_get_clear_4xx_store_nothing_and_bounded_memory() {
         case("image name with a control character", M::POST, imgs.clone(), format!(r#"{{"name":"a\u0001.jpg","blob_sha":"{jpeg_sha}"}}"#), 422, "image name"),
         case("blob_sha not hex", M::POST, imgs.clone(), r#"{"name":"x.jpg","blob_sha":"zz"}"#, 422, "blob_sha"),
         case("blob_sha of nothing", M::POST, imgs.clone(), format!(r#"{{"name":"x.jpg","blob_sha":"{hex}"}}"#), 422, "no finalized upload"),
-        case("blob that is text", M::POST, imgs.clone(), format!(r#"{{"name":"x.jpg","blob_sha":"{text_sha}"}}"#), 422, "not an image"),
-        case("blob that is a truncated JPEG", M::POST, imgs.clone(), format!(r#"{{"name":"x.jpg","blob_sha":"{truncated_sha}"}}"#), 422, "truncated"),
-        case("the same name again", M::POST, imgs.clone(), format!(r#"{{"name":"good.jpg","blob_sha":"{text_sha}"}}"#), 422, "not an image"),
+        case("thumbnail of text registered as an image", M::GET, format!("/v1/images/{}/thumbnail?size=64", unreadable_ids[0]), "", 422, "not an image"),
+        case("thumbnail of a truncated JPEG", M::GET, format!("/v1/images/{}/thumbnail", unreadable_ids[1]), "", 422, "truncated"),
+        case("the same name again", M::POST, imgs.clone(), format!(r#"{{"name":"good.jpg","blob_sha":"{text_sha}"}}"#), 409, "already"),
         case("the same name with other bytes", M::POST, imgs.clone(), format!(r#"{{"name":"bomb.png","blob_sha":"{jpeg_sha}"}}"#), 409, "already"),
         case("batch of 0", M::POST, format!("{imgs}:batchCreate"), r#"{"requests":[]}"#, 422, "1 to 1000"),
         case("batch of 1001", M::POST, format!("{imgs}:batchCreate"), serde_json::json!({"requests": vec![serde_json::json!({"name":"a.jpg","blob_sha":hex}); 1001]}).to_string(), 422, "1 to 1000"),

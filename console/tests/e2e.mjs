@@ -435,6 +435,21 @@ try {
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Remove noise.png' }).click();
   await until(page, 'the photo removed', () => window.__tessera.dataset?.images === 0);
+  // A file named like a photo whose bytes are not one: kept (as the API keeps it), and
+  // said to be unusable where it was added, in the count and on its own page.
+  await page.evaluate(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File(['not a photo at all'], 'damaged.jpg', { type: 'image/jpeg' }));
+    document.querySelector('.drop').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  await until(page, 'the damaged file listed as unreadable', () => window.__tessera.dataset?.unreadable === 1);
+  assert.match((await page.locator('.uploads li').last().textContent()).trim(), /^damaged\.jpgadded, but not readable as a photo: `damaged\.jpg` is not an image/);
+  assert.match(await page.locator('h1').textContent(), /0 photos, and 1 file not readable as a photo/);
+  await page.locator('.thumb.unreadable').click();
+  assert.match(await page.getByRole('alert').textContent(), /Not a photo a run can use: `damaged\.jpg` is not an image/);
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Remove damaged.jpg' }).click();
+  await until(page, 'the damaged file removed', () => window.__tessera.dataset?.images === 0);
   page.once('dialog', (d) => d.accept());
   await page.getByRole('button', { name: 'Delete dataset' }).click();
   await page.waitForURL(new RegExp(`#/projects/${pid}$`));

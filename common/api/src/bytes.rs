@@ -78,6 +78,12 @@ fn validators(etag: &str, freshness: Freshness) -> (String, HeaderMap) {
         }),
     );
     base.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    // Served bytes are whatever a client uploaded (an image registered undecoded, say):
+    // a browser must take the declared type, never sniff one (HTML, script) from them.
+    base.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     (etag, base)
 }
 

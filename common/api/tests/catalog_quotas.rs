@@ -41,7 +41,7 @@ async fn stored_bytes_are_counted_and_a_registration_past_the_quota_is_refused()
     let bytes = |n: usize| CheckedBytes {
         bytes: Bytes::from(vec![7u8; n]),
         sha: format!("{n:064x}"),
-        dims: (10, 10),
+        pixels: datasets::Pixels::Size(10, 10),
     };
     let a = datasets::register_image(&store, &objects, &d, "a.jpg", bytes(1000), ("upload", None))
         .await

@@ -421,8 +421,8 @@ async fn s6_4_datasets_are_deleted_only_through_their_project() {
 }
 
 /// §6.5: images are deleted by id (204, then 404); single and batch registration agree
-/// on what an image must be (bytes that decode: width and height are always known
-/// here); a batch is capped at 1000 and registers nothing when one request is bad.
+/// (bytes that do not decode are registered, without a size, saying why); a batch is
+/// capped at 1000 and registers nothing when one request is bad.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_5_images_by_id_and_registration_rules() {
     let s = serve(AuthMode::None, false).await;
@@ -434,25 +434,71 @@ async fn s6_5_images_by_id_and_registration_rules() {
     let good2 = upload(&c, &s.base, &photos[1].1, 1 << 20).await;
     let text = upload(&c, &s.base, b"not an image, only text", 1 << 20).await;
 
-    // Bytes that do not decode: refused alike, single or in a batch, naming the file.
-    let single = problem(
-        c.post(format!("{}/v1/datasets/{did}/images", s.base))
-            .json(&json!({ "name": "notes.jpg", "blob_sha": text }))
-            .send()
-            .await
-            .unwrap(),
+    // Bytes that do not decode are registered alike, single or in a batch (the suite's
+    // `test_image_batch_is_optional` sends a JPEG marker and filler): 201, no size, and
+    // why, naming the file. They get no thumbnail; a reconstruction's ingest refuses
+    // them by name (`s6_8_2_…`).
+    let odd = dataset(&c, &s.base, &pid, "odd").await;
+    let single = c
+        .post(format!("{}/v1/datasets/{odd}/images", s.base))
+        .json(&json!({ "name": "notes.jpg", "blob_sha": text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(single.status(), 201);
+    let single: Value = single.json().await.unwrap();
+    assert!(
+        single["width"].is_null() && single["height"].is_null(),
+        "{single}"
+    );
+    let why = single["unreadable"].as_str().unwrap();
+    assert!(
+        why.contains("notes.jpg") && why.contains("not an image"),
+        "{single}"
+    );
+    let marker = upload(&c, &s.base, &b"\xff\xd8\xff\xe0bbb".repeat(50), 1 << 20).await;
+    let r = c
+        .post(format!("{}/v1/datasets/{odd}/images:batchCreate", s.base))
+        .json(&json!({ "requests": [
+            { "name": "a.jpg", "blob_sha": good },
+            { "name": "extra.jpg", "blob_sha": marker },
+        ] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    assert_eq!(made["images"][0]["unreadable"], Value::Null, "{made}");
+    assert!(made["images"][0]["width"].as_u64().unwrap() > 0, "{made}");
+    assert!(
+        made["images"][1]["unreadable"]
+            .as_str()
+            .is_some_and(|w| w.contains("extra.jpg")),
+        "{made}"
+    );
+    let thumb = problem(
+        c.get(format!(
+            "{}/v1/images/{}/thumbnail?size=64",
+            s.base,
+            made["images"][1]["image_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap(),
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await;
     assert!(
-        single["detail"].as_str().unwrap().contains("notes.jpg"),
-        "{single}"
+        thumb["detail"].as_str().unwrap().contains("extra.jpg"),
+        "{thumb}"
     );
+    // A request that is wrong in itself (no finalized upload behind the blob) refuses
+    // the whole batch, naming the request, and registers nothing.
     let batch = problem(
         c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
             .json(&json!({ "requests": [
                 { "name": "a.jpg", "blob_sha": good },
-                { "name": "notes.jpg", "blob_sha": text },
+                { "name": "notes.jpg", "blob_sha": "0".repeat(64) },
             ] }))
             .send()
             .await
@@ -657,6 +703,20 @@ async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
     assert_eq!(progress["completed_tasks"], 4);
     assert_eq!(progress["task_counts"]["succeeded"], 4);
     assert!(progress["latest_event_id"].as_u64().unwrap() > 0);
+    // The latest event as the stream sends it: sfmapi's v1, and its kind's name alike.
+    let latest = &progress["latest_event"];
+    let wrong = tessera_conformance::sfmapi_event::violations(latest);
+    assert!(wrong.is_empty(), "{latest}: {wrong:?}");
+    assert_eq!(latest["seq"], progress["latest_event_id"]);
+    for t in progress["tasks"].as_array().unwrap() {
+        if let Some(k) = t["latest_event_kind"].as_str() {
+            assert!(
+                tessera_conformance::sfmapi_event::kinds().contains(k)
+                    || k.starts_with(tessera_conformance::sfmapi_event::EXTENSION_PREFIX),
+                "{t}"
+            );
+        }
+    }
     let kinds: Vec<&str> = progress["tasks"]
         .as_array()
         .unwrap()
@@ -1106,6 +1166,16 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
     )
     .await;
     assert_eq!(st, 200, "{e}");
+    // Bytes that do not decode, registered as sfmapi asks: the run's ingest refuses them
+    // by name and goes on with the photos.
+    let note = upload(&c, &s.base, b"a note, not a photo", 1 << 20).await;
+    let (st, img) = post_json(
+        &c,
+        format!("{}/v1/datasets/{did}/images", s.base),
+        json!({ "name": "notes.jpg", "blob_sha": note }),
+    )
+    .await;
+    assert_eq!(st, 201, "{img}");
     let run = format!("{}/v1/projects/{pid}/pipelines:run", s.base);
     let refused = [
         (
@@ -1241,6 +1311,31 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
         .cloned()
         .collect();
     assert!(begun.contains("ingest") && begun.len() >= 5, "{begun:?}");
+    // Every event of a real reconstruction validates against sfmapi's ProgressEvent v1;
+    // the phases the spec does not list (ingest) go out under Tessera's extension kinds.
+    for e in &events {
+        let wrong = tessera_conformance::sfmapi_event::violations(e);
+        assert!(wrong.is_empty(), "{e}: {wrong:?}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "x-tessera.phase_started" && e["phase"] == "ingest"),
+        "ingest under an extension kind"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "metric" && e["key"].is_string()),
+        "a default reconstruction reports its figures as metrics"
+    );
+    assert!(
+        events.iter().any(|e| e["kind"] == "warning"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("notes.jpg") && m.contains("not an image"))),
+        "the ingest names the image it refused"
+    );
     assert_eq!(
         begun,
         phases("phase_completed"),

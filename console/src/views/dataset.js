@@ -100,6 +100,13 @@ export async function view(pid, did) {
   async function showImage(img) {
     detail.hidden = false;
     fill(detail, h('p', { class: 'dim' }, 'Loading…'));
+    if (img.unreadable) {
+      // Registered as the API must, but no run can use it: say why, and offer removal.
+      fill(detail, h('h3', {}, img.name),
+        h('p', { class: 'error', role: 'alert' }, `Not a photo a run can use: ${img.unreadable}. Runs skip it and say so.`),
+        removeButton(img));
+      return;
+    }
     try {
       const [src, exif] = await Promise.all([blobUrl(`/v1/images/${img.image_id}/thumbnail?size=512`), exifOf(img)]);
       const rows = [
@@ -109,27 +116,37 @@ export async function view(pid, did) {
         ['GPS', exif.gps ? `${exif.gps.lat.toFixed(6)}, ${exif.gps.lon.toFixed(6)}${exif.gps.alt != null ? `, ${exif.gps.alt.toFixed(1)} m` : ''}` : '–'],
         ['Taken', exif.exif?.DateTimeOriginal || '–'],
       ];
-      const remove = h('button', {
-        class: 'danger',
-        onclick: () => confirmDelete(`Remove ${img.name} from this dataset? Runs already made keep it; new runs will not have it.`, async () => {
-          await api(`/v1/images/${img.image_id}`, { method: 'DELETE' });
-          toast(`${img.name} removed`);
-          fill(detail);
-          detail.hidden = true;
-          await refresh();
-        }, detail),
-      }, `Remove ${img.name}`);
       fill(detail, h('h3', {}, img.name), h('img', { src, alt: img.name, class: 'preview' }),
-        h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), remove);
+        h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])), removeButton(img));
     } catch (e) { fill(detail, errorBox(e)); }
+  }
+
+  function removeButton(img) {
+    return h('button', {
+      class: 'danger',
+      onclick: () => confirmDelete(`Remove ${img.name} from this dataset? Runs already made keep it; new runs will not have it.`, async () => {
+        await api(`/v1/images/${img.image_id}`, { method: 'DELETE' });
+        toast(`${img.name} removed`);
+        fill(detail);
+        detail.hidden = true;
+        await refresh();
+      }, detail),
+    }, `Remove ${img.name}`);
   }
 
   async function refresh() {
     const images = await all(`/v1/datasets/${did}/images`);
-    count.textContent = `${images.length} photo${images.length === 1 ? '' : 's'}`;
-    window.__tessera.dataset = { id: did, images: images.length };
-    recipe.images(images.length);
+    // Files registered undecoded are listed, but a run skips them: they are not photos
+    // for the recipe or the GPS share.
+    const readable = images.filter((img) => !img.unreadable).length;
+    const unreadable = images.length - readable;
+    count.textContent = `${readable} photo${readable === 1 ? '' : 's'}${unreadable ? `, and ${unreadable} file${unreadable === 1 ? '' : 's'} not readable as a photo` : ''}`;
+    window.__tessera.dataset = { id: did, images: images.length, unreadable };
+    recipe.images(readable);
     fill(grid, images.map((img) => {
+      if (img.unreadable) {
+        return h('li', {}, h('button', { class: 'thumb unreadable', onclick: () => showImage(img), title: img.unreadable }, h('span', {}, `${img.name} (not readable)`)));
+      }
       const thumb = h('img', { alt: img.name, loading: 'lazy', width: 160, height: 120 });
       blobUrl(`/v1/images/${img.image_id}/thumbnail?size=256`).then((u) => { thumb.src = u; }).catch(() => {});
       return h('li', {}, h('button', { class: 'thumb', onclick: () => showImage(img), title: img.name }, thumb, h('span', {}, img.name)));
@@ -137,12 +154,12 @@ export async function view(pid, did) {
     // EXIF GPS for the map, a few requests at a time, drawn when all have answered
     // (the page does not wait for it).
     const points = [];
-    pool(images, 6, async (img) => {
+    pool(images.filter((img) => !img.unreadable), 6, async (img) => {
       const e = await exifOf(img).catch(() => null);
       if (e?.gps) points.push({ ...e.gps, name: img.name });
     }).then(() => {
       fill(mapBox, points.length ? gpsMap(points) : h('p', { class: 'dim' }, 'No photo here carries GPS.'));
-      recipe.gps(points.length, images.length);
+      recipe.gps(points.length, readable);
     });
   }
 
@@ -161,20 +178,29 @@ export async function view(pid, did) {
     overall.max = total;
     const bump = () => { overall.value = [...sent.values()].reduce((a, b) => a + b, 0); };
     let failed = 0;
+    let unusable = 0;
     await pool(list, 3, async (file) => {
       const bar = h('progress', { max: file.size, value: 0, 'aria-label': `Upload of ${file.name}` });
       const state = h('span', { class: 'dim' }, 'waiting');
       uploads.append(h('li', {}, h('span', { class: 'name' }, file.name), bar, state));
       try {
         const sha = await uploadFile(file, (n) => { bar.value = n; sent.set(file.name, n); bump(); state.textContent = `${fmt.bytes(n)} of ${fmt.bytes(file.size)}`; });
-        await api(`/v1/datasets/${did}/images`, { method: 'POST', body: { name: file.name, blob_sha: sha } });
-        state.textContent = 'added';
+        const img = await api(`/v1/datasets/${did}/images`, { method: 'POST', body: { name: file.name, blob_sha: sha } });
+        if (img.unreadable) {
+          // Kept, as the API keeps it, but a run will skip it: say so where it was added.
+          unusable += 1;
+          state.replaceWith(h('span', { class: 'warn' }, `added, but not readable as a photo: ${img.unreadable}`));
+        } else {
+          state.textContent = 'added';
+        }
       } catch (e) {
         failed += 1;
         state.replaceWith(errorBox(e));
       }
     });
-    toast(failed ? `${list.length - failed} added, ${failed} failed` : `${list.length} photo(s) added`, failed ? 'warn' : 'info');
+    const added = list.length - failed - unusable;
+    const said = [`${added} photo(s) added`, unusable && `${unusable} not readable as a photo`, failed && `${failed} failed`].filter(Boolean).join(', ');
+    toast(said, failed || unusable ? 'warn' : 'info');
     await refresh();
   }
 

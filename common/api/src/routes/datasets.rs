@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tessera_core::catalog::datasets::{self as catalog, CheckedBytes, NewDataset};
+use tessera_core::catalog::datasets::{self as catalog, CheckedBytes, NewDataset, Pixels};
 pub use tessera_core::catalog::datasets::{Dataset, Image, images_prefix};
 
 /// Most images in one `:batchCreate`.
@@ -88,7 +88,7 @@ fn image_view(i: &Image) -> Value {
     json!({
         "image_id": i.image_id, "dataset_id": i.dataset_id, "name": i.name, "content_sha": i.content_sha,
         "source_kind": i.source_kind, "rel_path": i.rel_path, "byte_size": i.byte_size, "width": i.width, "height": i.height,
-        "created_at": i.created_at,
+        "unreadable": i.unreadable, "created_at": i.created_at,
         "_links": links(&href, &[("bytes", format!("{href}/bytes"))]),
     })
 }
@@ -380,12 +380,31 @@ async fn create_one(
     )
     .await?;
     let sha = req.blob_sha.to_ascii_lowercase();
-    register(s, d, &req.name, bytes, sha, ("upload", None)).await
+    register(
+        s,
+        d,
+        &req.name,
+        bytes,
+        sha,
+        ("upload", None),
+        Unreadable::Register,
+    )
+    .await
+}
+
+/// Which images whose bytes do not decode are registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unreadable {
+    /// A client named these bytes as an image (`images`, `images:batchCreate`): sfmapi
+    /// registers them, and they are refused later, by name, at a reconstruction's ingest.
+    Register,
+    /// A folder or bucket is being walked: a file that is no image is skipped and
+    /// reported, so a source's notes and sidecars do not become images.
+    Skip,
 }
 
 /// Check bytes as ingest checks photos (format, damaged header, truncation, a pixel
-/// bomb's dimensions), so no image is registered that a stage would choke on, then
-/// register them under `name`.
+/// bomb's dimensions), then register them under `name`, with what the check found.
 async fn register(
     s: &ApiState,
     d: &Dataset,
@@ -393,17 +412,24 @@ async fn register(
     bytes: ::bytes::Bytes,
     sha: String,
     source: (&str, Option<String>),
+    unreadable: Unreadable,
 ) -> Result<Image, Problem> {
     catalog::check_name("image", name)?;
-    let dims =
-        tessera_imaging::check::check(name, &bytes, tessera_jobs::reconstruct::images::MAX_PIXELS)
-            .map_err(Problem::validation)?;
+    let pixels = match tessera_imaging::check::check(
+        name,
+        &bytes,
+        tessera_jobs::reconstruct::images::MAX_PIXELS,
+    ) {
+        Ok((w, h)) => Pixels::Size(w, h),
+        Err(why) if unreadable == Unreadable::Register => Pixels::Unreadable(why),
+        Err(why) => return Err(Problem::validation(why)),
+    };
     Ok(catalog::register_image(
         s.engine.ports().store.as_ref(),
         s.engine.ports().objects.as_ref(),
         d,
         name,
-        CheckedBytes { bytes, sha, dims },
+        CheckedBytes { bytes, sha, pixels },
         source,
     )
     .await?)
@@ -437,6 +463,7 @@ async fn import_source(
                     bytes,
                     sha,
                     (src.kind(), Some(f.rel_path.clone())),
+                    Unreadable::Skip,
                 )
                 .await
             }
@@ -533,10 +560,10 @@ async fn batch_create(
             req.requests.len()
         )));
     }
-    // Every request is checked as a single create checks it (a name, a finalized blob,
-    // bytes that decode as an image) before any is registered, so a batch with one bad
-    // request registers nothing and names that request. Bytes are read twice rather
-    // than held: a batch may be 1000 full-size photos.
+    // Every request is checked as a single create checks it (a name, a finalized blob
+    // within the size limit, looked up, not read) before any is registered, so a batch
+    // with one bad request registers nothing and names that request. Bytes that do not
+    // decode are not a bad request (sfmapi registers them; `Unreadable::Register`).
     let mut names = std::collections::BTreeSet::new();
     for (i, r) in req.requests.iter().enumerate() {
         let at = |p: Problem| {
@@ -558,7 +585,7 @@ async fn batch_create(
                 "an image of this name is already in the dataset",
             )));
         }
-        let bytes = super::uploads::read_blob(
+        super::uploads::check_blob(
             s,
             &caller.tenant,
             "blob_sha",
@@ -567,12 +594,6 @@ async fn batch_create(
         )
         .await
         .map_err(at)?;
-        tessera_imaging::check::check(
-            &r.name,
-            &bytes,
-            tessera_jobs::reconstruct::images::MAX_PIXELS,
-        )
-        .map_err(|e| at(Problem::validation(e)))?;
     }
     // What still fails here (a quota reached partway, a store error) takes back the
     // images this batch registered, so the batch is whole or not at all.

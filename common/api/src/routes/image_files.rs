@@ -108,6 +108,11 @@ pub async fn thumbnail(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let img = owned_image(&s, &caller, &id).await?;
+    if let Some(why) = &img.unreadable {
+        return Err(Problem::validation(format!(
+            "image {id} has no thumbnail: {why}"
+        )));
+    }
     let size: u32 = match q.size.as_deref() {
         None => 256,
         Some(v) => v

@@ -228,12 +228,28 @@ async fn spec_for(
     options: Option<&Value>,
 ) -> Result<Planned, Problem> {
     let (ba, georef, exports) = finishing(options)?;
-    let images = super::datasets::all_images(s, &d).await?;
+    let all = super::datasets::all_images(s, &d).await?;
+    // Images registered undecoded are refused by name at ingest; the plan (sizes, pairs,
+    // how many) is made of the others. The set's digest covers every image registered.
+    let images: Vec<_> = all.iter().filter(|i| i.unreadable.is_none()).collect();
     if images.is_empty() {
-        return Err(Problem::validation(format!(
-            "dataset {} has no images; add images before running a stage",
-            d.dataset_id
-        )));
+        let unreadable: Vec<&str> = all
+            .iter()
+            .filter_map(|i| i.unreadable.as_deref())
+            .take(5)
+            .collect();
+        return Err(Problem::validation(if unreadable.is_empty() {
+            format!(
+                "dataset {} has no images; add images before running a stage",
+                d.dataset_id
+            )
+        } else {
+            format!(
+                "dataset {} has no image that decodes ({}); add photos before running a stage",
+                d.dataset_id,
+                unreadable.join("; ")
+            )
+        }));
     }
     let features = features.cloned().unwrap_or(Value::Null);
     // The CLI's rule: detail where photos are few, rationed where they are many, never
@@ -285,7 +301,7 @@ async fn spec_for(
         exports,
         respect_exif_orientation: d.respect_exif_orientation,
         per_image_intrinsics: d.intrinsics_mode.per_image(),
-        image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&images)),
+        image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&all)),
         georef_if_possible: false,
         priority: 0,
     };

@@ -40,6 +40,18 @@ pub async fn read_blob(
     Ok(uploads::read_blob(s.engine.ports().objects.as_ref(), tenant, field, sha, max).await?)
 }
 
+/// That a finalized upload exists and is at most `max` bytes, without reading it.
+pub async fn check_blob(
+    s: &ApiState,
+    tenant: &TenantId,
+    field: &str,
+    sha: &str,
+    max: u64,
+) -> Result<(), Problem> {
+    uploads::check_blob(s.engine.ports().objects.as_ref(), tenant, field, sha, max).await?;
+    Ok(())
+}
+
 /// The body of `POST /v1/uploads`.
 #[derive(Debug, Deserialize)]
 pub struct CreateUpload {

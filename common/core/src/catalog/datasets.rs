@@ -99,6 +99,11 @@ pub struct Image {
     pub width: Option<u64>,
     /// Pixels, from the checked header.
     pub height: Option<u64>,
+    /// Why its bytes do not decode as an image, when they do not. sfmapi registers any
+    /// bytes a client names as an image; a reconstruction's ingest refuses these by name,
+    /// and no thumbnail is made of them. `width` and `height` are then absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
     /// Where it came from: `upload`, `local` or `s3`.
     #[serde(default = "upload_kind")]
     pub source_kind: String,
@@ -276,8 +281,17 @@ pub struct CheckedBytes {
     pub bytes: Bytes,
     /// Their SHA-256, hex.
     pub sha: String,
+    /// What the check found.
+    pub pixels: Pixels,
+}
+
+/// What a check of an image's bytes found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pixels {
     /// Width and height from the checked header.
-    pub dims: (u64, u64),
+    Size(u64, u64),
+    /// They do not decode (or would not within the pixel limit): why, naming the file.
+    Unreadable(String),
 }
 
 /// Register `bytes` as the image `name` of `dataset`: the name (and a place under the
@@ -299,8 +313,18 @@ pub async fn register_image(
         name: name.to_string(),
         content_sha: checked.sha,
         byte_size: checked.bytes.len() as u64,
-        width: Some(checked.dims.0),
-        height: Some(checked.dims.1),
+        width: match checked.pixels {
+            Pixels::Size(w, _) => Some(w),
+            Pixels::Unreadable(_) => None,
+        },
+        height: match checked.pixels {
+            Pixels::Size(_, h) => Some(h),
+            Pixels::Unreadable(_) => None,
+        },
+        unreadable: match checked.pixels {
+            Pixels::Size(..) => None,
+            Pixels::Unreadable(why) => Some(why),
+        },
         source_kind: source.0.to_string(),
         rel_path: source.1,
         created_at: Millis::now().to_rfc3339(),

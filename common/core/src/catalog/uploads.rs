@@ -476,14 +476,28 @@ pub async fn read_blob(
     sha: &str,
     max: u64,
 ) -> Result<Bytes, CatalogError> {
+    let key = check_blob(objects, tenant, field, sha, max).await?;
+    match objects.get(&key).await {
+        Err(ObjectStoreError::NotFound(_)) => Err(missing_blob(field, sha)),
+        other => Ok(other?),
+    }
+}
+
+/// That a finalized upload `sha` of `tenant` exists and is at most `max` bytes, without
+/// reading it: its object key.
+pub async fn check_blob(
+    objects: &dyn ObjectStore,
+    tenant: &TenantId,
+    field: &str,
+    sha: &str,
+    max: u64,
+) -> Result<String, CatalogError> {
     let sha = check_sha(field, sha)?;
     let key = blob_key(tenant, &sha);
-    let missing = || {
-        CatalogError::Invalid(format!(
-            "{field}: no finalized upload has blob_sha {sha}; upload the file first"
-        ))
-    };
-    let meta = objects.head(&key).await?.ok_or_else(missing)?;
+    let meta = objects
+        .head(&key)
+        .await?
+        .ok_or_else(|| missing_blob(field, &sha))?;
     if meta.size > max {
         return Err(CatalogError::TooLarge(format!(
             "{field}: blob {sha} is {} MiB; at most {} MiB is accepted here",
@@ -491,10 +505,14 @@ pub async fn read_blob(
             max >> 20
         )));
     }
-    match objects.get(&key).await {
-        Err(ObjectStoreError::NotFound(_)) => Err(missing()),
-        other => Ok(other?),
-    }
+    Ok(key)
+}
+
+fn missing_blob(field: &str, sha: &str) -> CatalogError {
+    CatalogError::Invalid(format!(
+        "{field}: no finalized upload has blob_sha {}; upload the file first",
+        sha.to_ascii_lowercase()
+    ))
 }
 
 /// Erase a blob now (a removed subject's reference photo): its bytes and its record.
