@@ -1,6 +1,6 @@
 """A webhook receiver on 127.0.0.1 for the rehearsal: answers the first request 500 and
 every later one 200, records each (headers with lower-case names, body, status), and
-checks a request's signature as the README's receiver does."""
+checks a request's signature as the receiver in docs/notifications.md does."""
 
 import hashlib
 import hmac

@@ -4,7 +4,7 @@
 //! change of policy never rewrites tasks already submitted) and when a try fails
 //! transiently (the back-off). A two-second photo step and an hour-long mapping stage
 //! fail for different reasons and cost different amounts to repeat, so they do not
-//! share one ceiling. The README's "Attempt policies" table states the same rows; a
+//! share one ceiling. docs/architecture.md's "Attempt policies" table states the same rows; a
 //! test keeps the two equal.
 
 use std::time::Duration;
@@ -21,7 +21,7 @@ pub struct AttemptPolicy {
     pub first_backoff: Duration,
     /// No back-off is longer than this.
     pub longest_backoff: Duration,
-    /// Why these numbers, for the README and for whoever changes them.
+    /// Why these numbers, for docs/architecture.md and for whoever changes them.
     pub why: &'static str,
 }
 
@@ -108,12 +108,13 @@ mod tests {
         }
     }
 
-    /// The README states the table; a row changed here and not there fails.
+    /// docs/architecture.md states the table; a row changed here and not there fails.
     #[test]
-    fn the_readme_states_the_same_table() {
+    fn the_architecture_doc_states_the_same_table() {
         let dir = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo");
-        let readme = std::fs::read_to_string(std::path::Path::new(&dir).join("../../README.md"))
-            .expect("the workspace README");
+        let readme =
+            std::fs::read_to_string(std::path::Path::new(&dir).join("../../docs/architecture.md"))
+                .expect("docs/architecture.md");
         for p in ATTEMPT_POLICIES {
             let kinds = if p.kinds.is_empty() {
                 "any other".to_string()
@@ -128,7 +129,7 @@ mod tests {
             );
             assert!(
                 readme.contains(&row),
-                "README.md lacks the attempt policy row `{row}`"
+                "docs/architecture.md lacks the attempt policy row `{row}`"
             );
         }
     }

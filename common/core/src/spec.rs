@@ -74,7 +74,7 @@ pub fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, SpecErro
     serde_json::from_value(value).map_err(|e| SpecError {
         errors: vec![FieldError {
             field: "spec".into(),
-            message: format!("{e}; see `tessera --help` or the README for the spec format"),
+            message: format!("{e}; see `tessera --help` or docs/api.md for the spec format"),
         }],
     })
 }
