@@ -43,6 +43,20 @@ async fn dataset(c: &reqwest::Client, base: &str, pid: &str, name: &str) -> Stri
     d["dataset_id"].as_str().unwrap().to_string()
 }
 
+/// `POST …/datasets/{did}/images:batchCreate` with these requests.
+async fn batch_create(
+    c: &reqwest::Client,
+    base: &str,
+    did: &str,
+    requests: Value,
+) -> reqwest::Response {
+    c.post(format!("{base}/v1/datasets/{did}/images:batchCreate"))
+        .json(&json!({ "requests": requests }))
+        .send()
+        .await
+        .unwrap()
+}
+
 fn is_sha256(v: &Value) -> bool {
     v.as_str()
         .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -457,15 +471,16 @@ async fn s6_5_images_by_id_and_registration_rules() {
         "{single}"
     );
     let marker = upload(&c, &s.base, &b"\xff\xd8\xff\xe0bbb".repeat(50), 1 << 20).await;
-    let r = c
-        .post(format!("{}/v1/datasets/{odd}/images:batchCreate", s.base))
-        .json(&json!({ "requests": [
+    let r = batch_create(
+        &c,
+        &s.base,
+        &odd,
+        json!([
             { "name": "a.jpg", "blob_sha": good },
             { "name": "extra.jpg", "blob_sha": marker },
-        ] }))
-        .send()
-        .await
-        .unwrap();
+        ]),
+    )
+    .await;
     assert_eq!(r.status(), 201);
     let made: Value = r.json().await.unwrap();
     assert_eq!(made["images"][0]["unreadable"], Value::Null, "{made}");
@@ -475,6 +490,28 @@ async fn s6_5_images_by_id_and_registration_rules() {
             .as_str()
             .is_some_and(|w| w.contains("extra.jpg")),
         "{made}"
+    );
+    // HEIC is admitted as the run's ingest admits it (one check for both): registered,
+    // and said to be unusable by a run, naming the file.
+    let heic = upload(
+        &c,
+        &s.base,
+        b"\0\0\0\x18ftypheic\0\0\0\0mif1heic\0\0\0\x08mdat",
+        1 << 20,
+    )
+    .await;
+    let (st, img) = post_json(
+        &c,
+        format!("{}/v1/datasets/{odd}/images", s.base),
+        json!({ "name": "IMG_0001.HEIC", "blob_sha": heic }),
+    )
+    .await;
+    assert_eq!(st, 201, "{img}");
+    assert!(
+        img["unreadable"]
+            .as_str()
+            .is_some_and(|w| w.contains("IMG_0001.HEIC") && w.contains("HEIC/HEIF")),
+        "{img}"
     );
     let thumb = problem(
         c.get(format!(
@@ -495,14 +532,16 @@ async fn s6_5_images_by_id_and_registration_rules() {
     // A request that is wrong in itself (no finalized upload behind the blob) refuses
     // the whole batch, naming the request, and registers nothing.
     let batch = problem(
-        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
-            .json(&json!({ "requests": [
+        batch_create(
+            &c,
+            &s.base,
+            &did,
+            json!([
                 { "name": "a.jpg", "blob_sha": good },
                 { "name": "notes.jpg", "blob_sha": "0".repeat(64) },
-            ] }))
-            .send()
-            .await
-            .unwrap(),
+            ]),
+        )
+        .await,
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await;
@@ -519,24 +558,21 @@ async fn s6_5_images_by_id_and_registration_rules() {
         .map(|i| json!({ "name": format!("{i}.jpg"), "blob_sha": good }))
         .collect();
     problem(
-        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
-            .json(&json!({ "requests": over }))
-            .send()
-            .await
-            .unwrap(),
+        batch_create(&c, &s.base, &did, json!(over)).await,
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await;
 
-    let r = c
-        .post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
-        .json(&json!({ "requests": [
+    let r = batch_create(
+        &c,
+        &s.base,
+        &did,
+        json!([
             { "name": "a.jpg", "blob_sha": good },
             { "name": "b.jpg", "blob_sha": good2 },
-        ] }))
-        .send()
-        .await
-        .unwrap();
+        ]),
+    )
+    .await;
     assert_eq!(r.status(), 201);
     let made: Value = r.json().await.unwrap();
     let images = made["images"].as_array().unwrap();
@@ -546,14 +582,16 @@ async fn s6_5_images_by_id_and_registration_rules() {
     }
     // A name already in the dataset: the whole batch is refused, the new image too.
     let clash = problem(
-        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
-            .json(&json!({ "requests": [
+        batch_create(
+            &c,
+            &s.base,
+            &did,
+            json!([
                 { "name": "c.jpg", "blob_sha": good },
                 { "name": "a.jpg", "blob_sha": good2 },
-            ] }))
-            .send()
-            .await
-            .unwrap(),
+            ]),
+        )
+        .await,
         StatusCode::CONFLICT,
     )
     .await;
@@ -588,14 +626,16 @@ async fn s6_5_images_by_id_and_registration_rules() {
         .await
         .unwrap();
     let full = problem(
-        c.post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
-            .json(&json!({ "requests": [
+        batch_create(
+            &c,
+            &s.base,
+            &did,
+            json!([
                 { "name": "x.jpg", "blob_sha": good },
                 { "name": "y.jpg", "blob_sha": good2 },
-            ] }))
-            .send()
-            .await
-            .unwrap(),
+            ]),
+        )
+        .await,
         StatusCode::PAYLOAD_TOO_LARGE,
     )
     .await;

@@ -98,7 +98,9 @@ fn typed(name: &str, v: &Value, ty: &Value, what: &str, out: &mut Vec<String>) {
                 time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
                     .is_ok()
             }),
-            "phase" => v.as_str().is_some_and(|p| phases().contains(p)),
+            "phase" => {
+                v.is_string() && schema()["phases"].as_array().is_some_and(|p| p.contains(v))
+            }
             other => panic!("the vendored schema names an unknown type `{other}`"),
         },
         other => panic!("the vendored schema has a type that is not a name or a list: {other}"),

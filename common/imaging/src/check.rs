@@ -3,28 +3,33 @@
 //! dimensions in a tiny file), and for JPEG an end-of-image marker after the scan (a
 //! truncated JPEG otherwise decodes "successfully" into grey).
 
-/// Why a file was not accepted.
-pub fn check(name: &str, bytes: &[u8], max_pixels: u64) -> Result<(u64, u64), String> {
+use crate::Refused;
+
+/// Width and height from the header, or why the file is not accepted (naming it).
+pub fn check(name: &str, bytes: &[u8], max_pixels: u64) -> Result<(u64, u64), Refused> {
     if bytes.is_empty() {
-        return Err(format!("`{name}` is empty (0 bytes)"));
+        return Err(Refused(format!("`{name}` is empty (0 bytes)")));
     }
-    let kind = imagesize::image_type(bytes)
-        .map_err(|_| format!("`{name}` is not an image (unknown or damaged header)"))?;
-    let size =
-        imagesize::blob_size(bytes).map_err(|e| format!("`{name}` has a damaged header: {e}"))?;
+    let kind = imagesize::image_type(bytes).map_err(|_| {
+        Refused(format!(
+            "`{name}` is not an image (unknown or damaged header)"
+        ))
+    })?;
+    let size = imagesize::blob_size(bytes)
+        .map_err(|e| Refused(format!("`{name}` has a damaged header: {e}")))?;
     let (w, h) = (size.width as u64, size.height as u64);
     if w == 0 || h == 0 {
-        return Err(format!("`{name}` claims {w}x{h} pixels"));
+        return Err(Refused(format!("`{name}` claims {w}x{h} pixels")));
     }
     if w.saturating_mul(h) > max_pixels {
-        return Err(format!(
+        return Err(Refused(format!(
             "`{name}` claims {w}x{h} pixels, more than the {max_pixels} accepted; downscale it"
-        ));
+        )));
     }
     if matches!(kind, imagesize::ImageType::Jpeg) && !jpeg_complete(bytes) {
-        return Err(format!(
+        return Err(Refused(format!(
             "`{name}` is a truncated JPEG (its image data has no end marker); re-copy or re-export it"
-        ));
+        )));
     }
     Ok((w, h))
 }

@@ -75,7 +75,7 @@ pub fn decode_with(name: &str, bytes: &[u8], max_pixels: u64) -> Result<Decoded,
             MAX_BYTES >> 20
         )));
     }
-    let (w, h) = crate::check::check(name, bytes, max_pixels).map_err(Refused)?;
+    let (w, h) = crate::check::check(name, bytes, max_pixels)?;
     if matches!(
         imagesize::image_type(bytes),
         Ok(imagesize::ImageType::Heif(_))

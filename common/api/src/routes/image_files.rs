@@ -1,9 +1,10 @@
 //! One image's files over HTTP: its bytes (Range, ETag), its thumbnails (made on
 //! demand, a bounded number at a time) and its EXIF with the camera named as people
 //! name it. The image is found, and its tenancy checked, by
-//! [`super::datasets::owned_image`].
+//! [`super::images::owned_image`].
 
-use super::datasets::{Image, owned_image};
+use super::datasets::Image;
+use super::images::owned_image;
 use crate::ApiState;
 use crate::auth::Caller;
 use crate::bytes as served;

@@ -7,6 +7,7 @@ pub mod datasets;
 pub mod downloads;
 pub mod events;
 pub mod image_files;
+pub mod images;
 pub mod jobs;
 pub mod meta;
 pub mod openapi;

@@ -228,7 +228,7 @@ async fn spec_for(
     options: Option<&Value>,
 ) -> Result<Planned, Problem> {
     let (ba, georef, exports) = finishing(options)?;
-    let all = super::datasets::all_images(s, &d).await?;
+    let all = super::images::all_images(s, &d).await?;
     // Images registered undecoded are refused by name at ingest; the plan (sizes, pairs,
     // how many) is made of the others. The set's digest covers every image registered.
     let images: Vec<_> = all.iter().filter(|i| i.unreadable.is_none()).collect();

@@ -3,9 +3,9 @@
 //! ([`super::openapi`]) are both built from it, so they cannot disagree.
 
 use super::{
-    admin, artifacts, clusters, datasets, downloads, events, image_files, jobs, meta, optional,
-    photo_review, photos, pipeline_run, pipelines, privacy, projects, reconstructions, uploads,
-    webhooks, ws,
+    admin, artifacts, clusters, datasets, downloads, events, image_files, images, jobs, meta,
+    optional, photo_review, photos, pipeline_run, pipelines, privacy, projects, reconstructions,
+    uploads, webhooks, ws,
 };
 use crate::ApiState;
 use axum::http::Method;
@@ -306,7 +306,7 @@ pub fn table() -> Vec<Operation> {
             "Create an image from a blob",
             "images",
             201,
-            post(datasets::create_images),
+            post(images::create_images),
         ),
         op(
             M::GET,
@@ -315,7 +315,7 @@ pub fn table() -> Vec<Operation> {
             "List a dataset's images",
             "images",
             200,
-            get(datasets::list_images),
+            get(images::list_images),
         ),
         op(
             M::POST,
@@ -333,7 +333,7 @@ pub fn table() -> Vec<Operation> {
             "Delete an image by name",
             "images",
             204,
-            delete(datasets::delete_image),
+            delete(images::delete_image),
         ),
         op(
             M::GET,
@@ -342,7 +342,7 @@ pub fn table() -> Vec<Operation> {
             "Get an image",
             "images",
             200,
-            get(datasets::get_image),
+            get(images::get_image),
         ),
         op(
             M::DELETE,
@@ -351,7 +351,7 @@ pub fn table() -> Vec<Operation> {
             "Delete an image by id",
             "images",
             204,
-            delete(datasets::delete_image_by_id),
+            delete(images::delete_image_by_id),
         ),
         op(
             M::GET,

@@ -306,6 +306,10 @@ pub async fn register_image(
     source: (&str, Option<String>),
 ) -> Result<Image, CatalogError> {
     check_name("image", name)?;
+    let (width, height, unreadable) = match checked.pixels {
+        Pixels::Size(w, h) => (Some(w), Some(h), None),
+        Pixels::Unreadable(why) => (None, None, Some(why)),
+    };
     let img = Image {
         image_id: ImageId::new(),
         dataset_id: dataset.dataset_id,
@@ -313,18 +317,9 @@ pub async fn register_image(
         name: name.to_string(),
         content_sha: checked.sha,
         byte_size: checked.bytes.len() as u64,
-        width: match checked.pixels {
-            Pixels::Size(w, _) => Some(w),
-            Pixels::Unreadable(_) => None,
-        },
-        height: match checked.pixels {
-            Pixels::Size(_, h) => Some(h),
-            Pixels::Unreadable(_) => None,
-        },
-        unreadable: match checked.pixels {
-            Pixels::Size(..) => None,
-            Pixels::Unreadable(why) => Some(why),
-        },
+        width,
+        height,
+        unreadable,
         source_kind: source.0.to_string(),
         rel_path: source.1,
         created_at: Millis::now().to_rfc3339(),

@@ -36,15 +36,16 @@ pub struct PhotoFacts {
     pub gps: Option<Gps>,
 }
 
-/// Why a file was not accepted.
-pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
+/// Width and height, or why a reconstruction does not take the file (naming it): the
+/// imaging check, and HEIC, which COLMAP cannot read.
+pub fn check(name: &str, bytes: &[u8]) -> Result<(u64, u64), tessera_imaging::Refused> {
     if matches!(
         imagesize::image_type(bytes),
         Ok(imagesize::ImageType::Heif(_))
     ) {
-        return Err(format!(
+        return Err(tessera_imaging::Refused(format!(
             "`{name}` is HEIC/HEIF, which COLMAP cannot read; convert it to JPEG first"
-        ));
+        )));
     }
     tessera_imaging::check::check(name, bytes, MAX_PIXELS)
 }
@@ -199,10 +200,11 @@ mod tests {
 
     #[test]
     fn hostile_files_are_named_and_refused() {
-        assert!(check("a.jpg", b"").unwrap_err().contains("empty"));
+        assert!(check("a.jpg", b"").unwrap_err().0.contains("empty"));
         assert!(
             check("a.jpg", b"hello, I am text")
                 .unwrap_err()
+                .0
                 .contains("not an image")
         );
         let sample =
@@ -212,6 +214,7 @@ mod tests {
         assert!(
             check("t.jpg", truncated)
                 .unwrap_err()
+                .0
                 .contains("truncated JPEG")
         );
         let (focal, gps) = exif_facts(&sample);

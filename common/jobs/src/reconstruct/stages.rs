@@ -366,7 +366,7 @@ impl Run<'_> {
                             message: format!("skipping {why}"),
                         })
                         .await?;
-                    rejected.push(json!({ "name": name, "why": why }));
+                    rejected.push(json!({ "name": name, "why": why.to_string() }));
                 }
             }
             self.ctx
