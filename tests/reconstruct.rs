@@ -1035,3 +1035,193 @@ fn gps_that_cannot_place_the_model_leaves_it_in_its_own_frame_and_the_run_goes_o
     let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert!(said.contains("could not align"), "{said}");
 }
+
+/// The spec's fields that say what runs, without where the photos are kept.
+fn decisions(spec: &serde_json::Value) -> serde_json::Value {
+    let mut s = spec.clone();
+    let m = s.as_object_mut().expect("a spec is an object");
+    m.remove("project");
+    m.remove("image_set");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_api() {
+    // 64 geotagged photos (a drone grid, more than pairing's exhaustive limit of 60) and
+    // one file that does not decode: automatic pairs must be spatial from both ways in,
+    // and everything else the same, because both prepare one recipe by one rule.
+    let dir = tempfile::tempdir().unwrap();
+    let survey = dir.path().join("survey");
+    std::fs::create_dir_all(&survey).unwrap();
+    let mut files = Vec::new();
+    for i in 0..64u32 {
+        let mut rng = fastrand::Rng::with_seed(u64::from(i));
+        let img = image::RgbImage::from_fn(120, 90, |_, _| {
+            image::Rgb([rng.u8(..), rng.u8(..), rng.u8(..)])
+        });
+        let (row, col) = (f64::from(i / 8), f64::from(i % 8));
+        let bytes = with_gps(&img, 47.0 + row * 0.0002, 8.0 + col * 0.0003);
+        let name = format!("DJI_{:04}.JPG", 100 + i);
+        std::fs::write(survey.join(&name), &bytes).unwrap();
+        files.push((name, bytes));
+    }
+    files.push(("notes.jpg".into(), b"field notes, not a photo".to_vec()));
+    std::fs::write(survey.join("notes.jpg"), &files[64].1).unwrap();
+
+    let out = dir.path().join("out");
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "reconstruct",
+            survey.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--dry-run",
+        ];
+        args.extend_from_slice(extra);
+        let o = tessera(&dir.path().join("state-cli"), &args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        json(&o)
+    };
+    let by_cli = cli(&["--export", "colmap-bin,ply"]);
+    let mut stored = Vec::new();
+    let mut todo = vec![dir.path().join("state-cli"), out.clone()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                todo.push(e.path());
+            } else {
+                stored.push(e.path());
+            }
+        }
+    }
+    assert!(
+        !stored.iter().any(|p| p.to_string_lossy().ends_with(".JPG")),
+        "a dry run stores no photo: {stored:?}"
+    );
+
+    let server = tessera_tests::serve(&dir.path().join("state-api"), "api_key", &[]);
+    let key = server
+        .first_key
+        .clone()
+        .expect("an api_key server prints its first key");
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse().unwrap(),
+    );
+    let c = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let base = &server.base;
+    let project = tessera_tests::post_json(
+        &c,
+        &format!("{base}/v1/projects"),
+        serde_json::json!({"name": "survey"}),
+    )
+    .await;
+    let pid = project["project_id"].as_str().unwrap();
+    let dataset = tessera_tests::post_json(
+        &c,
+        &format!("{base}/v1/projects/{pid}/datasets"),
+        serde_json::json!({"name": "survey"}),
+    )
+    .await;
+    let did = dataset["dataset_id"].as_str().unwrap();
+    let mut requests = Vec::new();
+    for (name, bytes) in &files {
+        let sha = tessera_tests::blob(&c, base, bytes).await;
+        requests.push(serde_json::json!({"name": name, "blob_sha": sha}));
+    }
+    tessera_tests::post_json(
+        &c,
+        &format!("{base}/v1/datasets/{did}/images:batchCreate"),
+        serde_json::json!({ "requests": requests }),
+    )
+    .await;
+    let pipeline = format!("{base}/v1/projects/{pid}/pipelines/incremental");
+    // The CLI's defaults, spelled as the API spells them.
+    let body = |pairs: serde_json::Value| {
+        serde_json::json!({
+            "dataset_id": did,
+            "spec": {"kind": "incremental",
+                     "x-tessera": {"georeference": "auto", "exports": ["ply", "colmap_bin"]}},
+            "pairs": pairs,
+        })
+    };
+    let by_api = tessera_tests::post_json(
+        &c,
+        &format!("{pipeline}?validate_only=true"),
+        body(serde_json::Value::Null),
+    )
+    .await;
+
+    for (way, v) in [("cli", &by_cli), ("api", &by_api)] {
+        assert_eq!(v["spec"]["pairs"]["strategy"], "spatial", "{way}: {v}");
+        assert_eq!(v["spec"]["georef"]["mode"], "gps", "{way}: {v}");
+        assert_eq!(
+            v["images"], 64,
+            "{way}: the file that does not decode is not counted"
+        );
+        assert!(
+            v["pairs_auto"]["why"]
+                .as_str()
+                .unwrap()
+                .contains("64 of 64 photos carry GPS"),
+            "{way}: {v}"
+        );
+    }
+    assert_eq!(decisions(&by_cli["spec"]), decisions(&by_api["spec"]));
+    assert_eq!(by_cli["recipe_fingerprint"], by_api["recipe_fingerprint"]);
+    assert!(by_cli["spec"]["image_set_digest"].is_string());
+    assert_eq!(by_cli["megapixels"], by_api["megapixels"]);
+
+    // A strategy asked for by name is read the same from both: spatial, 12 neighbours.
+    let cli_spatial = cli(&[
+        "--export",
+        "ply,colmap-bin",
+        "--pairs",
+        "spatial",
+        "--neighbors",
+        "12",
+    ]);
+    let api_spatial = tessera_tests::post_json(
+        &c,
+        &format!("{pipeline}?validate_only=true"),
+        body(serde_json::json!({"strategy": "spatial", "overlap": 12})),
+    )
+    .await;
+    assert_eq!(
+        api_spatial["spec"]["pairs"]["max_neighbors"], 12,
+        "{api_spatial}"
+    );
+    assert_eq!(
+        cli_spatial["recipe_fingerprint"],
+        api_spatial["recipe_fingerprint"]
+    );
+    assert_ne!(
+        cli_spatial["recipe_fingerprint"],
+        by_cli["recipe_fingerprint"]
+    );
+
+    // A validated recipe submitted for real is the job the dry run showed.
+    let submitted = tessera_tests::post_json(&c, &pipeline, body(serde_json::Value::Null)).await;
+    let job = tessera_tests::get_json(
+        &c,
+        &format!("{base}/v1/jobs/{}", submitted["job_id"].as_str().unwrap()),
+    )
+    .await;
+    for field in [
+        "pairs",
+        "georef",
+        "exports",
+        "max_image_size",
+        "max_features",
+    ] {
+        assert_eq!(
+            job["x-tessera"]["options"][field], by_api["spec"][field],
+            "{field}: {job}"
+        );
+    }
+}

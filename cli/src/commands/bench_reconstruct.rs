@@ -295,7 +295,7 @@ pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
         out: scratch.path().join(name).join("out"),
         pairs: b.pairs,
         overlap: b.overlap,
-        neighbors: 8,
+        neighbors: tessera_jobs::reconstruct::recipe::SPATIAL_NEIGHBOURS,
         vocab_tree: None,
         engine,
         mapper,
@@ -310,45 +310,26 @@ pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
         resume: false,
         workers: 1,
         memory_limit: Vec::new(),
+        dry_run: false,
     };
-    let photos = files
-        .iter()
-        .map(|f| {
-            let name = f
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("")
-                .to_string();
-            std::fs::read(f)
-                .map(|b| (name, b))
-                .with_context(|| format!("cannot read {}", f.display()))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let super::photo_choices::PhotoChoices {
-        pairs: auto,
-        resolution,
-        ..
-    } = super::photo_choices::PhotoChoices::of(&photos);
+    let folder = super::reconstruct::Folder::read(&files)?;
     let default_engine = EngineArg::Auto.resolve()?.name;
     // The very spec Tessera runs, so the bare run uses the same COLMAP options.
-    let spec = super::reconstruct::spec_from(
+    let prepared = super::reconstruct::prepare(
         &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
-        "bench".into(),
-        Some(&auto),
-        None,
-        &resolution,
+        &folder,
         tessera_core::spec::BackendSpec {
             name: "colmap".into(),
             version: None,
         },
     )?;
+    let spec = prepared.spec.clone();
     let pairs = tessera_jobs::reconstruct::pairing::Choice {
         strategy: spec.pairs.clone(),
-        why: if b.pairs == Pairs::Auto {
-            auto.why.clone()
-        } else {
-            "given with --pairs".into()
-        },
+        why: prepared
+            .pairs_auto
+            .as_ref()
+            .map_or_else(|| "given with --pairs".into(), |c| c.why.clone()),
     };
     let mut runs = Vec::new();
     for which in &b.engines {

@@ -16,7 +16,6 @@ pub mod clusters;
 pub mod demo;
 pub mod events;
 pub mod jobs;
-pub mod photo_choices;
 pub mod photos;
 pub mod reconstruct;
 mod reconstruct_report;

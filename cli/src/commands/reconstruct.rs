@@ -7,7 +7,6 @@ use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,10 +15,10 @@ use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, JobStatus};
 use tessera_core::spec::{
     BaMode, BackendSpec, CameraModel, ExportFormat, Georef, MapperKind, PairStrategy,
-    ReconstructionSpec,
 };
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::reconstruct::{self, georef_choice, pairing, resolution};
+use tessera_jobs::reconstruct::recipe::{self, GeorefAsk, PairsAsk, PhotoFact, Placement, Recipe};
+use tessera_jobs::reconstruct::{self};
 use tokio_util::sync::CancellationToken;
 
 /// The project every embedded reconstruction belongs to.
@@ -97,10 +96,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Pairs::Auto)]
     pub pairs: Pairs,
     /// Sequential pairs: images matched with each following one.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=500))]
+    #[arg(long, default_value_t = recipe::SEQUENTIAL_OVERLAP, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub overlap: u32,
     /// Spatial pairs: neighbours per image.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=500))]
+    #[arg(long, default_value_t = recipe::SPATIAL_NEIGHBOURS, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub neighbors: u32,
     /// Vocabulary-tree pairs: the tree file.
     #[arg(long)]
@@ -145,6 +144,10 @@ pub struct Args {
     /// Tasks run at once in this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub workers: u32,
+    /// Print the spec this run would submit and the choices made from the photos, and
+    /// run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Set a stage's memory estimate for its first attempt, e.g. `map=20` (MB); the
     /// stage is killed above twice that and retried one resource class up.
     #[arg(long, value_parser = parse_limit)]
@@ -159,16 +162,9 @@ fn parse_limit(s: &str) -> Result<(String, u64), String> {
     Ok((stage.to_string(), mb))
 }
 
-/// The spec `args` ask for; `auto` is the choice for `--pairs auto`, `resolution` the
-/// one for a `--max-image-size` / `--max-features` not given.
-pub fn spec_from(
-    args: &Args,
-    image_set: String,
-    auto: Option<&pairing::Choice>,
-    georef_auto: Option<&georef_choice::GeorefChoice>,
-    resolution: &resolution::Resolution,
-    backend: BackendSpec,
-) -> anyhow::Result<ReconstructionSpec> {
+/// What `args` ask for, as a [`Recipe`]: the flags translated, every choice left to the
+/// photos made by [`recipe::prepare`], as for the API.
+pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
     let camera_model: CameraModel = serde_json::from_value(serde_json::json!(args.camera_model))
         .map_err(|_| {
             anyhow::anyhow!(
@@ -184,22 +180,18 @@ pub fn spec_from(
                     "--export `{e}` is not one of ply, nvm, colmap-text, colmap-bin, points-bin"
                 )
             })?;
-        if !exports.contains(&f) {
-            exports.push(f);
-        }
+        exports.push(f);
     }
     let pairs = match args.pairs {
-        Pairs::Auto => auto
-            .map(|c| c.strategy.clone())
-            .context("--pairs auto chooses from the photos, and none were given")?,
-        Pairs::Exhaustive => PairStrategy::Exhaustive,
-        Pairs::Sequential => PairStrategy::Sequential {
+        Pairs::Auto => PairsAsk::Auto,
+        Pairs::Exhaustive => PairsAsk::Given(PairStrategy::Exhaustive),
+        Pairs::Sequential => PairsAsk::Given(PairStrategy::Sequential {
             overlap: args.overlap,
-        },
-        Pairs::Spatial => PairStrategy::Spatial {
+        }),
+        Pairs::Spatial => PairsAsk::Given(PairStrategy::Spatial {
             max_neighbors: args.neighbors,
-            max_distance_m: 1000.0,
-        },
+            max_distance_m: recipe::SPATIAL_DISTANCE_M,
+        }),
         Pairs::Vocabtree => {
             let tree = args
                 .vocab_tree
@@ -207,19 +199,14 @@ pub fn spec_from(
                 .context("--pairs vocabtree needs --vocab-tree FILE")?;
             let tree = std::fs::canonicalize(tree)
                 .with_context(|| format!("vocabulary tree {} does not exist", tree.display()))?;
-            PairStrategy::VocabTree {
+            PairsAsk::Given(PairStrategy::VocabTree {
                 tree: tree.display().to_string(),
                 num_images: 20,
-            }
+            })
         }
     };
-    let spec = ReconstructionSpec {
-        project: LOCAL_PROJECT.into(),
-        image_set,
-        backend,
+    Ok(Recipe {
         camera_model,
-        max_features: args.max_features.unwrap_or(resolution.max_features),
-        max_image_size: args.max_image_size.unwrap_or(resolution.max_image_size),
         pairs,
         mapper: match args.mapper {
             Mapper::Incremental => MapperKind::Incremental,
@@ -231,146 +218,125 @@ pub fn spec_from(
             Ba::TwoStage => BaMode::TwoStage,
         },
         georef: match args.georef {
-            GeorefArg::Auto => georef_auto.map_or(Georef::None, |c| c.georef.clone()),
-            GeorefArg::None => Georef::None,
-            GeorefArg::Gps => Georef::Gps { target_epsg: None },
-            GeorefArg::GpsEcef => Georef::Gps {
+            GeorefArg::Auto => GeorefAsk::Auto,
+            GeorefArg::None => GeorefAsk::Given(Georef::None),
+            GeorefArg::Gps => GeorefAsk::Given(Georef::Gps { target_epsg: None }),
+            GeorefArg::GpsEcef => GeorefAsk::Given(Georef::Gps {
                 target_epsg: Some(4978),
-            },
+            }),
         },
         exports,
+        max_features: args.max_features,
+        max_image_size: args.max_image_size,
         respect_exif_orientation: !args.ignore_exif_orientation,
         per_image_intrinsics: args.per_image_intrinsics,
-        image_set_digest: None,
-        // Chosen for the photos, not asked for: a model that cannot be placed goes on.
-        georef_if_possible: args.georef == GeorefArg::Auto
-            && georef_auto.is_some_and(|c| c.georef != Georef::None),
-        priority: 0,
-    };
-    spec.validate()?;
-    Ok(spec)
-}
-
-/// Photos stored for a reconstruction.
-pub struct Uploaded {
-    /// Their image set (a content address of the whole set).
-    pub set: String,
-    /// How many.
-    pub count: usize,
-    /// Mean megapixels.
-    pub megapixels: f64,
-    /// What they decide where no option is given.
-    pub choices: super::photo_choices::PhotoChoices,
-}
-
-/// Upload the photos under a content address of the whole set, so the same photos make
-/// the same spec (and the same job).
-pub async fn upload(engine: &Engine, files: &[PathBuf]) -> anyhow::Result<Uploaded> {
-    let mut entries = Vec::new();
-    for path in files {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("photo names must be UTF-8")?
-            .to_string();
-        entries.push((name, hex::encode(Sha256::digest(&bytes)), bytes));
-    }
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    let manifest: String = entries
-        .iter()
-        .map(|(n, s, _)| format!("{n}\t{s}\n"))
-        .collect();
-    let set = format!(
-        "images/{}",
-        &hex::encode(Sha256::digest(manifest.as_bytes()))[..32]
-    );
-    let mut mp = 0.0;
-    let mut counted = 0;
-    for (name, _, bytes) in &entries {
-        let key = format!("{set}/{name}");
-        tessera_core::ports::object_store::validate_key(&key)
-            .with_context(|| format!("photo name `{name}` cannot be stored; rename it"))?;
-        if engine.ports().objects.head(&key).await?.is_none() {
-            engine
-                .ports()
-                .objects
-                .put(&key, bytes.clone().into())
-                .await?;
-        }
-        if let Ok(s) = imagesize::blob_size(bytes) {
-            mp += (s.width * s.height) as f64 / 1e6;
-            counted += 1;
-        }
-    }
-    let count = entries.len();
-    let photos: Vec<(String, Vec<u8>)> = entries.into_iter().map(|(n, _, b)| (n, b)).collect();
-    let choices = super::photo_choices::PhotoChoices::of(&photos);
-    Ok(Uploaded {
-        set,
-        count,
-        megapixels: if counted > 0 {
-            mp / counted as f64
-        } else {
-            1.0
-        },
-        choices,
     })
+}
+
+/// A folder's photos, read once: their bytes and what a recipe is prepared from.
+pub struct Folder {
+    /// (name, bytes), by name.
+    pub photos: Vec<(String, Vec<u8>)>,
+    /// What each is, in the same order.
+    pub facts: Vec<PhotoFact>,
+}
+
+impl Folder {
+    /// Read `files`, checking each with the admission a run's ingest applies.
+    pub fn read(files: &[PathBuf]) -> anyhow::Result<Folder> {
+        let mut photos = Vec::new();
+        for path in files {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .context("photo names must be UTF-8")?
+                .to_string();
+            photos.push((name, bytes));
+        }
+        photos.sort_by(|a, b| a.0.cmp(&b.0));
+        let facts = photos.iter().map(|(n, b)| PhotoFact::read(n, b)).collect();
+        Ok(Folder { photos, facts })
+    }
+
+    /// The set's object-store prefix: a content address of the names and bytes, so the
+    /// same photos make the same spec (and the same job).
+    pub fn image_set(&self) -> String {
+        let digest = tessera_core::catalog::datasets::digest_of_names(
+            self.facts
+                .iter()
+                .map(|f| (f.name.as_str(), f.content_sha.as_str())),
+        );
+        format!("images/{}", &digest[..32])
+    }
+
+    /// Store the photos under [`Folder::image_set`] (those stored before are kept).
+    pub async fn upload(&self, engine: &Engine) -> anyhow::Result<()> {
+        let set = self.image_set();
+        for (name, bytes) in &self.photos {
+            let key = format!("{set}/{name}");
+            tessera_core::ports::object_store::validate_key(&key)
+                .with_context(|| format!("photo name `{name}` cannot be stored; rename it"))?;
+            if engine.ports().objects.head(&key).await?.is_none() {
+                engine
+                    .ports()
+                    .objects
+                    .put(&key, bytes.clone().into())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The recipe `args` ask for, prepared over the folder's photos for `backend`.
+pub fn prepare(
+    args: &Args,
+    folder: &Folder,
+    backend: BackendSpec,
+) -> anyhow::Result<recipe::Prepared> {
+    let place = Placement {
+        project: LOCAL_PROJECT.into(),
+        image_set: folder.image_set(),
+        backend,
+    };
+    Ok(recipe::prepare(
+        &recipe_from(args)?,
+        place,
+        &folder.facts,
+        &args.images.display().to_string(),
+    )?)
 }
 
 /// Run (or continue) a reconstruction and write its outputs; `ui` shows progress bars.
 pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<Report> {
     let started = Instant::now();
     let files = crate::photos::list_images(&args.images)?;
-    let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     let backend_spec = args.engine.resolve()?;
     let backend = tessera_jobs::reconstruct::stages::backend_for(&backend_spec)
         .map_err(|e| anyhow::anyhow!(e.message))?;
-    let Uploaded {
-        set,
-        count,
-        megapixels,
-        choices:
-            super::photo_choices::PhotoChoices {
-                pairs: choice,
-                resolution,
-                georef,
-            },
-    } = upload(&engine, &files).await?;
-    let auto = (args.pairs == Pairs::Auto).then_some(choice);
-    if let Some(c) = &auto
-        && ui
-    {
-        eprintln!("pairs: {} ({})", c.strategy_name(), c.why);
-    }
-    let georef_auto = (args.georef == GeorefArg::Auto).then_some(georef);
-    if let Some(c) = &georef_auto
-        && ui
-    {
-        eprintln!("georeference: {}", c.why);
-    }
+    let folder = Folder::read(&files)?;
+    let prepared = prepare(args, &folder, backend_spec)?;
+    let spec = &prepared.spec;
+    backend.info().check_spec(spec)?;
     if ui {
+        if let Some(c) = &prepared.pairs_auto {
+            eprintln!("pairs: {} ({})", c.strategy_name(), c.why);
+        }
+        if let Some(c) = &prepared.georef_auto {
+            eprintln!("georeference: {}", c.why);
+        }
         eprintln!("engine: {} {}", backend.info().name, backend.info().version);
+        if let Some(r) = &prepared.resolution_auto {
+            eprintln!("{}", r.line());
+        }
     }
-    let chosen_resolution =
-        (args.max_image_size.is_none() || args.max_features.is_none()).then(|| resolution.clone());
-    if let Some(r) = &chosen_resolution
-        && ui
-    {
-        eprintln!("{}", r.line());
-    }
-    let spec = spec_from(
-        args,
-        set,
-        auto.as_ref(),
-        georef_auto.as_ref(),
-        &resolution,
-        backend_spec,
-    )?;
-    backend.info().check_spec(&spec)?;
+    let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
+    folder.upload(&engine).await?;
+    let count = folder.photos.len();
     let mut plan = reconstruct::plan(
-        &spec,
+        spec,
         TenantId::local(),
         None,
         // Named by its folder (`.` by what it is), as the API names a run by its dataset.
@@ -379,11 +345,11 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
                 .ok()
                 .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
                 .unwrap_or_else(|| args.images.display().to_string()),
-            &spec,
+            spec,
             count,
         ),
-        count,
-        megapixels,
+        prepared.images,
+        prepared.megapixels,
     )?;
     for (stage, mb) in &args.memory_limit {
         let t = plan
@@ -399,15 +365,7 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     let submitted = engine.submit(plan).await?;
     let job_id = submitted.job_id;
     if !submitted.existing {
-        if let Some(c) = &auto {
-            c.announce(&engine, job_id).await;
-        }
-        if let Some(r) = &chosen_resolution {
-            r.announce(&engine, job_id).await;
-        }
-        if let Some(g) = &georef_auto {
-            g.announce(&engine, job_id).await;
-        }
+        prepared.announce(&engine, job_id).await;
     }
     if submitted.existing {
         let released = engine
@@ -437,9 +395,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
 
     let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
     let mut report = build_report(&engine, job_id, &job, backend.info(), started, args).await?;
-    report.pairs_auto = auto;
-    report.georef_auto = georef_auto;
-    report.resolution_auto = chosen_resolution;
+    report.pairs_auto = prepared.pairs_auto;
+    report.georef_auto = prepared.georef_auto;
+    report.resolution_auto = prepared.resolution_auto;
     Ok(report)
 }
 
@@ -535,6 +493,9 @@ pub async fn drive(
 }
 
 pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        return dry_run(json, &args);
+    }
     let report = reconstruct(state, &args, !json).await?;
     let ok = report.status == "succeeded";
     emit(json, &report, || {
@@ -577,4 +538,33 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--dry-run`: the spec this run would submit, its fingerprints and each choice made
+/// from the photos with why; nothing is stored or run (the API's `?validate_only=true`).
+fn dry_run(json: bool, args: &Args) -> anyhow::Result<ExitCode> {
+    let files = crate::photos::list_images(&args.images)?;
+    let folder = Folder::read(&files)?;
+    let prepared = prepare(args, &folder, args.engine.resolve()?)?;
+    let view = prepared.view();
+    emit(json, &view, || {
+        let mut lines = vec![format!(
+            "{} of {} photos would run; fingerprint {}",
+            prepared.images,
+            folder.photos.len(),
+            view["fingerprint"].as_str().unwrap_or_default()
+        )];
+        if let Some(c) = &prepared.pairs_auto {
+            lines.push(format!("pairs: {} ({})", c.strategy_name(), c.why));
+        }
+        if let Some(c) = &prepared.georef_auto {
+            lines.push(format!("georeference: {}", c.why));
+        }
+        if let Some(r) = &prepared.resolution_auto {
+            lines.push(r.line());
+        }
+        lines.push(serde_json::to_string_pretty(&view["spec"]).unwrap_or_default());
+        lines.join("\n")
+    });
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,7 @@
 //! `tessera relocalize BASE_JOB NEW_PHOTOS --out OUT` and `tessera triangulate BASE_JOB
 //! --out OUT`: refinements of a finished reconstruction.
 
-use super::reconstruct::{drive, upload};
+use super::reconstruct::{Folder, drive};
 use super::reconstruct_report::download_exports;
 use crate::embedded;
 use crate::output::emit;
@@ -122,7 +122,9 @@ pub async fn relocalize(
     let files = crate::photos::list_images(&args.images)?;
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     finished_base(&engine, &args.base_job).await?;
-    let set = upload(&engine, &files).await?.set;
+    let folder = Folder::read(&files)?;
+    folder.upload(&engine).await?;
+    let set = folder.image_set();
     let spec = RelocalizeSpec {
         base_job: args.base_job.clone(),
         image_set: set,

@@ -42,6 +42,7 @@ async fn stored_bytes_are_counted_and_a_registration_past_the_quota_is_refused()
         bytes: Bytes::from(vec![7u8; n]),
         sha: format!("{n:064x}"),
         pixels: datasets::Pixels::Size(10, 10),
+        gps: false,
     };
     let a = datasets::register_image(&store, &objects, &d, "a.jpg", bytes(1000), ("upload", None))
         .await

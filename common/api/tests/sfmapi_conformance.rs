@@ -1485,11 +1485,13 @@ async fn x_tessera_finishing_options_reach_the_reconstruction_spec() {
     let rid = lro["recon_id"].as_str().unwrap();
     let spec = get(&c, format!("{}/v1/reconstructions/{rid}", s.base)).await["spec"].clone();
     assert_eq!(spec["ba"], "two_stage", "{spec}");
+    // In the one order every way in keeps (`recipe::prepare`), `points-bin` always there.
     assert_eq!(
         spec["exports"],
-        json!(["points-bin", "ply", "colmap-text"]),
+        json!(["ply", "colmap-text", "points-bin"]),
         "{spec}"
     );
+    assert_eq!(spec["georef"]["mode"], "none", "{spec}");
     for bad in [
         json!({ "ba": "sloppy" }),
         json!({ "georeference": "astrology" }),

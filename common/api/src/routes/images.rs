@@ -92,17 +92,25 @@ async fn register(
     unreadable: Unreadable,
 ) -> Result<Image, Problem> {
     catalog::check_name("image", name)?;
-    let pixels = match tessera_jobs::reconstruct::images::check(name, &bytes) {
+    // The facts a recipe's automatic choices are made from, read once, as the CLI reads
+    // a folder's photos.
+    let fact = tessera_jobs::reconstruct::recipe::PhotoFact::hashed(name, sha.clone(), &bytes);
+    let pixels = match fact.size {
         Ok((w, h)) => Pixels::Size(w, h),
-        Err(why) if unreadable == Unreadable::Register => Pixels::Unreadable(why.0),
-        Err(why) => return Err(Problem::validation(why.0)),
+        Err(why) if unreadable == Unreadable::Register => Pixels::Unreadable(why),
+        Err(why) => return Err(Problem::validation(why)),
     };
     Ok(catalog::register_image(
         s.engine.ports().store.as_ref(),
         s.engine.ports().objects.as_ref(),
         d,
         name,
-        CheckedBytes { bytes, sha, pixels },
+        CheckedBytes {
+            bytes,
+            sha,
+            pixels,
+            gps: fact.gps,
+        },
         source,
     )
     .await?)

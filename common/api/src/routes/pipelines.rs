@@ -8,7 +8,7 @@ use crate::ApiState;
 use crate::auth::Caller;
 use crate::problem::Problem;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tessera_core::spec::{
     BaMode, BackendSpec, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec,
 };
+use tessera_jobs::reconstruct::recipe::{self, GeorefAsk, PairsAsk, PhotoFact, Placement, Recipe};
 
 /// The body of a pipeline request.
 #[derive(Debug, Deserialize)]
@@ -155,14 +156,13 @@ pub(crate) fn require_capabilities(
     Ok(())
 }
 
-/// The reconstruction spec for a dataset the caller owns, from sfmapi's spec shapes
-/// (its capabilities already checked by [`require_capabilities`]).
 /// Tessera's own choices for what runs after mapping, from a mapping spec's
-/// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" |
-/// "gps", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}` (`points_bin`, which
-/// the snapshots need, is always written). 422 for a value that is none of these;
-/// whether the engine offers them is checked on the whole spec ([`engine_check`]).
-fn finishing(options: Option<&Value>) -> Result<(BaMode, Georef, Vec<ExportFormat>), Problem> {
+/// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" | "auto"
+/// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}`.
+/// Georeferencing is `none` unless asked, because sfmapi's pipelines return models in
+/// their own frame; `auto` is the CLI's default rule. 422 for a value that is none of
+/// these; whether the engine offers them is checked on the whole spec ([`engine_check`]).
+fn finishing(options: Option<&Value>) -> Result<(BaMode, GeorefAsk, Vec<ExportFormat>), Problem> {
     let o = options.cloned().unwrap_or(Value::Null);
     if !o.is_null() && !o.is_object() {
         return Err(Problem::validation("spec.x-tessera must be an object"));
@@ -176,15 +176,19 @@ fn finishing(options: Option<&Value>) -> Result<(BaMode, Georef, Vec<ExportForma
         })?,
     };
     let georef = match o["georeference"].as_str() {
-        None | Some("none") => Georef::None,
-        Some("gps") => Georef::Gps { target_epsg: None },
+        None | Some("none") => GeorefAsk::Given(Georef::None),
+        Some("auto") => GeorefAsk::Auto,
+        Some("gps") => GeorefAsk::Given(Georef::Gps { target_epsg: None }),
+        Some("gps_ecef") => GeorefAsk::Given(Georef::Gps {
+            target_epsg: Some(4978),
+        }),
         Some(other) => {
             return Err(Problem::validation(format!(
-                "spec.x-tessera.georeference `{other}`: use none or gps (the photos' EXIF GPS)"
+                "spec.x-tessera.georeference `{other}`: use none, auto (GPS where most photos carry it), gps (east-north-up metres) or gps_ecef (EPSG:4978)"
             )));
         }
     };
-    let mut exports = vec![ExportFormat::PointsBin];
+    let mut exports = Vec::new();
     for e in o["exports"]
         .as_array()
         .map(Vec::as_slice)
@@ -199,11 +203,49 @@ fn finishing(options: Option<&Value>) -> Result<(BaMode, Georef, Vec<ExportForma
                     "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin"
                 ))
             })?;
-        if !exports.contains(&format) {
-            exports.push(format);
-        }
+        exports.push(format);
     }
     Ok((ba, georef, exports))
+}
+
+/// The pair strategy a PairsSpec asks for (its capability already checked by
+/// [`require_capabilities`]): `auto` (or none) leaves it to the photos.
+fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
+    let p = pairs.cloned().unwrap_or(Value::Null);
+    let count = |field: &str, default: u32| -> Result<u32, Problem> {
+        match &p[field] {
+            Value::Null => Ok(default),
+            v => v
+                .as_u64()
+                .filter(|n| (1..=500).contains(n))
+                .map(|n| n as u32)
+                .ok_or_else(|| {
+                    Problem::validation(format!("pairs.{field} `{v}`: use a whole number 1–500"))
+                }),
+        }
+    };
+    Ok(match p["strategy"].as_str() {
+        None | Some("auto") => PairsAsk::Auto,
+        Some("exhaustive") => PairsAsk::Given(PairStrategy::Exhaustive),
+        Some("sequential") => PairsAsk::Given(PairStrategy::Sequential {
+            overlap: count("overlap", recipe::SEQUENTIAL_OVERLAP)?,
+        }),
+        Some("spatial") => PairsAsk::Given(PairStrategy::Spatial {
+            max_neighbors: count("overlap", recipe::SPATIAL_NEIGHBOURS)?,
+            max_distance_m: match &p["overlap_distance_m"] {
+                Value::Null => recipe::SPATIAL_DISTANCE_M,
+                v => v
+                    .as_f64()
+                    .filter(|d| d.is_finite() && *d > 0.0 && *d <= 1e6)
+                    .ok_or_else(|| {
+                        Problem::validation(format!(
+                            "pairs.overlap_distance_m `{v}`: use metres, more than 0 and at most 1,000,000"
+                        ))
+                    })?,
+            },
+        }),
+        Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
+    })
 }
 
 /// 501 naming the first capability `spec` needs that this server's engine lacks: the
@@ -219,6 +261,8 @@ fn engine_check(s: &ApiState, spec: &ReconstructionSpec) -> Result<(), Problem> 
     .map_err(|u| Problem::capability_unavailable(&u.capability))
 }
 
+/// The request's sections made into a [`Recipe`] and prepared over the dataset's
+/// registered images by the rule every way in uses ([`recipe::prepare`]).
 async fn spec_for(
     s: &ApiState,
     d: super::datasets::Dataset,
@@ -228,60 +272,29 @@ async fn spec_for(
     options: Option<&Value>,
 ) -> Result<Planned, Problem> {
     let (ba, georef, exports) = finishing(options)?;
-    let all = super::images::all_images(s, &d).await?;
-    // Images registered undecoded are refused by name at ingest; the plan (sizes, pairs,
-    // how many) is made of the others. The set's digest covers every image registered.
-    let images: Vec<_> = all.iter().filter(|i| i.unreadable.is_none()).collect();
-    if images.is_empty() {
-        let unreadable: Vec<&str> = all
-            .iter()
-            .filter_map(|i| i.unreadable.as_deref())
-            .take(5)
-            .collect();
-        return Err(Problem::validation(if unreadable.is_empty() {
-            format!(
-                "dataset {} has no images; add images before running a stage",
-                d.dataset_id
-            )
-        } else {
-            format!(
-                "dataset {} has no image that decodes ({}); add photos before running a stage",
-                d.dataset_id,
-                unreadable.join("; ")
-            )
-        }));
-    }
     let features = features.cloned().unwrap_or(Value::Null);
-    // The CLI's rule: detail where photos are few, rationed where they are many, never
-    // above the photos' own size.
-    let sides: Vec<u32> = images
-        .iter()
-        .filter_map(|i| Some(i.width?.max(i.height?) as u32))
-        .collect();
-    let resolution = tessera_jobs::reconstruct::resolution::choose(&sides);
-    let max_features = features["sift_max_num_features"]
-        .as_u64()
-        .or(features["max_num_features"].as_u64())
-        .map_or(resolution.max_features, |n| n.clamp(256, 65_536) as u32);
-    let pairs = pairs.cloned().unwrap_or(Value::Null);
-    let mut auto = None;
-    let pairs = match pairs["strategy"].as_str() {
-        // The rule the CLI's `--pairs auto` uses; a dataset's GPS is not read here, so
-        // it never chooses spatial pairs.
-        None | Some("auto") => {
-            let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
-            let choice = tessera_jobs::reconstruct::pairing::choose(&names, None);
-            let strategy = choice.strategy.clone();
-            auto = Some(choice);
-            strategy
-        }
-        Some("exhaustive") => PairStrategy::Exhaustive,
-        Some("sequential") => PairStrategy::Sequential {
-            overlap: pairs["overlap"].as_u64().unwrap_or(10).clamp(1, 1000) as u32,
-        },
-        Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
+    let recipe = Recipe {
+        camera_model: serde_json::from_value(json!(d.camera_model))
+            .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
+        pairs: pairs_asked(pairs)?,
+        mapper,
+        ba,
+        georef,
+        exports,
+        max_features: features["sift_max_num_features"]
+            .as_u64()
+            .or(features["max_num_features"].as_u64())
+            .map(|n| n.clamp(256, 65_536) as u32),
+        max_image_size: None,
+        respect_exif_orientation: d.respect_exif_orientation,
+        per_image_intrinsics: d.intrinsics_mode.per_image(),
     };
-    let spec = ReconstructionSpec {
+    let photos: Vec<PhotoFact> = super::images::all_images(s, &d)
+        .await?
+        .iter()
+        .map(PhotoFact::of_image)
+        .collect();
+    let place = Placement {
         project: d.project_id.to_string(),
         image_set: super::datasets::images_prefix(d.dataset_id),
         // The engine this server plans for, its version pinned at submission so the
@@ -290,48 +303,25 @@ async fn spec_for(
             name: s.backend.0.clone(),
             version: Some(s.backend.1.clone()).filter(|v| !v.is_empty()),
         },
-        camera_model: serde_json::from_value(json!(d.camera_model))
-            .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
-        max_features,
-        max_image_size: resolution.max_image_size,
-        pairs,
-        mapper,
-        ba,
-        georef,
-        exports,
-        respect_exif_orientation: d.respect_exif_orientation,
-        per_image_intrinsics: d.intrinsics_mode.per_image(),
-        image_set_digest: Some(tessera_core::catalog::datasets::image_set_digest(&all)),
-        georef_if_possible: false,
-        priority: 0,
     };
-    engine_check(s, &spec)?;
-    let megapixels = images
-        .iter()
-        .map(|i| (i.width.unwrap_or(0) * i.height.unwrap_or(0)) as f64 / 1e6)
-        .fold(0.0, f64::max);
+    let prepared = recipe::prepare(
+        &recipe,
+        place,
+        &photos,
+        &format!("dataset {}", d.dataset_id),
+    )
+    .map_err(|e| Problem::validation(e.to_string()))?;
+    engine_check(s, &prepared.spec)?;
     Ok(Planned {
-        spec,
+        prepared,
         dataset: d,
-        images: images.len(),
-        megapixels,
-        pairs_auto: auto,
-        resolution_auto: (features["sift_max_num_features"].is_null()
-            && features["max_num_features"].is_null())
-        .then_some(resolution),
     })
 }
 
-/// A reconstruction spec with what sizing its tasks needs.
+/// A recipe prepared over a dataset.
 struct Planned {
-    spec: ReconstructionSpec,
+    prepared: recipe::Prepared,
     dataset: super::datasets::Dataset,
-    images: usize,
-    megapixels: f64,
-    /// The pairs chosen from the photos, when the request named none.
-    pairs_auto: Option<tessera_jobs::reconstruct::pairing::Choice>,
-    /// The feature resolution chosen from the photos (when the request gave none).
-    resolution_auto: Option<tessera_jobs::reconstruct::resolution::Resolution>,
 }
 
 /// Submit the reconstruction of `spec`, cut after `last_stage` if given; 202 + Location.
@@ -342,7 +332,12 @@ async fn submit_plan(
     job_kind: &str,
     last_stage: Option<&str>,
 ) -> Result<Response, Problem> {
-    let (spec, d, images, megapixels) = (&p.spec, &p.dataset, p.images, p.megapixels);
+    let (spec, d, images, megapixels) = (
+        &p.prepared.spec,
+        &p.dataset,
+        p.prepared.images,
+        p.prepared.megapixels,
+    );
     tessera_core::catalog::quotas::check_active_reconstructions(
         s.engine.ports().store.as_ref(),
         &caller.tenant,
@@ -373,12 +368,7 @@ async fn submit_plan(
     }
     let submitted = s.engine.submit(plan).await?;
     if !submitted.existing {
-        if let Some(c) = &p.pairs_auto {
-            c.announce(&s.engine, submitted.job_id).await;
-        }
-        if let Some(r) = &p.resolution_auto {
-            r.announce(&s.engine, submitted.job_id).await;
-        }
+        p.prepared.announce(&s.engine, submitted.job_id).await;
     }
     s.engine
         .ports()
@@ -421,6 +411,7 @@ pub async fn submit(
     State(s): State<ApiState>,
     caller: Caller,
     Path((pid, recipe)): Path<(String, String)>,
+    query: Result<Query<SubmitQuery>, axum::extract::rejection::QueryRejection>,
     body: Result<Json<PipelineRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Problem> {
     // sfmapi's order of answers: authentication (the extractor), ownership of what the
@@ -470,7 +461,25 @@ pub async fn submit(
         verify: req.verify,
         spec: Some(req.spec),
     };
-    reconstruct(&s, &caller, d, mapper, &sections).await
+    let planned = prepare(&s, d, mapper, &sections).await?;
+    if query
+        .map_err(|e| Problem::bad_request(format!("query: {e}")))?
+        .validate_only
+    {
+        // What would run, and why, with nothing submitted: the CLI's `--dry-run`.
+        let mut view = planned.prepared.view();
+        view["dataset_id"] = json!(planned.dataset.dataset_id);
+        return Ok(Json(view).into_response());
+    }
+    submit_plan(&s, &caller, &planned, tessera_jobs::reconstruct::KIND, None).await
+}
+
+/// `?validate_only=true` on a recipe: answer with the spec and its choices, submit nothing.
+#[derive(Debug, Deserialize, Default)]
+pub struct SubmitQuery {
+    /// Prepare the spec without submitting it.
+    #[serde(default)]
+    pub validate_only: bool,
 }
 
 /// The mapper a recipe (sfmapi's `spec.kind`) names: 501 where this server lacks it,
@@ -500,8 +509,19 @@ pub async fn reconstruct(
     mapper: MapperKind,
     sections: &Sections,
 ) -> Result<Response, Problem> {
+    let planned = prepare(s, d, mapper, sections).await?;
+    submit_plan(s, caller, &planned, tessera_jobs::reconstruct::KIND, None).await
+}
+
+/// A whole reconstruction of `d` prepared from a request's sections.
+async fn prepare(
+    s: &ApiState,
+    d: super::datasets::Dataset,
+    mapper: MapperKind,
+    sections: &Sections,
+) -> Result<Planned, Problem> {
     sections.check_provider(s)?;
-    let planned = spec_for(
+    spec_for(
         s,
         d,
         mapper,
@@ -509,8 +529,7 @@ pub async fn reconstruct(
         sections.pairs.as_ref(),
         sections.spec.as_ref().and_then(|m| m.get("x-tessera")),
     )
-    .await?;
-    submit_plan(s, caller, &planned, tessera_jobs::reconstruct::KIND, None).await
+    .await
 }
 
 /// `POST /v1/datasets/{did}/features|matches|verify` (routed through

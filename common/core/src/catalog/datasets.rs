@@ -104,6 +104,12 @@ pub struct Image {
     /// and no thumbnail is made of them. `width` and `height` are then absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+    /// Whether its EXIF carries a position, read at registration (automatic pairs and
+    /// georeferencing count them). `None` for images registered before it was read:
+    /// counted as without, so a dataset registered then never gets spatial pairs it may
+    /// not deserve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gps: Option<bool>,
     /// Where it came from: `upload`, `local` or `s3`.
     #[serde(default = "upload_kind")]
     pub source_kind: String,
@@ -283,6 +289,8 @@ pub struct CheckedBytes {
     pub sha: String,
     /// What the check found.
     pub pixels: Pixels,
+    /// Whether their EXIF carries a position.
+    pub gps: bool,
 }
 
 /// What a check of an image's bytes found.
@@ -320,6 +328,7 @@ pub async fn register_image(
         width,
         height,
         unreadable,
+        gps: Some(checked.gps),
         source_kind: source.0.to_string(),
         rel_path: source.1,
         created_at: Millis::now().to_rfc3339(),
@@ -505,11 +514,18 @@ pub async fn delete_image(
 /// A digest of what an image set holds: its images' names and content hashes, in name
 /// order. Two reconstructions of a dataset share a job only while this is unchanged.
 pub fn image_set_digest(images: &[Image]) -> String {
+    digest_of_names(
+        images
+            .iter()
+            .map(|i| (i.name.as_str(), i.content_sha.as_str())),
+    )
+}
+
+/// [`image_set_digest`] of (name, content SHA-256) pairs, in any order: the same photos
+/// have the same digest whether they are a dataset's images or a folder on the CLI.
+pub fn digest_of_names<'a>(photos: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     use sha2::{Digest, Sha256};
-    let mut sorted: Vec<(&str, &str)> = images
-        .iter()
-        .map(|i| (i.name.as_str(), i.content_sha.as_str()))
-        .collect();
+    let mut sorted: Vec<(&str, &str)> = photos.into_iter().collect();
     sorted.sort_unstable();
     let mut h = Sha256::new();
     for (name, sha) in sorted {

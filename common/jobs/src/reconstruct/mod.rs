@@ -21,6 +21,7 @@ mod model_zip;
 mod models;
 pub mod operations;
 pub mod pairing;
+pub mod recipe;
 pub mod refine;
 pub mod resolution;
 pub mod spec_dag;

@@ -52,9 +52,9 @@ impl Choice {
     }
 }
 
-/// The strategy for photos named `names`, `with_gps` of which carry a GPS position
-/// (`None`: not known, as for an API dataset whose EXIF is not read at submission).
-pub fn choose(names: &[&str], with_gps: Option<usize>) -> Choice {
+/// The strategy for photos named `names`, `with_gps` of which carry a GPS position (read
+/// when a dataset's image is registered, or from the CLI's folder: `recipe::PhotoFact`).
+pub fn choose(names: &[&str], with_gps: usize) -> Choice {
     let n = names.len();
     let pairs = n * n.saturating_sub(1) / 2;
     if n <= EXHAUSTIVE_UP_TO {
@@ -63,15 +63,13 @@ pub fn choose(names: &[&str], with_gps: Option<usize>) -> Choice {
             why: format!("{n} photos (at most {EXHAUSTIVE_UP_TO}): every pair, {pairs} pairs"),
         };
     }
-    if let Some(g) = with_gps
-        && g as f64 >= GPS_SHARE * n as f64
-    {
+    if with_gps as f64 >= GPS_SHARE * n as f64 {
         return Choice {
             strategy: PairStrategy::Spatial {
                 max_neighbors: 20,
                 max_distance_m: 1000.0,
             },
-            why: format!("{g} of {n} photos carry GPS: the 20 nearest within 1 km"),
+            why: format!("{with_gps} of {n} photos carry GPS: the 20 nearest within 1 km"),
         };
     }
     if ordered(names) {
@@ -138,14 +136,14 @@ mod tests {
     fn small_sets_match_every_pair_whatever_their_names() {
         let frames: Vec<String> = (0..40).map(|i| format!("frame_{i:04}.jpg")).collect();
         assert_eq!(
-            choose(&names(&frames), Some(0)).strategy,
+            choose(&names(&frames), 0).strategy,
             PairStrategy::Exhaustive
         );
         let shuffled: Vec<String> = (0..12)
             .map(|i| format!("{}.jpg", (i * 7919) % 1000))
             .collect();
         assert_eq!(
-            choose(&names(&shuffled), None).strategy,
+            choose(&names(&shuffled), 0).strategy,
             PairStrategy::Exhaustive
         );
     }
@@ -156,23 +154,23 @@ mod tests {
             .map(|i| format!("IMG_{:04}.JPG", 100 + i))
             .collect();
         assert!(matches!(
-            choose(&names(&frames), Some(290)).strategy,
+            choose(&names(&frames), 290).strategy,
             PairStrategy::Spatial { .. }
         ));
         assert!(matches!(
-            choose(&names(&frames), Some(10)).strategy,
+            choose(&names(&frames), 10).strategy,
             PairStrategy::Sequential { overlap: 20 }
         ));
         // Names that say nothing about order: a multi-view set around an object.
         let unordered: Vec<String> = (0..150)
             .map(|i| format!("view_{}.png", (i * 7919) % 100_000))
             .collect();
-        let c = choose(&names(&unordered), None);
+        let c = choose(&names(&unordered), 0);
         assert_eq!(c.strategy, PairStrategy::Exhaustive, "{}", c.why);
         let many: Vec<String> = (0..400)
             .map(|i| format!("{:x}.jpg", (i as u64 * 2_654_435_761) % 1_000_003))
             .collect();
-        let c = choose(&names(&many), Some(0));
+        let c = choose(&names(&many), 0);
         assert!(
             matches!(c.strategy, PairStrategy::Sequential { overlap: 30 }),
             "{}",
