@@ -548,8 +548,10 @@ pub(super) async fn report_change(
     Ok(())
 }
 
-fn photo_view(p: &Photo) -> serde_json::Value {
-    serde_json::json!({
+/// A photo as the CLI shows it, with its state at the project's subjects revision
+/// `subjects_rev` (the API's `status`, from the same rule).
+fn photo_view(p: &Photo, subjects_rev: u64) -> serde_json::Value {
+    let mut v = serde_json::json!({
         "id": p.id, "file_name": p.file_name, "width": p.width, "height": p.height,
         "pipeline": p.pipeline, "variant_version": p.variant_version,
         "orientation": p.orientation, "subjects_rev": p.subjects_rev, "rules": p.rules,
@@ -564,7 +566,21 @@ fn photo_view(p: &Photo) -> serde_json::Value {
         "blur_regions": p.blur_regions,
         "renditions": p.renditions,
         "embeddings_key": p.embeddings_key,
-    })
+    });
+    if let Ok(serde_json::Value::Object(state)) =
+        serde_json::to_value(tessera_jobs::photos::status::current(p, subjects_rev))
+    {
+        v.as_object_mut().expect("an object").extend(state);
+    }
+    v
+}
+
+/// The name of a photo's state (`published`, `processing`, …).
+fn status_name(p: &Photo, subjects_rev: u64) -> String {
+    serde_json::to_value(tessera_jobs::photos::status::current(p, subjects_rev))
+        .ok()
+        .and_then(|v| v["status"].as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow::Result<ExitCode> {
@@ -599,9 +615,12 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             let jobs = drive(&engine, submitted.iter().map(|s| s.2).collect(), !json).await?;
             let mut rows = Vec::new();
             let mut failed = 0;
+            // Published means servable at the project's subjects as they are now: an
+            // opt-out committed while these were decided leaves them unpublished.
+            let rev = project::load(store.as_ref(), p.id).await?.subjects_rev;
             for (file, photo, job) in &submitted {
                 let row = match load_photo(&engine, *photo).await {
-                    Ok(r) if r.published_at.is_some() => {
+                    Ok(r) if r.servable(rev) => {
                         serde_json::json!({"file": file, "photo": photo, "published": true})
                     }
                     _ => {
@@ -636,7 +655,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
         PhotosCommand::List { project: name } => {
             let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
             let photos = project::photos(store.as_ref(), p.id).await?;
-            let v: Vec<_> = photos.iter().map(photo_view).collect();
+            let rev = p.subjects_rev;
+            let v: Vec<_> = photos.iter().map(|p| photo_view(p, rev)).collect();
             emit(json, &v, || {
                 photos
                     .iter()
@@ -646,11 +666,7 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
                             p.id,
                             p.file_name,
                             p.variant_version,
-                            if p.published_at.is_some() {
-                                "published"
-                            } else {
-                                "unpublished"
-                            }
+                            status_name(p, rev)
                         )
                     })
                     .collect::<Vec<_>>()
@@ -672,7 +688,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
         }
         PhotosCommand::Show { photo } => {
             let p = load_photo(&engine, parse_photo(&photo)?).await?;
-            let v = photo_view(&p);
+            let rev = project::load(store.as_ref(), p.project).await?.subjects_rev;
+            let v = photo_view(&p, rev);
             emit(json, &v, || {
                 serde_json::to_string_pretty(&v).expect("serializable")
             });
@@ -714,7 +731,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             }
             let jobs = drive(&engine, vec![job], !json).await?;
             let p = load_photo(&engine, id).await?;
-            let mut v = photo_view(&p);
+            let rev = project::load(store.as_ref(), p.project).await?.subjects_rev;
+            let mut v = photo_view(&p, rev);
             if let Some(j) = jobs.first()
                 && let Some(e) = job_error(&engine, j).await?
             {
@@ -724,9 +742,10 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             }
             emit(json, &v, || {
                 format!(
-                    "photo {id} re-blurred: version {}, {} file(s), published",
+                    "photo {id} re-blurred: version {}, {} file(s), {}",
                     p.variant_version,
-                    p.renditions.len()
+                    p.renditions.len(),
+                    status_name(&p, rev)
                 )
             });
             Ok(ExitCode::SUCCESS)

@@ -32,6 +32,13 @@ pub enum PhotoState {
     },
 }
 
+/// The state of a photo whose project is at `project_subjects_rev` now: what every way
+/// in (the API, the CLI, the console) says of it. A row whose files were decided before
+/// the latest opt-out is not `published`, whatever its `published_at` says.
+pub fn current(row: &Photo, project_subjects_rev: u64) -> PhotoState {
+    state(row, row.servable(project_subjects_rev))
+}
+
 /// The state of a photo from its row and whether the row's files are servable now.
 pub fn state(row: &Photo, servable: bool) -> PhotoState {
     match (&row.failure, servable) {
