@@ -190,6 +190,11 @@ impl TaskHandler for Sweep {
         // Where a part's time goes (in its result), for the load rehearsal's report: reading
         // pages, submitting re-blurs, and the rest (progress, checkpoints, the hand-on).
         let (mut reading, mut submitting) = (Duration::ZERO, Duration::ZERO);
+        // The slowest of its sequential writes (a submission, progress, a checkpoint, the
+        // hand-on): what is done after the budget runs out is a few of them, so a part's
+        // length is bounded by its budget, its reads and a few of its own slowest writes,
+        // however slow the store is at the moment (the load rehearsal checks that bound).
+        let mut slowest_write = Duration::ZERO;
         'pages: loop {
             let read = Instant::now();
             let page = store.query(&q).await?;
@@ -228,10 +233,13 @@ impl TaskHandler for Sweep {
                 ))
                 .await?;
                 submitting += submit.elapsed();
+                slowest_write = slowest_write.max(submit.elapsed());
                 submitted += 1;
             }
+            let write = Instant::now();
             ctx.progress(Phase::Publish, seen, None, None).await?;
             ctx.checkpoint().await?;
+            slowest_write = slowest_write.max(write.elapsed() / 2);
             let Some(next) = page.next else { break };
             if seen >= PHOTOS_PER_PART || clock.elapsed() >= self.time_per_part {
                 hand_on = Some(next);
@@ -241,7 +249,10 @@ impl TaskHandler for Sweep {
         }
         if let Some(cursor) = hand_on {
             // Hand on: the next part starts where this one stopped.
+            let write = Instant::now();
             ctx.progress(Phase::Publish, seen, None, None).await?;
+            slowest_write = slowest_write.max(write.elapsed());
+            let write = Instant::now();
             let next_part = ctx
                 .submit(part_plan(
                     p.tenant.clone(),
@@ -251,6 +262,7 @@ impl TaskHandler for Sweep {
                     part + 1,
                 ))
                 .await?;
+            slowest_write = slowest_write.max(write.elapsed());
             follow_up = Some(next_part.job_id);
         }
         ctx.phase_completed(Phase::Publish, started).await?;
@@ -261,6 +273,8 @@ impl TaskHandler for Sweep {
             "seconds": clock.elapsed().as_secs_f64(),
             "seconds_reading": reading.as_secs_f64(),
             "seconds_submitting": submitting.as_secs_f64(),
+            "budget_seconds": self.time_per_part.as_secs_f64(),
+            "slowest_write_seconds": slowest_write.as_secs_f64(),
         })))
     }
 }
