@@ -112,17 +112,28 @@ fn job(tenant: &TenantId, finished: bool) -> Job {
     }
 }
 
+/// What the pipeline route does: take a slot, submit the job, record it in the slot.
 async fn submitted(store: &SqliteStateStore, j: &Job) {
+    let slot = quotas::reserve_reconstruction(store, &j.tenant)
+        .await
+        .unwrap();
     store
         .transact(vec![
             Write::Put {
                 item: records::job_item(j),
                 condition: Condition::Absent,
             },
-            quotas::record_reconstruction(&j.tenant, j.id),
+            slot.commit(j.id),
         ])
         .await
         .unwrap();
+}
+
+/// Whether the tenant may submit one more now (the slot taken to find out is given back).
+async fn room(store: &SqliteStateStore, tenant: &TenantId) -> Result<(), CatalogError> {
+    let slot = quotas::reserve_reconstruction(store, tenant).await?;
+    store.transact(vec![slot.release()]).await.unwrap();
+    Ok(())
 }
 
 #[tokio::test]
@@ -151,17 +162,11 @@ async fn unfinished_reconstructions_are_limited_per_tenant_whatever_else_it_runs
             .await
             .unwrap();
     }
-    quotas::check_active_reconstructions(&store, &tenant())
-        .await
-        .unwrap();
+    room(&store, &tenant()).await.unwrap();
     submitted(&store, &job(&tenant(), false)).await;
-    let e = quotas::check_active_reconstructions(&store, &tenant())
-        .await
-        .unwrap_err();
+    let e = room(&store, &tenant()).await.unwrap_err();
     assert!(matches!(e, CatalogError::Quota(_)), "{e}");
-    quotas::check_active_reconstructions(&store, &b)
-        .await
-        .unwrap();
+    room(&store, &b).await.unwrap();
     // One finishes: there is room again.
     let mut done = last.unwrap();
     done.counters.succeeded = 3;
@@ -172,9 +177,87 @@ async fn unfinished_reconstructions_are_limited_per_tenant_whatever_else_it_runs
         }])
         .await
         .unwrap();
-    quotas::check_active_reconstructions(&store, &tenant())
-        .await
-        .unwrap();
+    room(&store, &tenant()).await.unwrap();
+}
+
+/// Submissions racing for a tenant's last places: each place is taken by a conditional
+/// write, so no more than the quota pass, however many arrive at once (a count read and
+/// then a record written let every one of them pass). A reservation whose submission
+/// died holds its place only until it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_submissions_never_pass_the_reconstruction_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let store = std::sync::Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
+    // Five running already; forty arrive at once for the other fifteen places.
+    for _ in 0..5 {
+        submitted(&store, &job(&tenant(), false)).await;
+    }
+    let racers: Vec<_> = (0..40)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let j = job(&tenant(), false);
+                match quotas::reserve_reconstruction(store.as_ref(), &tenant()).await {
+                    Ok(slot) => {
+                        store
+                            .transact(vec![
+                                Write::Put {
+                                    item: records::job_item(&j),
+                                    condition: Condition::Absent,
+                                },
+                                slot.commit(j.id),
+                            ])
+                            .await
+                            .unwrap();
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .collect();
+    let mut passed = 0;
+    for r in racers {
+        match r.await.unwrap() {
+            Ok(()) => passed += 1,
+            Err(CatalogError::Quota(_) | CatalogError::Unavailable(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(passed, MAX_ACTIVE_RECONSTRUCTIONS - 5);
+    assert!(matches!(
+        room(&store, &tenant()).await,
+        Err(CatalogError::Quota(_))
+    ));
+
+    // A reservation whose process died before its job was recorded: the place comes
+    // back once the reservation expires, not before.
+    let other: TenantId = "tenant-c".parse().unwrap();
+    let mut kept = Vec::new();
+    for _ in 0..MAX_ACTIVE_RECONSTRUCTIONS {
+        kept.push(
+            quotas::reserve_reconstruction(store.as_ref(), &other)
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(matches!(
+        room(&store, &other).await,
+        Err(CatalogError::Quota(_))
+    ));
+    let stale = Write::Put {
+        item: tessera_core::ports::state_store::Item::new(
+            ItemKey::new(format!("TENANT#{other}#RECONS"), "SLOT#07"),
+            serde_json::json!({
+                "token": "died",
+                "reserved_at": Millis::now().0 - quotas::RESERVATION_TTL_MS - 1,
+            }),
+        ),
+        condition: Condition::None,
+    };
+    store.transact(vec![stale]).await.unwrap();
+    room(&store, &other).await.unwrap();
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tessera_core::catalog::quotas;
 use tessera_core::spec::{
     BaMode, BackendSpec, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec,
 };
@@ -338,11 +339,6 @@ async fn submit_plan(
         p.prepared.images,
         p.prepared.megapixels,
     );
-    tessera_core::catalog::quotas::check_active_reconstructions(
-        s.engine.ports().store.as_ref(),
-        &caller.tenant,
-    )
-    .await?;
     let project = Some(d.project_id);
     let mut plan = tessera_jobs::reconstruct::plan(
         spec,
@@ -366,18 +362,34 @@ async fn submit_plan(
             .ok_or_else(|| Problem::internal(format!("the plan has no stage {last}")))?;
         plan.tasks.truncate(end + 1);
     }
-    let submitted = s.engine.submit(plan).await?;
+    // A place among the tenant's reconstructions is taken before the job exists, so
+    // submissions racing for the last one cannot all pass.
+    let store = s.engine.ports().store.clone();
+    let slot = quotas::reserve_reconstruction(store.as_ref(), &caller.tenant).await?;
+    let submitted = match s.engine.submit(plan).await {
+        Ok(submitted) => submitted,
+        Err(e) => {
+            if let Err(undo) = store.transact(vec![slot.release()]).await {
+                tracing::warn!(tenant = %caller.tenant, error = %undo, "a reconstruction slot was not given back; it frees when its reservation expires");
+            }
+            return Err(e.into());
+        }
+    };
+    // A job submitted before holds its own place.
+    let held = if submitted.existing {
+        slot.release()
+    } else {
+        slot.commit(submitted.job_id)
+    };
+    if let Err(e) = store.transact(vec![held]).await {
+        if !e.is_conflict() {
+            return Err(e.into());
+        }
+        tracing::warn!(tenant = %caller.tenant, job_id = %submitted.job_id, "a reconstruction slot's reservation expired before its job was recorded");
+    }
     if !submitted.existing {
         p.prepared.announce(&s.engine, submitted.job_id).await;
     }
-    s.engine
-        .ports()
-        .store
-        .transact(vec![tessera_core::catalog::quotas::record_reconstruction(
-            &caller.tenant,
-            submitted.job_id,
-        )])
-        .await?;
     let tasks = s.engine.job_tasks(submitted.job_id).await?;
     let job = s.engine.job(submitted.job_id).await?;
     // The client's DAG: one id per spec node (extract → match → verify → map).

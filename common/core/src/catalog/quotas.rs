@@ -221,54 +221,149 @@ fn reconstructions_partition(tenant: &TenantId) -> String {
     format!("TENANT#{tenant}#RECONS")
 }
 
-/// The write that counts `job` among the tenant's reconstructions (committed right
-/// after the job is submitted; finished ones are dropped by the next check).
-pub fn record_reconstruction(tenant: &TenantId, job: JobId) -> Write {
-    Write::Put {
-        item: Item::new(
-            ItemKey::new(reconstructions_partition(tenant), job.to_string()),
-            serde_json::json!({ "job": job }),
-        ),
-        condition: Condition::None,
+/// Sort-key prefix of a tenant's reconstruction slots (entries written before slots,
+/// keyed by their job id, share the partition and are counted until they finish).
+const SLOT: &str = "SLOT#";
+
+/// How long a slot reserved for a submission that never recorded its job (its process
+/// died in between) holds its place.
+pub const RESERVATION_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// Attempts at taking a free slot while other submissions take them too.
+const RESERVE_ATTEMPTS: usize = 2 * MAX_ACTIVE_RECONSTRUCTIONS;
+
+/// One of a tenant's [`MAX_ACTIVE_RECONSTRUCTIONS`] places, taken by a conditional write
+/// before its job is submitted: two submissions racing for the last place cannot both
+/// take it (a check of the count followed by a write let each of them pass).
+#[derive(Debug, Clone)]
+pub struct ReconstructionSlot {
+    key: ItemKey,
+    token: String,
+}
+
+impl ReconstructionSlot {
+    /// The write that records `job` in the slot (once it is submitted); it fails only if
+    /// the reservation outlived [`RESERVATION_TTL_MS`] and another submission took it.
+    pub fn commit(&self, job: JobId) -> Write {
+        Write::Put {
+            item: Item::new(
+                self.key.clone(),
+                serde_json::json!({ "token": self.token, "job": job }),
+            ),
+            condition: Condition::field_eq("token", self.token.clone()),
+        }
+    }
+
+    /// The write that gives the slot back (the submission failed, or named a job that
+    /// already holds a slot of its own).
+    pub fn release(&self) -> Write {
+        Write::Delete {
+            key: self.key.clone(),
+            condition: Condition::field_eq("token", self.token.clone()),
+        }
     }
 }
 
-/// Refuse a new reconstruction while the tenant has [`MAX_ACTIVE_RECONSTRUCTIONS`]
-/// unfinished ones. Reconstructions are listed apart from the tenant's other jobs (a
-/// thousand photo ingests cannot hide them), and entries of finished jobs are dropped
-/// as they are seen. Submissions racing each other at the limit may each pass.
-pub async fn check_active_reconstructions(
+/// Take one of the tenant's reconstruction slots, or refuse with [`CatalogError::Quota`]
+/// while [`MAX_ACTIVE_RECONSTRUCTIONS`] are queued or running. A slot is free when it
+/// was never taken, when its job has finished, or when its reservation expired with no
+/// job. Reconstructions are listed apart from the tenant's other jobs (a thousand photo
+/// ingests cannot hide them).
+pub async fn reserve_reconstruction(
     store: &dyn StateStore,
     tenant: &TenantId,
-) -> Result<(), CatalogError> {
-    let page = store
-        .query(&Query::partition(
-            Index::Table,
-            reconstructions_partition(tenant),
-            MAX_ACTIVE_RECONSTRUCTIONS * 4,
-        ))
-        .await?;
-    let mut active = 0;
-    for entry in &page.items {
-        let job: Option<JobId> = entry.body["job"].as_str().and_then(|j| j.parse().ok());
-        let live = match job {
-            Some(id) => store
-                .get(&crate::records::job_key(id))
-                .await?
-                .and_then(|i| crate::records::job_from(&i).ok())
-                .is_some_and(|j| !(j.sealed && j.finished() >= j.tasks_total)),
-            None => false,
+) -> Result<ReconstructionSlot, CatalogError> {
+    let mut known: std::collections::HashMap<JobId, bool> = std::collections::HashMap::new();
+    for _ in 0..RESERVE_ATTEMPTS {
+        let page = store
+            .query(&Query::partition(
+                Index::Table,
+                reconstructions_partition(tenant),
+                MAX_ACTIVE_RECONSTRUCTIONS * 4,
+            ))
+            .await?;
+        let now = crate::clock::Millis::now().0;
+        let mut held: [Option<&Item>; MAX_ACTIVE_RECONSTRUCTIONS] =
+            [None; MAX_ACTIVE_RECONSTRUCTIONS];
+        let mut live_slots = [false; MAX_ACTIVE_RECONSTRUCTIONS];
+        let mut legacy_live = 0;
+        for entry in &page.items {
+            let job: Option<JobId> = entry.body["job"].as_str().and_then(|j| j.parse().ok());
+            let live = match job {
+                Some(id) => match known.get(&id) {
+                    Some(l) => *l,
+                    None => {
+                        let l = store
+                            .get(&crate::records::job_key(id))
+                            .await?
+                            .and_then(|i| crate::records::job_from(&i).ok())
+                            .is_some_and(|j| !(j.sealed && j.finished() >= j.tasks_total));
+                        known.insert(id, l);
+                        l
+                    }
+                },
+                None => entry.body["reserved_at"]
+                    .as_i64()
+                    .is_some_and(|at| now - at < RESERVATION_TTL_MS),
+            };
+            match entry
+                .key
+                .sk
+                .strip_prefix(SLOT)
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n < MAX_ACTIVE_RECONSTRUCTIONS)
+            {
+                Some(n) => {
+                    held[n] = Some(entry);
+                    live_slots[n] = live;
+                }
+                None if live => legacy_live += 1,
+                None => super::drop_if_unchanged(store, entry).await?,
+            }
+        }
+        let active = legacy_live + live_slots.iter().filter(|l| **l).count();
+        if active >= MAX_ACTIVE_RECONSTRUCTIONS {
+            return Err(CatalogError::Quota(format!(
+                "tenant {tenant} has {active} reconstructions queued or running, its quota; wait for one to finish or cancel one"
+            )));
+        }
+        // Slots past what entries from before slots leave free are not offered; the free
+        // one is picked from a random start, so racing submissions rarely pick the same.
+        let usable = MAX_ACTIVE_RECONSTRUCTIONS - legacy_live;
+        let token = JobId::new().to_string();
+        let start = token.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        }) as usize
+            % usable;
+        let Some(n) = (0..usable)
+            .map(|i| (start + i) % usable)
+            .find(|n| !live_slots[*n])
+        else {
+            continue;
         };
-        if live {
-            active += 1;
-        } else {
-            super::drop_if_unchanged(store, entry).await?;
+        let write = Write::Put {
+            item: Item::new(
+                ItemKey::new(reconstructions_partition(tenant), format!("{SLOT}{n:02}")),
+                serde_json::json!({ "token": token, "reserved_at": now }),
+            ),
+            condition: match held[n] {
+                Some(stale) => Condition::Rev(stale.rev),
+                None => Condition::Absent,
+            },
+        };
+        match store.transact(vec![write]).await {
+            Ok(_) => {
+                return Ok(ReconstructionSlot {
+                    key: ItemKey::new(reconstructions_partition(tenant), format!("{SLOT}{n:02}")),
+                    token,
+                });
+            }
+            // Another submission took it first: look again.
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
         }
     }
-    if active >= MAX_ACTIVE_RECONSTRUCTIONS {
-        return Err(CatalogError::Quota(format!(
-            "tenant {tenant} has {active} reconstructions queued or running, its quota; wait for one to finish or cancel one"
-        )));
-    }
-    Ok(())
+    Err(CatalogError::Unavailable(format!(
+        "tenant {tenant}'s reconstructions are being submitted faster than their places can be taken; retry"
+    )))
 }
