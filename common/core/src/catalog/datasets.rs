@@ -500,14 +500,18 @@ pub async fn image_named(
     image(store, &dataset.tenant, id).await
 }
 
-/// Delete an image: records first (so nothing lists it), then its bytes.
+/// Delete an image: its bytes first, then its records. Its bytes live under its name,
+/// so the name is given back only once they are gone: released first, the name could
+/// be registered again in between and the new image's bytes deleted with the old. A
+/// failure in between leaves a record without bytes, which a run's ingest refuses by
+/// name and a second delete removes.
 pub async fn delete_image(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     img: &Image,
 ) -> Result<(), CatalogError> {
-    release(store, img).await?;
     objects.delete(&img.object_key()).await?;
+    release(store, img).await?;
     Ok(())
 }
 
