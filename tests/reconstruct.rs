@@ -1204,6 +1204,30 @@ async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_
         cli_spatial["recipe_fingerprint"],
         by_cli["recipe_fingerprint"]
     );
+    // The spec's own names, as a job's options show them and "run again" sends them back.
+    let own_names = tessera_tests::post_json(
+        &c,
+        &format!("{pipeline}?validate_only=true"),
+        body(serde_json::json!({"strategy": "spatial", "max_neighbors": 12, "max_distance_m": 1000.0})),
+    )
+    .await;
+    assert_eq!(
+        own_names["recipe_fingerprint"],
+        api_spatial["recipe_fingerprint"]
+    );
+    // A PairsSpec that is not an object, or a strategy that is not a name, is refused.
+    for bad in [
+        serde_json::json!("spatial"),
+        serde_json::json!({"strategy": 7}),
+    ] {
+        let r = c
+            .post(format!("{pipeline}?validate_only=true"))
+            .json(&body(bad.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{bad}");
+    }
 
     // A validated recipe submitted for real is the job the dry run showed.
     let submitted = tessera_tests::post_json(&c, &pipeline, body(serde_json::Value::Null)).await;

@@ -258,6 +258,23 @@ async fn racing_submissions_never_pass_the_reconstruction_quota() {
     };
     store.transact(vec![stale]).await.unwrap();
     room(&store, &other).await.unwrap();
+
+    // A job submitted again (the API finds it by its fingerprint) is recorded again, in
+    // case its first record was lost, and still holds one place.
+    let again: TenantId = "tenant-d".parse().unwrap();
+    let j = job(&again, false);
+    submitted(&store, &j).await;
+    let slot = quotas::reserve_reconstruction(store.as_ref(), &again)
+        .await
+        .unwrap();
+    store.transact(vec![slot.commit(j.id)]).await.unwrap();
+    for _ in 0..MAX_ACTIVE_RECONSTRUCTIONS - 1 {
+        submitted(&store, &job(&again, false)).await;
+    }
+    assert!(matches!(
+        room(&store, &again).await,
+        Err(CatalogError::Quota(_))
+    ));
 }
 
 #[tokio::test]

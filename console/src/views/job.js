@@ -415,7 +415,12 @@ function rerunRequest(job) {
     mapper: o.mapper || job.recipe,
     pairs: o.pairs?.strategy ? { ...o.pairs } : null,
     ba: o.ba,
-    georeference: o.georef?.mode === 'gps' ? 'gps' : 'none',
+    // Chosen from the photos (`auto`) or asked for, in the frame it was asked in.
+    georeference: o.georef_if_possible
+      ? 'auto'
+      : o.georef?.mode === 'gps'
+        ? (o.georef.target_epsg === 4978 ? 'gps_ecef' : 'gps')
+        : 'none',
     exports: (o.exports || []).map((e) => e.replaceAll('-', '_')).filter((e) => e !== 'points_bin'),
   });
 }

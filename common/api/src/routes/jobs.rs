@@ -137,6 +137,7 @@ fn options(job: &Job) -> Value {
         "pairs",
         "ba",
         "georef",
+        "georef_if_possible",
         "exports",
         "camera_model",
         "max_image_size",

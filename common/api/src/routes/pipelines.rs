@@ -213,6 +213,17 @@ fn finishing(options: Option<&Value>) -> Result<(BaMode, GeorefAsk, Vec<ExportFo
 /// [`require_capabilities`]): `auto` (or none) leaves it to the photos.
 fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
     let p = pairs.cloned().unwrap_or(Value::Null);
+    if !p.is_null() && !p.is_object() {
+        return Err(Problem::validation(format!(
+            "pairs `{p}`: use an object such as {{\"strategy\": \"spatial\"}}"
+        )));
+    }
+    if !p["strategy"].is_null() && !p["strategy"].is_string() {
+        return Err(Problem::validation(format!(
+            "pairs.strategy `{}`: use auto, exhaustive, sequential or spatial",
+            p["strategy"]
+        )));
+    }
     let count = |field: &str, default: u32| -> Result<u32, Problem> {
         match &p[field] {
             Value::Null => Ok(default),
@@ -231,18 +242,31 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
         Some("sequential") => PairsAsk::Given(PairStrategy::Sequential {
             overlap: count("overlap", recipe::SEQUENTIAL_OVERLAP)?,
         }),
+        // sfmapi's names (`overlap`, `overlap_distance_m`), or the spec's own, as a job's
+        // options show them (the console's "run again" sends those back).
         Some("spatial") => PairsAsk::Given(PairStrategy::Spatial {
-            max_neighbors: count("overlap", recipe::SPATIAL_NEIGHBOURS)?,
-            max_distance_m: match &p["overlap_distance_m"] {
-                Value::Null => recipe::SPATIAL_DISTANCE_M,
-                v => v
-                    .as_f64()
-                    .filter(|d| d.is_finite() && *d > 0.0 && *d <= 1e6)
-                    .ok_or_else(|| {
-                        Problem::validation(format!(
-                            "pairs.overlap_distance_m `{v}`: use metres, more than 0 and at most 1,000,000"
-                        ))
-                    })?,
+            max_neighbors: if p["max_neighbors"].is_null() {
+                count("overlap", recipe::SPATIAL_NEIGHBOURS)?
+            } else {
+                count("max_neighbors", recipe::SPATIAL_NEIGHBOURS)?
+            },
+            max_distance_m: {
+                let field = if p["max_distance_m"].is_null() {
+                    "overlap_distance_m"
+                } else {
+                    "max_distance_m"
+                };
+                match &p[field] {
+                    Value::Null => recipe::SPATIAL_DISTANCE_M,
+                    v => v
+                        .as_f64()
+                        .filter(|d| d.is_finite() && *d > 0.0 && *d <= 1e6)
+                        .ok_or_else(|| {
+                            Problem::validation(format!(
+                                "pairs.{field} `{v}`: use metres, more than 0 and at most 1,000,000"
+                            ))
+                        })?,
+                }
             },
         }),
         Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
@@ -375,13 +399,9 @@ async fn submit_plan(
             return Err(e.into());
         }
     };
-    // A job submitted before holds its own place.
-    let held = if submitted.existing {
-        slot.release()
-    } else {
-        slot.commit(submitted.job_id)
-    };
-    if let Err(e) = store.transact(vec![held]).await {
+    // Recorded even when the job was submitted before: if that submission's record was
+    // lost, this one counts it (a job named by two slots holds one place).
+    if let Err(e) = store.transact(vec![slot.commit(submitted.job_id)]).await {
         if !e.is_conflict() {
             return Err(e.into());
         }
@@ -430,6 +450,9 @@ pub async fn submit(
     // path names (404), a capability the server lacks (501, whatever else is wrong),
     // then validation.
     let project = super::projects::owned(&s, &caller, &pid).await?;
+    let validate_only = query
+        .map_err(|e| Problem::bad_request(format!("query: {e}")))?
+        .validate_only;
     let mapper = mapper_for(&s, &recipe)?.ok_or_else(|| {
         Problem::not_found(format!(
             "unknown recipe `{recipe}`; use incremental, hierarchical or global"
@@ -474,10 +497,7 @@ pub async fn submit(
         spec: Some(req.spec),
     };
     let planned = prepare(&s, d, mapper, &sections).await?;
-    if query
-        .map_err(|e| Problem::bad_request(format!("query: {e}")))?
-        .validate_only
-    {
+    if validate_only {
         // What would run, and why, with nothing submitted: the CLI's `--dry-run`.
         let mut view = planned.prepared.view();
         view["dataset_id"] = json!(planned.dataset.dataset_id);

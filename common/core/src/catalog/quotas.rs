@@ -254,8 +254,7 @@ impl ReconstructionSlot {
         }
     }
 
-    /// The write that gives the slot back (the submission failed, or named a job that
-    /// already holds a slot of its own).
+    /// The write that gives the slot back (the submission failed).
     pub fn release(&self) -> Write {
         Write::Delete {
             key: self.key.clone(),
@@ -287,9 +286,13 @@ pub async fn reserve_reconstruction(
             [None; MAX_ACTIVE_RECONSTRUCTIONS];
         let mut live_slots = [false; MAX_ACTIVE_RECONSTRUCTIONS];
         let mut legacy_live = 0;
+        // A job is counted once, in the first slot naming it; another slot naming it
+        // is free to take (a resubmission records the job it found).
+        let mut counted: std::collections::HashSet<JobId> = std::collections::HashSet::new();
         for entry in &page.items {
             let job: Option<JobId> = entry.body["job"].as_str().and_then(|j| j.parse().ok());
             let live = match job {
+                Some(id) if counted.contains(&id) => false,
                 Some(id) => match known.get(&id) {
                     Some(l) => *l,
                     None => {
@@ -306,6 +309,9 @@ pub async fn reserve_reconstruction(
                     .as_i64()
                     .is_some_and(|at| now - at < RESERVATION_TTL_MS),
             };
+            if let (true, Some(id)) = (live, job) {
+                counted.insert(id);
+            }
             match entry
                 .key
                 .sk

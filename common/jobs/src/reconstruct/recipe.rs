@@ -6,9 +6,10 @@
 //! in only translate their syntax into a [`Recipe`] and describe their photos as
 //! [`PhotoFact`]s.
 //!
-//! Invariant: one recipe over the same photos (names and bytes) gives the same spec apart
-//! from where the photos are kept and which engine runs them ([`Placement`]), so the same
-//! [`Prepared::recipe_fingerprint`], whichever way it came in.
+//! Invariant: one recipe over the same photos (names and bytes) for the same engine gives
+//! the same spec apart from where the photos are kept ([`Placement`]'s project and image
+//! set), so the same [`Prepared::recipe_fingerprint`], whichever way it came in. The
+//! engine and its version stay in that fingerprint: another engine is another run.
 
 use super::{georef_choice, images, pairing, resolution};
 use serde_json::{Value, json};
