@@ -15,6 +15,7 @@ pub mod optional;
 pub mod photo_review;
 pub mod photos;
 pub mod pipeline_run;
+pub mod pipeline_spec;
 pub mod pipelines;
 pub mod privacy;
 pub mod projects;

@@ -6,6 +6,10 @@
 //! written**, and a name that exists answers a conflict with the existing image's bytes
 //! untouched. Every lookup is scoped to the caller's tenant: another tenant's dataset or
 //! image does not exist for it.
+//!
+//! Over 600 lines on purpose: the records, their keys, name reservation and release and
+//! the set's digest share the same keys and invariants, and splitting them would put the
+//! key formats in two places.
 
 use super::CatalogError;
 use crate::Millis;

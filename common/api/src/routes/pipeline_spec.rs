@@ -1,0 +1,206 @@
+//! A reconstruction request's sfmapi sections (FeaturesSpec, PairsSpec and the mapping
+//! spec's `x-tessera` options) translated into the [`Recipe`] every way in shares, and
+//! prepared over a dataset's registered images by [`recipe::prepare`]. Only translation
+//! lives here: every choice left to the photos is the recipe's.
+
+use crate::ApiState;
+use crate::problem::Problem;
+use serde_json::{Value, json};
+use tessera_core::spec::{
+    BaMode, BackendSpec, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec,
+};
+use tessera_jobs::reconstruct::recipe::{self, GeorefAsk, PairsAsk, PhotoFact, Placement, Recipe};
+
+/// Tessera's own choices for what runs after mapping, from a mapping spec's
+/// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" | "auto"
+/// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}`.
+/// Georeferencing is `none` unless asked, because sfmapi's pipelines return models in
+/// their own frame; `auto` is the CLI's default rule. 422 for a value that is none of
+/// these; whether the engine offers them is checked on the whole spec ([`engine_check`]).
+fn finishing(options: Option<&Value>) -> Result<(BaMode, GeorefAsk, Vec<ExportFormat>), Problem> {
+    let o = options.cloned().unwrap_or(Value::Null);
+    if !o.is_null() && !o.is_object() {
+        return Err(Problem::validation("spec.x-tessera must be an object"));
+    }
+    let ba = match &o["ba"] {
+        Value::Null => BaMode::Standard,
+        v => serde_json::from_value(v.clone()).map_err(|_| {
+            Problem::validation(format!(
+                "spec.x-tessera.ba `{v}`: use standard or two_stage"
+            ))
+        })?,
+    };
+    let georef = match o["georeference"].as_str() {
+        None | Some("none") => GeorefAsk::Given(Georef::None),
+        Some("auto") => GeorefAsk::Auto,
+        Some("gps") => GeorefAsk::Given(Georef::Gps { target_epsg: None }),
+        Some("gps_ecef") => GeorefAsk::Given(Georef::Gps {
+            target_epsg: Some(4978),
+        }),
+        Some(other) => {
+            return Err(Problem::validation(format!(
+                "spec.x-tessera.georeference `{other}`: use none, auto (GPS where most photos carry it), gps (east-north-up metres) or gps_ecef (EPSG:4978)"
+            )));
+        }
+    };
+    let mut exports = Vec::new();
+    for e in o["exports"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        // The capability spelling (`colmap_text`) of the spec's format (`colmap-text`).
+        let format: ExportFormat = e
+            .as_str()
+            .and_then(|n| serde_json::from_value(json!(n.replace('_', "-"))).ok())
+            .ok_or_else(|| {
+                Problem::validation(format!(
+                    "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin"
+                ))
+            })?;
+        exports.push(format);
+    }
+    Ok((ba, georef, exports))
+}
+
+/// The pair strategy a PairsSpec asks for (its capability already checked by
+/// [`super::pipelines::require_capabilities`]): `auto` (or none) leaves it to the photos.
+fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
+    let p = pairs.cloned().unwrap_or(Value::Null);
+    if !p.is_null() && !p.is_object() {
+        return Err(Problem::validation(format!(
+            "pairs `{p}`: use an object such as {{\"strategy\": \"spatial\"}}"
+        )));
+    }
+    if !p["strategy"].is_null() && !p["strategy"].is_string() {
+        return Err(Problem::validation(format!(
+            "pairs.strategy `{}`: use auto, exhaustive, sequential or spatial",
+            p["strategy"]
+        )));
+    }
+    let count = |field: &str, default: u32| -> Result<u32, Problem> {
+        match &p[field] {
+            Value::Null => Ok(default),
+            v => v
+                .as_u64()
+                .filter(|n| (1..=500).contains(n))
+                .map(|n| n as u32)
+                .ok_or_else(|| {
+                    Problem::validation(format!("pairs.{field} `{v}`: use a whole number 1–500"))
+                }),
+        }
+    };
+    Ok(match p["strategy"].as_str() {
+        None | Some("auto") => PairsAsk::Auto,
+        Some("exhaustive") => PairsAsk::Given(PairStrategy::Exhaustive),
+        Some("sequential") => PairsAsk::Given(PairStrategy::Sequential {
+            overlap: count("overlap", recipe::SEQUENTIAL_OVERLAP)?,
+        }),
+        // sfmapi's names (`overlap`, `overlap_distance_m`), or the spec's own, as a job's
+        // options show them (the console's "run again" sends those back).
+        Some("spatial") => PairsAsk::Given(PairStrategy::Spatial {
+            max_neighbors: if p["max_neighbors"].is_null() {
+                count("overlap", recipe::SPATIAL_NEIGHBOURS)?
+            } else {
+                count("max_neighbors", recipe::SPATIAL_NEIGHBOURS)?
+            },
+            max_distance_m: {
+                let field = if p["max_distance_m"].is_null() {
+                    "overlap_distance_m"
+                } else {
+                    "max_distance_m"
+                };
+                match &p[field] {
+                    Value::Null => recipe::SPATIAL_DISTANCE_M,
+                    v => v
+                        .as_f64()
+                        .filter(|d| d.is_finite() && *d > 0.0 && *d <= 1e6)
+                        .ok_or_else(|| {
+                            Problem::validation(format!(
+                                "pairs.{field} `{v}`: use metres, more than 0 and at most 1,000,000"
+                            ))
+                        })?,
+                }
+            },
+        }),
+        Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
+    })
+}
+
+/// 501 naming the first capability `spec` needs that this server's engine lacks: the
+/// same check the engine runs before each stage.
+fn engine_check(s: &ApiState, spec: &ReconstructionSpec) -> Result<(), Problem> {
+    tessera_sfm::backend::BackendInfo {
+        name: s.backend.0.clone(),
+        version: s.backend.1.clone(),
+        cuda: false,
+        capabilities: s.capabilities.iter().cloned().collect(),
+    }
+    .check_spec(spec)
+    .map_err(|u| Problem::capability_unavailable(&u.capability))
+}
+
+/// The request's sections made into a [`Recipe`] and prepared over the dataset's
+/// registered images by the rule every way in uses ([`recipe::prepare`]).
+pub(super) async fn spec_for(
+    s: &ApiState,
+    d: super::datasets::Dataset,
+    mapper: MapperKind,
+    features: Option<&Value>,
+    pairs: Option<&Value>,
+    options: Option<&Value>,
+) -> Result<Planned, Problem> {
+    let (ba, georef, exports) = finishing(options)?;
+    let features = features.cloned().unwrap_or(Value::Null);
+    let recipe = Recipe {
+        camera_model: serde_json::from_value(json!(d.camera_model))
+            .map_err(|_| Problem::validation(format!("camera model `{}`", d.camera_model)))?,
+        pairs: pairs_asked(pairs)?,
+        mapper,
+        ba,
+        georef,
+        exports,
+        max_features: features["sift_max_num_features"]
+            .as_u64()
+            .or(features["max_num_features"].as_u64())
+            .map(|n| n.clamp(256, 65_536) as u32),
+        max_image_size: None,
+        respect_exif_orientation: d.respect_exif_orientation,
+        per_image_intrinsics: d.intrinsics_mode.per_image(),
+    };
+    let photos: Vec<PhotoFact> = super::images::all_images(s, &d)
+        .await?
+        .iter()
+        .map(PhotoFact::of_image)
+        .collect();
+    let place = Placement {
+        project: d.project_id.to_string(),
+        image_set: super::datasets::images_prefix(d.dataset_id),
+        // The engine this server plans for, its version pinned at submission so the
+        // fingerprint names the engine that runs.
+        backend: BackendSpec {
+            name: s.backend.0.clone(),
+            version: Some(s.backend.1.clone()).filter(|v| !v.is_empty()),
+        },
+    };
+    let prepared = recipe::prepare(
+        &recipe,
+        place,
+        &photos,
+        &format!("dataset {}", d.dataset_id),
+    )
+    .map_err(|e| Problem::validation(e.to_string()))?;
+    engine_check(s, &prepared.spec)?;
+    Ok(Planned {
+        prepared,
+        dataset: d,
+    })
+}
+
+/// A recipe prepared over a dataset.
+pub(super) struct Planned {
+    /// The spec, its sizing and its choices.
+    pub prepared: recipe::Prepared,
+    /// The dataset it reconstructs.
+    pub dataset: super::datasets::Dataset,
+}
