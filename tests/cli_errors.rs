@@ -190,3 +190,28 @@ fn hostile_photos_fail_their_task_with_a_named_reason_and_keep_the_rest() {
         "no manifest for a failed job"
     );
 }
+
+#[test]
+fn a_photo_whose_file_name_no_key_can_hold_is_refused_by_name_as_the_api_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("state");
+    let o = tessera(&s, &["projects", "create", "p"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bad = dir.path().join("bell\u{7}.jpg");
+    std::fs::copy(
+        tessera_tests::repo_root().join("../shared/testdata/faces/astronaut.png"),
+        &bad,
+    )
+    .unwrap();
+    fails_with(
+        &s,
+        &["photos", "add", "--project", "p", bad.to_str().unwrap()],
+        1,
+        "not a usable photo file name",
+    );
+    let listed = json(&tessera(
+        &s,
+        &["--json", "photos", "list", "--project", "p"],
+    ));
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+}

@@ -14,10 +14,10 @@ use tessera_core::audit::Actor;
 use tessera_core::domain::Project;
 use tessera_core::geometry::FracRect;
 use tessera_core::job::Job;
-use tessera_core::photo::{Photo, keys};
+use tessera_core::photo::Photo;
 use tessera_core::{JobId, PhotoId, TenantId, records};
 use tessera_engine::{Engine, Worker};
-use tessera_jobs::photos::{self, ObjectCreated, kinds, project};
+use tessera_jobs::photos::{self, intake, kinds, project};
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Subcommand, Debug)]
@@ -160,32 +160,32 @@ fn parse_photo(s: &str) -> anyhow::Result<PhotoId> {
     })
 }
 
-/// Upload one file into `project` as a new photo and submit its ingest job, with the
-/// event S3 would send.
+/// Add one file to `project` as a new photo (the intake every way in uses) and submit
+/// its ingest job. A file larger than any photo may be is refused before it is read.
 pub async fn upload(
     engine: &Engine,
     project: &Project,
     path: &Path,
 ) -> anyhow::Result<(PhotoId, JobId)> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let photo = PhotoId::new();
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("photo");
-    let mut key = keys::upload(project.id, photo, name);
-    if tessera_core::ports::object_store::validate_key(&key).is_err() {
-        key = keys::upload(project.id, photo, "photo");
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .len();
+    if size > intake::MAX_BYTES {
+        return Err(intake::IntakeError::TooLarge {
+            what: path.display().to_string(),
+            size,
+        }
+        .into());
     }
-    let size = bytes.len() as u64;
-    engine.ports().objects.put(&key, bytes.into()).await?;
-    let sequencer = format!("{:016X}", tessera_core::Millis::now().0);
-    let event = ObjectCreated::for_key("local", &key, size, &sequencer);
-    let submitted = engine
-        .submit(photos::ingest_plan(
-            project.tenant.clone(),
-            project.id,
-            &event,
-        ))
-        .await?;
-    Ok((photo, submitted.job_id))
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "photo".into());
+    let added = intake::add(engine, project, &name, bytes.into())
+        .await
+        .with_context(|| format!("cannot add {}", path.display()))?;
+    Ok((added.photo, added.job))
 }
 
 fn terminal(job: &Job) -> bool {

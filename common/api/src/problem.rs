@@ -150,6 +150,25 @@ impl From<tessera_core::catalog::CatalogError> for Problem {
     }
 }
 
+impl From<tessera_jobs::photos::intake::IntakeError> for Problem {
+    fn from(e: tessera_jobs::photos::intake::IntakeError) -> Self {
+        use tessera_jobs::photos::intake::IntakeError;
+        match e {
+            IntakeError::BadName { .. } | IntakeError::Missing { .. } => {
+                Problem::validation(e.to_string())
+            }
+            IntakeError::TooLarge { .. } => Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                e.to_string(),
+            ),
+            IntakeError::Catalog(c) => c.into(),
+            IntakeError::Objects(o) => Problem::internal(o),
+            IntakeError::Engine(g) => g.into(),
+        }
+    }
+}
+
 /// Give a problem answer its `instance` (the request's path, sfmapi §3.4) where the
 /// handler could not know it; any other answer passes unchanged.
 pub async fn with_instance(res: Response, path: &str) -> Response {

@@ -48,6 +48,9 @@ impl ObjectStore for RegistersOnDelete {
     async fn get(&self, key: &str) -> Result<Bytes, ObjectStoreError> {
         self.inner.get(key).await
     }
+    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
+        self.inner.get_at_most(key, max).await
+    }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         self.inner.get_range(key, range).await
     }

@@ -358,6 +358,38 @@ impl ObjectStore for S3ObjectStore {
         Ok(data.into_bytes())
     }
 
+    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
+        validate_key(key)?;
+        let too_large = |size| ObjectStoreError::TooLarge {
+            key: key.to_string(),
+            size,
+            max,
+        };
+        // One GET: the length it answers is the length of the object it streams, so an
+        // object replaced meanwhile is measured and read as one.
+        let mut out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| sdk(key, e))?;
+        let declared = out.content_length().unwrap_or(0).max(0) as u64;
+        if declared > max {
+            // Dropping the body closes the stream unread.
+            return Err(too_large(declared));
+        }
+        let mut data = bytes::BytesMut::with_capacity(declared as usize);
+        while let Some(chunk) = out.body.try_next().await.map_err(|e| io(key, e))? {
+            if (data.len() + chunk.len()) as u64 > max {
+                return Err(too_large((data.len() + chunk.len()) as u64));
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(data.freeze())
+    }
+
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         validate_key(key)?;
         let bad = |size| ObjectStoreError::BadRange {

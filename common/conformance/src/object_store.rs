@@ -27,6 +27,32 @@ pub async fn object_store(store: Arc<dyn ObjectStore>) {
         store.get_range(&k, 6..12).await,
         Err(ObjectStoreError::BadRange { .. })
     ));
+    assert_eq!(
+        store.get_at_most(&k, 11).await.unwrap(),
+        Bytes::from_static(b"hello world"),
+        "an object of exactly the bound is read"
+    );
+    assert!(matches!(
+        store.get_at_most(&k, 10).await,
+        Err(ObjectStoreError::TooLarge {
+            size: 11,
+            max: 10,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.get_at_most(&format!("{p}/missing"), 10).await,
+        Err(ObjectStoreError::NotFound(_))
+    ));
+    store
+        .put(&format!("{p}/empty"), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_at_most(&format!("{p}/empty"), 0).await.unwrap(),
+        Bytes::new(),
+        "an empty object is read, not refused"
+    );
     let m2 = store
         .put(&k, Bytes::from_static(b"HELLO WORLD"))
         .await

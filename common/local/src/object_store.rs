@@ -187,6 +187,40 @@ impl ObjectStore for FolderObjectStore {
         .await
     }
 
+    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
+        let path = self.path_of(key)?;
+        let key = key.to_string();
+        self.blocking(move |_| {
+            // The size of the file this handle opened: a put renames a new file into
+            // place and never rewrites this one, so what is read is what was measured.
+            let f = File::open(&path).map_err(Self::io(&key))?;
+            let m = f.metadata().map_err(Self::io(&key))?;
+            if !m.is_file() {
+                return Err(ObjectStoreError::NotFound(key));
+            }
+            if m.len() > max {
+                return Err(ObjectStoreError::TooLarge {
+                    key,
+                    size: m.len(),
+                    max,
+                });
+            }
+            let mut buf = Vec::with_capacity(m.len() as usize);
+            f.take(max.saturating_add(1))
+                .read_to_end(&mut buf)
+                .map_err(Self::io(&key))?;
+            if buf.len() as u64 > max {
+                return Err(ObjectStoreError::TooLarge {
+                    key,
+                    size: buf.len() as u64,
+                    max,
+                });
+            }
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         let path = self.path_of(key)?;
         let key = key.to_string();

@@ -15,9 +15,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::Digest;
 use tessera_core::geometry::FracRect;
-use tessera_core::photo::{Photo, keys};
+use tessera_core::photo::Photo;
 use tessera_core::{Millis, PhotoId, records};
-use tessera_jobs::photos::{self, ObjectCreated, project};
+use tessera_jobs::photos::{self, intake, project};
 
 /// Add-photo request.
 #[derive(Debug, Deserialize)]
@@ -47,51 +47,20 @@ pub async fn add_photo(
             "the body must be JSON {{\"blob_sha\": …, \"name\": …}} or {{\"s3_key\": …}}: {e}"
         ))
     })?;
-    let objects = s.engine.ports().objects.clone();
     let (bytes, name) = match (&b.blob_sha, &b.s3_key) {
         (Some(sha), None) => {
             let name = b
                 .name
                 .clone()
                 .ok_or_else(|| Problem::validation("`name` is required with `blob_sha`"))?;
-            let bytes = super::uploads::read_blob(
-                &s,
-                &caller.tenant,
-                "blob_sha",
-                sha,
-                tessera_imaging::decode::MAX_BYTES,
-            )
-            .await?;
+            let bytes =
+                super::uploads::read_blob(&s, &caller.tenant, "blob_sha", sha, intake::MAX_BYTES)
+                    .await?;
             (bytes, name)
         }
         (None, Some(k)) => {
-            // Only the caller's own incoming folder: never another tenant's object, nor
-            // anything Tessera writes.
-            tessera_core::catalog::incoming::check_incoming_key(&caller.tenant, k)?;
-            let size = objects
-                .head(k)
-                .await
-                .map_err(Problem::internal)?
-                .ok_or_else(|| Problem::validation(format!("s3_key `{k}`: no object there")))?
-                .size;
-            if size > tessera_imaging::decode::MAX_BYTES {
-                return Err(Problem::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "quota_exceeded",
-                    format!(
-                        "s3_key `{k}` is {} MiB, more than the {} MiB a photo may be",
-                        size >> 20,
-                        tessera_imaging::decode::MAX_BYTES >> 20
-                    ),
-                ));
-            }
-            let bytes = objects.get(k).await.map_err(|e| match e {
-                tessera_core::ports::ObjectStoreError::NotFound(_)
-                | tessera_core::ports::ObjectStoreError::InvalidKey { .. } => {
-                    Problem::validation(format!("s3_key `{k}`: {e}"))
-                }
-                other => Problem::internal(other),
-            })?;
+            let bytes =
+                intake::read_incoming(s.engine.ports().objects.as_ref(), &caller.tenant, k).await?;
             let name = b
                 .name
                 .clone()
@@ -104,26 +73,10 @@ pub async fn add_photo(
             ));
         }
     };
-    let photo = PhotoId::new();
-    let key = keys::upload(p.id, photo, &name);
-    if name.contains('/') || tessera_core::ports::object_store::validate_key(&key).is_err() {
-        return Err(Problem::validation(format!(
-            "`{name}` is not a usable file name"
-        )));
-    }
-    tessera_core::catalog::quotas::admit_photo(s.engine.ports().store.as_ref(), &caller.tenant)
-        .await?;
-    let size = bytes.len() as u64;
-    objects.put(&key, bytes).await.map_err(Problem::internal)?;
-    let event = ObjectCreated::for_key("local", &key, size, &format!("{:016X}", Millis::now().0));
-    let job = s
-        .engine
-        .submit(photos::ingest_plan(p.tenant.clone(), p.id, &event))
-        .await?
-        .job_id;
+    let added = intake::add(&s.engine, &p, &name, bytes).await?;
     Ok(accepted(
-        &[job],
-        json!({ "photo_id": photo, "_links": super::links(&format!("/v1/x-tessera/photos/{photo}"), &[]) }),
+        &[added.job],
+        json!({ "photo_id": added.photo, "_links": super::links(&format!("/v1/x-tessera/photos/{}", added.photo), &[]) }),
     ))
 }
 
@@ -156,13 +109,7 @@ pub async fn presign_photo(
     let Json(b) = body
         .map_err(|e| Problem::bad_request(format!("the body must be JSON {{\"name\": …}}: {e}")))?;
     let photo = PhotoId::new();
-    let key = keys::upload(p.id, photo, &b.name);
-    if b.name.contains('/') || tessera_core::ports::object_store::validate_key(&key).is_err() {
-        return Err(Problem::validation(format!(
-            "`{}` is not a usable file name",
-            b.name
-        )));
-    }
+    let key = intake::upload_key(p.id, photo, &b.name)?;
     let content_type = b.content_type.unwrap_or_else(|| "image/jpeg".into());
     let url = s
         .engine
@@ -182,8 +129,7 @@ pub async fn presign_photo(
         return Err(pr);
     };
     // Counted before the URL is handed out: an upload through it is a photo.
-    tessera_core::catalog::quotas::admit_photo(s.engine.ports().store.as_ref(), &caller.tenant)
-        .await?;
+    intake::admit(&s.engine, &caller.tenant).await?;
     let expires = Millis::now().plus(PRESIGNED_FOR).to_rfc3339();
     Ok((
         StatusCode::CREATED,

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_api::{ApiState, AuthMode};
+use tessera_core::ports::ObjectStore;
 use tessera_core::ports::event_log::StoreEventLog;
 use tessera_core::ports::state_store::StateStore;
 use tessera_engine::{Engine, EngineConfig, Ports, Worker};
@@ -49,6 +50,18 @@ pub async fn serve_sources(
     faces: Option<Arc<tessera_jobs::photos::FaceService>>,
     sources: tessera_api::sources::Sources,
 ) -> Server {
+    serve_over(auth, workers, faces, sources, |o| o).await
+}
+
+/// A server whose object store is the folder one as `wrap` returns it (one that makes a
+/// race certain, say).
+pub async fn serve_over(
+    auth: AuthMode,
+    workers: bool,
+    faces: Option<Arc<tessera_jobs::photos::FaceService>>,
+    sources: tessera_api::sources::Sources,
+    wrap: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
     let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
@@ -56,7 +69,9 @@ pub async fn serve_sources(
         store: store.clone(),
         queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
         events: Arc::new(StoreEventLog::new(store)),
-        objects: Arc::new(FolderObjectStore::new(state.objects(), state.tmp()).unwrap()),
+        objects: wrap(Arc::new(
+            FolderObjectStore::new(state.objects(), state.tmp()).unwrap(),
+        )),
         compute: Arc::new(LocalCompute::new(MemoryGate::new(
             FixedMemory(8 << 30),
             8 << 30,

@@ -48,6 +48,16 @@ pub enum ObjectStoreError {
         /// Actual size.
         size: u64,
     },
+    /// The object is larger than the reader allows ([`ObjectStore::get_at_most`]).
+    #[error("object `{key}` is {size} bytes, more than the {max} this read allows")]
+    TooLarge {
+        /// Key.
+        key: String,
+        /// Its size (at least `max + 1` where the store could not say more).
+        size: u64,
+        /// The most the reader would take.
+        max: u64,
+    },
     /// Reading or writing failed; retrying may help.
     #[error("object store I/O error on `{key}`: {source}")]
     Io {
@@ -114,6 +124,11 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// Read a whole object.
     async fn get(&self, key: &str) -> Result<Bytes, ObjectStoreError>;
+
+    /// Read a whole object only if it is at most `max` bytes, in one request: a size
+    /// checked by [`Self::head`] and then a [`Self::get`] can read an object replaced in
+    /// between, however large. Never holds more than `max + 1` bytes of it.
+    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError>;
 
     /// Read `range` of an object.
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError>;

@@ -24,6 +24,7 @@ pub mod erase;
 pub mod faces;
 pub mod fault;
 pub mod ingest;
+pub mod intake;
 pub mod process;
 pub mod project;
 pub mod reblur;
@@ -36,6 +37,8 @@ pub mod trial;
 pub mod upload;
 pub mod view;
 pub mod withdraw;
+
+pub use intake::submit_upload;
 
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
@@ -256,43 +259,6 @@ pub fn ingest_plan(tenant: TenantId, project: ProjectId, event: &ObjectCreated) 
         spec.clone(),
         vec![TaskPlan::new("ingest", kinds::INGEST, spec)],
     )
-}
-
-/// Submit the ingest job for an object-created event, wherever it came from (an S3
-/// notification through SQS, the HTTP API, the CLI): the project, and so the tenant,
-/// come from the upload key. Objects outside `uploads/` are not photos and are ignored
-/// (`Ok(None)`); an upload key naming a project that does not exist is poison.
-pub async fn submit_upload(
-    engine: &tessera_engine::Engine,
-    event: &ObjectCreated,
-) -> Result<Option<tessera_engine::Submitted>, TaskError> {
-    let key = event.object_key().map_err(TaskError::poison)?;
-    if !key.starts_with("uploads/") {
-        tracing::info!(key, "object outside uploads/; not a photo");
-        return Ok(None);
-    }
-    tessera_core::ports::object_store::validate_key(&key)
-        .map_err(|e| TaskError::poison(format!("upload key: {e}")))?;
-    let (project_id, photo_id, _) =
-        tessera_core::photo::keys::parse_upload(&key).map_err(TaskError::poison)?;
-    // The project's view, not its record: a burst of uploads reads its shards.
-    let p = view::for_photo(
-        engine.ports().store.as_ref(),
-        engine.ports().objects.as_ref(),
-        project_id,
-        photo_id,
-    )
-    .await
-    .map_err(|e| match e {
-        project::PhotoError::NotFound(_) => TaskError::poison(format!("upload `{key}`: {e}")),
-        other => TaskError::from_classified(other),
-    })?;
-    let submitted = engine
-        .submit(ingest_plan(p.tenant.clone(), p.project, event))
-        .await
-        .map_err(TaskError::from_classified)?;
-    tracing::info!(key, job_id = %submitted.job_id, project = %p.project, "ingest submitted");
-    Ok(Some(submitted))
 }
 
 /// The follow-up job ingest chose, for one upload (by its content hash).
