@@ -156,7 +156,7 @@ async fn engine(json: bool, tasks: usize, workers: usize) -> anyhow::Result<Exit
     }
     let job = loop {
         let j = submitter.job(job_id).await?;
-        if j.finished() >= j.tasks_total {
+        if j.is_over() {
             break j;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

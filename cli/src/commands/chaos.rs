@@ -185,7 +185,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let j = engine.job(job_id).await?;
-        if j.finished() >= j.tasks_total || Instant::now() > deadline {
+        if j.is_over() || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

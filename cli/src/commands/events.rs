@@ -6,7 +6,6 @@ use crate::output::event_line;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_core::job::JobStatus;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -44,10 +43,7 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
             return Ok(ExitCode::SUCCESS);
         }
         let job = engine.job(id).await?;
-        let finished = matches!(
-            job.status(),
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
-        ) && job.finished() >= job.tasks_total;
+        let finished = job.is_over();
         if finished && engine.ports().events.last_seq(id).await? == after {
             return Ok(ExitCode::SUCCESS);
         }

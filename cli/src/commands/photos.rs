@@ -188,10 +188,6 @@ pub async fn upload(
     Ok((added.photo, added.job))
 }
 
-fn terminal(job: &Job) -> bool {
-    job.sealed && job.finished() >= job.tasks_total
-}
-
 /// Run photo jobs with in-process workers until they, and the follow-up jobs their
 /// ingest tasks start, have ended. Returns every job that ran, in the order they ended.
 pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Result<Vec<Job>> {
@@ -217,7 +213,7 @@ pub async fn drive(engine: &Engine, jobs: Vec<JobId>, ui: bool) -> anyhow::Resul
         bar.set_length(seen.len() as u64);
         for id in pending.clone() {
             let job = engine.job(id).await?;
-            if !terminal(&job) {
+            if !job.is_over() {
                 continue;
             }
             pending.remove(&id);

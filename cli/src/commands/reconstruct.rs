@@ -471,7 +471,7 @@ pub async fn drive(
                 _ => {}
             }
         }
-        if job.finished() >= job.tasks_total {
+        if job.is_over() {
             break job;
         }
         tokio::select! {

@@ -135,4 +135,59 @@ impl Job {
         let c = &self.counters;
         c.succeeded + c.failed + c.dead + c.cancelled
     }
+
+    /// Whether the job is over: every task record was written and every task has
+    /// ended. Only then has the job written every event it will write (until a resume
+    /// puts tasks back in line), nothing of it runs, and what it made may be read or
+    /// deleted. A failed or cancelled status alone does not say so: the other tasks of
+    /// a job whose first task failed may still be running.
+    pub fn is_over(&self) -> bool {
+        self.sealed && self.finished() >= self.tasks_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(total: i64, sealed: bool, counters: JobCounters) -> Job {
+        Job {
+            id: JobId::new(),
+            tenant: TenantId::local(),
+            project: None,
+            kind: "photo".into(),
+            label: "l".into(),
+            spec: serde_json::json!({}),
+            fingerprint: "f".into(),
+            priority: 0,
+            tasks_total: total,
+            sealed,
+            counters,
+            cancel: None,
+            created_at: Millis(0),
+            rev: 0,
+        }
+    }
+
+    #[test]
+    fn a_job_is_over_only_when_every_task_was_written_and_has_ended() {
+        let c = |succeeded, failed, cancelled, started| JobCounters {
+            started,
+            succeeded,
+            failed,
+            cancelled,
+            ..JobCounters::default()
+        };
+        // Its tasks all ended, but not every record is written yet.
+        assert!(!job(2, false, c(2, 0, 0, 2)).is_over());
+        // Failed, with another task still running.
+        let failing = job(3, true, c(1, 1, 0, 3));
+        assert_eq!(failing.status(), JobStatus::Failed);
+        assert!(!failing.is_over());
+        // Every task ended, however.
+        assert!(job(3, true, c(1, 1, 1, 3)).is_over());
+        assert!(job(1, true, c(1, 0, 0, 1)).is_over());
+        // A sealed job of no tasks has nothing left to do.
+        assert!(job(0, true, c(0, 0, 0, 0)).is_over());
+    }
 }

@@ -12,7 +12,6 @@
 use tessera_core::audit::{self, Actor};
 use tessera_core::catalog::CatalogError;
 use tessera_core::catalog::erasure::{self, Erasure};
-use tessera_core::job::JobStatus;
 use tessera_core::ports::state_store::{Condition, StoreError, Write};
 use tessera_core::{JobId, Millis, ProjectId, records};
 use tessera_engine::{Engine, EngineError};
@@ -55,9 +54,7 @@ fn job_erasure(id: JobId) -> Erasure {
 /// Whether every task of `job` has ended: a cancelled job's running stage goes on to
 /// its next checkpoint, and would write into what is being deleted.
 fn ended(job: &tessera_core::job::Job) -> bool {
-    !matches!(job.status(), JobStatus::Queued | JobStatus::Running)
-        && job.sealed
-        && job.finished() >= job.tasks_total
+    job.is_over()
 }
 
 /// The runs of `project` (every erasable kind), read through the tenant's job list.

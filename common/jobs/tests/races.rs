@@ -77,10 +77,7 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
             .await
             .unwrap()
             .0;
-        let running = jobs
-            .iter()
-            .filter(|j| !(j.sealed && j.finished() >= j.tasks_total))
-            .count();
+        let running = jobs.iter().filter(|j| !j.is_over()).count();
         if running == 0 && jobs.iter().any(|j| j.id == change2.reblur_job) {
             break;
         }

@@ -177,7 +177,7 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
 
     d.pump_until(Duration::from_secs(300), || async {
         let j = engine.job(job).await.unwrap();
-        j.finished() >= j.tasks_total
+        j.is_over()
     })
     .await;
     let tasks = engine.job_tasks(job).await.unwrap();
@@ -281,7 +281,7 @@ async fn without_a_worker_a_heavy_stage_fails_at_once_naming_why() {
     // ends.
     d.pump_until(Duration::from_secs(60), || async {
         let j = engine.job(job).await.unwrap();
-        j.finished() >= j.tasks_total
+        j.is_over()
     })
     .await;
     let tasks = engine.job_tasks(job).await.unwrap();

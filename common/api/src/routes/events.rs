@@ -94,7 +94,7 @@ pub async fn sse(
                     // Read the job's state before the events: if it had ended, every event it
                     // will ever have is stored, and one more read drains them.
                     let finished = match engine.job(job_id).await {
-                        Ok(j) => j.sealed && j.finished() >= j.tasks_total,
+                        Ok(j) => j.is_over(),
                         Err(_) => true,
                     };
                     match engine.ports().events.read_after(job_id, seen, BATCH).await {

@@ -98,7 +98,7 @@ async fn session(
             .await;
             return close(&mut socket, 1011, "internal error").await;
         };
-        let finished = j.sealed && j.finished() >= j.tasks_total;
+        let finished = j.is_over();
         let Ok(events) = engine.ports().events.read_after(job, seen, 500).await else {
             send(
                 &mut socket,

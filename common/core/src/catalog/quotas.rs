@@ -300,7 +300,7 @@ pub async fn reserve_reconstruction(
                             .get(&crate::records::job_key(id))
                             .await?
                             .and_then(|i| crate::records::job_from(&i).ok())
-                            .is_some_and(|j| !(j.sealed && j.finished() >= j.tasks_total));
+                            .is_some_and(|j| !j.is_over());
                         known.insert(id, l);
                         l
                     }

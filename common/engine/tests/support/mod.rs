@@ -131,7 +131,7 @@ pub async fn run_until_done(
     let deadline = tokio::time::Instant::now() + timeout;
     let job = loop {
         let j = engine.job(job).await.unwrap();
-        if j.finished() >= j.tasks_total || tokio::time::Instant::now() > deadline {
+        if j.is_over() || tokio::time::Instant::now() > deadline {
             break j;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -221,10 +221,7 @@ impl Rig {
                 .await
                 .unwrap()
                 .0;
-            if jobs
-                .iter()
-                .all(|j| j.sealed && j.finished() >= j.tasks_total)
-            {
+            if jobs.iter().all(|j| j.is_over()) {
                 break;
             }
             assert!(
