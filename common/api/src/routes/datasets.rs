@@ -107,7 +107,14 @@ pub struct CreateDataset {
 
 /// A dataset of the caller's tenant, or 404.
 pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Dataset, Problem> {
-    Ok(catalog::dataset(s.engine.ports().store.as_ref(), &caller.tenant, id).await?)
+    Ok(
+        tessera_core::catalog::tenancy::dataset(
+            s.engine.ports().store.as_ref(),
+            &caller.tenant,
+            id,
+        )
+        .await?,
+    )
 }
 
 /// `POST /v1/projects/{pid}/datasets`.

@@ -318,7 +318,10 @@ pub async fn delete_image_by_id(
 }
 
 pub(crate) async fn owned_image(s: &ApiState, caller: &Caller, id: &str) -> Result<Image, Problem> {
-    Ok(catalog::image(s.engine.ports().store.as_ref(), &caller.tenant, id).await?)
+    Ok(
+        tessera_core::catalog::tenancy::image(s.engine.ports().store.as_ref(), &caller.tenant, id)
+            .await?,
+    )
 }
 
 /// `GET /v1/images/{id}`.

@@ -11,11 +11,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tessera_core::catalog::tenancy;
 use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, Job, JobStatus};
 use tessera_core::spec::ReconstructionSpec;
 use tessera_core::task::{Task, TaskState};
-use tessera_core::{ErrorClass, JobId, Millis};
+use tessera_core::{ErrorClass, Millis};
 use tessera_engine::EngineError;
 use tessera_jobs::reconstruct::spec_dag;
 
@@ -185,16 +186,7 @@ pub fn task_views(job: &Job, tasks: &[Task]) -> Vec<Value> {
 
 /// A job of the caller's tenant, or 404.
 pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Job, Problem> {
-    let missing = || Problem::not_found(format!("job {id} does not exist"));
-    let id: JobId = id.parse().map_err(|_| missing())?;
-    let job = s.engine.job(id).await.map_err(|e| match e {
-        EngineError::NoSuchJob(_) => missing(),
-        other => other.into(),
-    })?;
-    if job.tenant != caller.tenant {
-        return Err(missing());
-    }
-    Ok(job)
+    Ok(tenancy::job(s.engine.ports().store.as_ref(), &caller.tenant, id).await?)
 }
 
 /// `GET /v1/jobs` query: sfmapi's filters and paging.

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use sha2::Digest;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::Photo;
-use tessera_core::{Millis, PhotoId, records};
+use tessera_core::{Millis, PhotoId};
 use tessera_jobs::photos::{self, intake, project};
 
 /// Add-photo request.
@@ -143,23 +143,9 @@ pub async fn presign_photo(
 }
 
 pub(crate) async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
-    let missing = || {
-        Problem::not_found(format!(
-            "photo {id} does not exist (yet: ingest may still be running)"
-        ))
-    };
-    let pid: PhotoId = id.parse().map_err(|_| missing())?;
-    let item = s
-        .engine
-        .ports()
-        .store
-        .get(&records::photo_key(pid))
-        .await?
-        .ok_or_else(missing)?;
-    let mut photo: Photo = records::decode(&item)?;
-    let project = super::projects::owned(s, caller, &photo.project.to_string())
-        .await
-        .map_err(|_| missing())?;
+    let (mut photo, project) =
+        tessera_core::catalog::tenancy::photo(s.engine.ports().store.as_ref(), &caller.tenant, id)
+            .await?;
     // Files decided before the project's last subject change are not served (nor linked)
     // until the photo is decided again: the photo reads as unpublished meanwhile.
     if !photo.servable(project.subjects_rev) {

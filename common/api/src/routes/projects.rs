@@ -127,18 +127,14 @@ pub async fn list(
 /// A project of the caller's tenant, or 404 (another tenant's project does not exist
 /// for this caller).
 pub async fn owned(s: &ApiState, caller: &Caller, id: &str) -> Result<Project, Problem> {
-    let missing = || Problem::not_found(format!("project {id} does not exist"));
-    let id: ProjectId = id.parse().map_err(|_| missing())?;
-    let p = projects::load(s.engine.ports().store.as_ref(), id)
-        .await
-        .map_err(|e| match e {
-            ProjectError::NotFound(_) => missing(),
-            other => other.into(),
-        })?;
-    if p.tenant != caller.tenant {
-        return Err(missing());
-    }
-    Ok(p)
+    Ok(
+        tessera_core::catalog::tenancy::project(
+            s.engine.ports().store.as_ref(),
+            &caller.tenant,
+            id,
+        )
+        .await?,
+    )
 }
 
 /// `GET /v1/projects/{id}`.

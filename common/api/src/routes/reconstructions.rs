@@ -29,13 +29,14 @@ pub const FILES: [&str; 5] = [
 pub const PREVIEW_POINTS: usize = 10_000;
 
 pub(crate) async fn owned(s: &ApiState, caller: &Caller, rid: &str) -> Result<Job, Problem> {
-    let job = super::jobs::owned(s, caller, rid).await?;
-    if job.kind != tessera_jobs::reconstruct::KIND {
-        return Err(Problem::not_found(format!(
-            "reconstruction {rid} does not exist"
-        )));
-    }
-    Ok(job)
+    Ok(tessera_core::catalog::tenancy::job_of_kind(
+        s.engine.ports().store.as_ref(),
+        &caller.tenant,
+        rid,
+        tessera_jobs::reconstruct::KIND,
+        "reconstruction",
+    )
+    .await?)
 }
 
 /// Where a snapshot's COLMAP model is: the mapper's sealed snapshot, or the final model.

@@ -13,6 +13,7 @@ pub mod quotas;
 pub mod refusals;
 pub mod retention;
 pub mod source_grants;
+pub mod tenancy;
 pub mod uploads;
 pub mod webhooks;
 
