@@ -81,15 +81,37 @@ pub struct ThumbSize {
 /// original a thousand times.
 const KEPT_THUMBNAILS: [u32; 5] = [64, 128, 256, 512, 1024];
 
-/// Megapixels of originals being decoded for thumbnails at once. A decode holds about
-/// four bytes per pixel (the file's own pixels and their RGB form), so 60 megapixels
-/// keep thumbnail decoding near 250 MB however many requests arrive; a photo larger than
-/// the budget (up to the 120-megapixel decode limit) takes all of it and runs alone.
-const THUMBNAIL_BUDGET_MP: u64 = 60;
+/// MiB that originals read for thumbnails, and their decoded pixels, may hold at once.
+/// Counted in bytes, not pixels: a small picture padded to a huge file costs its file.
+const THUMBNAIL_BUDGET_MIB: u64 = 256;
 
 fn thumbnail_budget() -> &'static tokio::sync::Semaphore {
     static BUDGET: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    BUDGET.get_or_init(|| tokio::sync::Semaphore::new(THUMBNAIL_BUDGET_MP as usize))
+    BUDGET.get_or_init(|| tokio::sync::Semaphore::new(THUMBNAIL_BUDGET_MIB as usize))
+}
+
+/// What making a thumbnail of `img` holds, in MiB of [`THUMBNAIL_BUDGET_MIB`]: the
+/// original's bytes, read whole, and about four bytes per decoded pixel (the decoder's
+/// buffer and the RGB copy). An image whose size is not known is counted at the decode
+/// limit; one costing more than the budget takes all of it and runs alone.
+pub(crate) fn thumbnail_cost_mib(byte_size: u64, pixels: Option<(u64, u64)>) -> u32 {
+    let pixels = pixels.map_or(tessera_imaging::decode::MAX_PIXELS, |(w, h)| {
+        w.saturating_mul(h)
+    });
+    byte_size
+        .saturating_add(pixels.saturating_mul(4))
+        .div_ceil(1 << 20)
+        .clamp(1, THUMBNAIL_BUDGET_MIB) as u32
+}
+
+/// Where the reason an original could not be made into thumbnails is kept, beside its
+/// thumbnails (and collected with them): asking again answers from it instead of reading
+/// and decoding the original again.
+fn unreadable_key(img: &Image) -> String {
+    format!(
+        "thumbnails/{}/{}/unreadable.txt",
+        img.dataset_id, img.content_sha
+    )
 }
 
 /// A JPEG of `img` whose longest side is `size`, upright (EXIF orientation applied).
@@ -139,24 +161,35 @@ pub async fn thumbnail(
     let body = match objects.get(&key).await {
         Ok(b) => b,
         Err(_) => {
-            let megapixels = img
-                .width
-                .zip(img.height)
-                .map_or(1, |(w, h)| (w * h).div_ceil(1_000_000))
-                .clamp(1, THUMBNAIL_BUDGET_MP);
+            let no_thumbnail =
+                |why: &str| Problem::validation(format!("image {id} has no thumbnail: {why}"));
+            if let Ok(why) = objects.get(&unreadable_key(&img)).await {
+                return Err(no_thumbnail(&String::from_utf8_lossy(&why)));
+            }
+            let cost = thumbnail_cost_mib(img.byte_size, img.width.zip(img.height));
             let _decoding = thumbnail_budget()
-                .acquire_many(megapixels as u32)
+                .acquire_many(cost)
                 .await
                 .map_err(Problem::internal)?;
             let src = image_object(&s, &img).await?;
             let name = img.name.clone();
-            let jpeg = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            let made = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
                 let decoded = tessera_imaging::decode(&name, &src).map_err(|r| r.0)?;
                 scaled_jpeg(decoded.rgb, kept)
             })
             .await
-            .map_err(Problem::internal)?
-            .map_err(|e| Problem::validation(format!("image {id} has no thumbnail: {e}")))?;
+            .map_err(Problem::internal)?;
+            let jpeg = match made {
+                Ok(jpeg) => jpeg,
+                Err(why) => {
+                    // The same bytes fail the same way: remembered, so the next request
+                    // costs one small read, not the original's decode.
+                    let _ = objects
+                        .put_if_absent(&unreadable_key(&img), why.clone().into())
+                        .await;
+                    return Err(no_thumbnail(&why));
+                }
+            };
             let b = ::bytes::Bytes::from(jpeg);
             let _ = objects.put_if_absent(&key, b.clone()).await;
             b
@@ -289,5 +322,30 @@ mod camera_name_tests {
             Some("Olympus E-1")
         );
         assert_eq!(said(Some("Ünï"), Some("Ü")).as_deref(), Some("Ünï Ü"));
+    }
+}
+
+#[cfg(test)]
+mod thumbnail_cost_tests {
+    use super::{THUMBNAIL_BUDGET_MIB, thumbnail_cost_mib};
+
+    #[test]
+    fn a_thumbnail_costs_its_file_and_its_pixels_in_bytes() {
+        // A 1-megapixel picture padded to 200 MB costs its file, not one megapixel.
+        assert!(thumbnail_cost_mib(200 << 20, Some((1000, 1000))) >= 200);
+        // A small JPEG of 24 megapixels costs its decoded pixels.
+        assert_eq!(thumbnail_cost_mib(8 << 20, Some((6000, 4000))), 100);
+        // Unknown sizes count at the decode limit; nothing costs more than the budget
+        // (it runs alone) or less than one.
+        assert_eq!(
+            thumbnail_cost_mib(1, None),
+            THUMBNAIL_BUDGET_MIB as u32,
+            "unknown pixels are not free"
+        );
+        assert_eq!(
+            thumbnail_cost_mib(u64::MAX, Some((u64::MAX, 2))),
+            THUMBNAIL_BUDGET_MIB as u32
+        );
+        assert_eq!(thumbnail_cost_mib(10, Some((4, 4))), 1);
     }
 }
