@@ -356,9 +356,45 @@ fn hostile_files_each_get_a_clear_recorded_error_and_good_ones_still_publish() {
         assert_eq!(p["published"], true, "{file}: {}", p["error"]);
     }
     // Nothing of a refused photo was stored beyond its upload: no row, no derived file.
+    // The list shows the refusals as the API does, failed with their reason.
     let state = out.path().join(".tessera-state");
-    let rows = with_state(&state, &["--json", "photos", "list", "--project", "blur"]);
-    assert_eq!(json(&rows).as_array().unwrap().len(), 3);
+    let rows = json(&with_state(
+        &state,
+        &["--json", "photos", "list", "--project", "blur"],
+    ));
+    let rows = rows.as_array().unwrap();
+    let (failed, kept): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r["status"] == "failed");
+    assert_eq!(kept.len(), 3, "{rows:#?}");
+    assert!(kept.iter().all(|r| r["status"] == "published"), "{rows:#?}");
+    assert_eq!(failed.len(), 5, "{rows:#?}");
+    for r in &failed {
+        let (name, error) = (
+            r["file_name"].as_str().unwrap(),
+            r["error"].as_str().unwrap(),
+        );
+        assert!(error.contains(name), "{r}");
+    }
+    // Read a page at a time, the list is the same.
+    let paged = json(&with_state(
+        &state,
+        &[
+            "--json",
+            "photos",
+            "list",
+            "--project",
+            "blur",
+            "--page-size",
+            "2",
+        ],
+    ));
+    let ids = |v: &[serde_json::Value]| -> Vec<String> {
+        v.iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(paged.as_array().unwrap()), ids(rows));
+    let unique: std::collections::BTreeSet<_> = ids(rows).into_iter().collect();
+    assert_eq!(unique.len(), rows.len());
 }
 
 fn objects_under(state: &Path, prefix: &str) -> Vec<String> {

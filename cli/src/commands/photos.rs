@@ -103,11 +103,15 @@ pub enum PhotosCommand {
         #[arg(long)]
         submit_only: bool,
     },
-    /// List a project's photos.
+    /// List a project's photos, newest first, with the uploads refused before they got
+    /// a row (`failed`). Read a page at a time and printed as it is read.
     List {
         /// Project name.
         #[arg(long)]
         project: String,
+        /// Photos read from the store at a time.
+        #[arg(long, default_value_t = LIST_PAGE, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        page_size: u32,
     },
     /// Show one photo: faces, decisions, files, publication.
     Show {
@@ -571,6 +575,67 @@ fn photo_view(p: &Photo, subjects_rev: u64) -> serde_json::Value {
     v
 }
 
+/// Photos `tessera photos list` reads at a time.
+const LIST_PAGE: u32 = 200;
+
+/// Print `project`'s photos a page at a time (a JSON array with `--json`), so a project
+/// of any size costs one page of memory. Refused uploads are listed as the API lists
+/// them: `failed`, with the reason.
+async fn list(
+    store: &dyn tessera_core::ports::StateStore,
+    project: &Project,
+    page_size: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    use tessera_jobs::photos::status::{Listed, project_photos_page};
+    let rev = project.subjects_rev;
+    let mut out = std::io::stdout().lock();
+    let mut after = None;
+    let mut first = true;
+    if json {
+        write!(out, "[")?;
+    }
+    loop {
+        let (page, next) = project_photos_page(store, project.id, rev, after, page_size).await?;
+        for listed in &page {
+            if json {
+                let v = match listed {
+                    Listed::Row(p, _) => photo_view(p, rev),
+                    Listed::Refused(r) => serde_json::json!({
+                        "id": r.photo_id, "file_name": r.name, "status": "failed",
+                        "error": r.reason, "published_at": null, "faces": null,
+                    }),
+                };
+                write!(out, "{}{v}", if first { "" } else { "," })?;
+            } else {
+                match listed {
+                    Listed::Row(p, _) => writeln!(
+                        out,
+                        "{}  {}  v{}  {}",
+                        p.id,
+                        p.file_name,
+                        p.variant_version,
+                        status_name(p, rev)
+                    )?,
+                    Listed::Refused(r) => {
+                        writeln!(out, "{}  {}  -  failed: {}", r.photo_id, r.name, r.reason)?
+                    }
+                }
+            }
+            first = false;
+        }
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    if json {
+        writeln!(out, "]")?;
+    }
+    Ok(())
+}
+
 /// The name of a photo's state (`published`, `processing`, …).
 fn status_name(p: &Photo, subjects_rev: u64) -> String {
     serde_json::to_value(tessera_jobs::photos::status::current(p, subjects_rev))
@@ -648,26 +713,12 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
                 ExitCode::FAILURE
             })
         }
-        PhotosCommand::List { project: name } => {
+        PhotosCommand::List {
+            project: name,
+            page_size,
+        } => {
             let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
-            let photos = project::photos(store.as_ref(), p.id).await?;
-            let rev = p.subjects_rev;
-            let v: Vec<_> = photos.iter().map(|p| photo_view(p, rev)).collect();
-            emit(json, &v, || {
-                photos
-                    .iter()
-                    .map(|p| {
-                        format!(
-                            "{}  {}  v{}  {}",
-                            p.id,
-                            p.file_name,
-                            p.variant_version,
-                            status_name(p, rev)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
+            list(store.as_ref(), &p, page_size as usize, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         PhotosCommand::Erase { photo } => {
