@@ -117,6 +117,7 @@ pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
             args.insecure,
         )
         .map_err(anyhow::Error::msg)?,
+        response_limit: None,
     });
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();

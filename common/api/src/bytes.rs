@@ -7,10 +7,14 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use tessera_core::ports::{ObjectStore, ObjectStoreError};
 
-/// Answer a GET for the stored object `key`, reading only what is asked: nothing for a
-/// 304, the requested bytes for a range (a `Range: bytes=0-0` of a 200 MB image costs one
-/// byte of memory, not 200 MB; only a range needs the object's size first), the whole
-/// object otherwise.
+/// Answer a GET for the stored object `key`, reading only what is asked, as the client
+/// takes it: nothing for a 304, the requested bytes for a range (only a range needs the
+/// object's size first), the whole object otherwise, streamed from the store a chunk at a
+/// time (a client that stalls holds one chunk of the server's memory, not the object).
+///
+/// An answer larger than `limit` (where the server has one: the `api` function's) is a
+/// `307` to a presigned URL of the object that lives [`REDIRECT_URL_LIFETIME`], which
+/// honours the same `Range`.
 pub async fn serve_object(
     req: &HeaderMap,
     objects: &dyn ObjectStore,
@@ -18,6 +22,7 @@ pub async fn serve_object(
     content_type: &str,
     etag: &str,
     freshness: Freshness,
+    limit: Option<u64>,
 ) -> Result<Response, ObjectStoreError> {
     let (etag, mut base) = validators(etag, freshness);
     if not_modified(req, &etag) {
@@ -28,26 +33,64 @@ pub async fn serve_object(
         HeaderValue::from_str(content_type)
             .unwrap_or(HeaderValue::from_static("application/octet-stream")),
     );
-    let Some(range) = req.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
-        let bytes = objects.get(key).await?;
-        return Ok((StatusCode::OK, base, Body::from(bytes)).into_response());
-    };
-    let len = objects
-        .head(key)
-        .await?
-        .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
-        .size;
-    Ok(match parse_range(range, len) {
-        Some((a, b)) => {
-            let part = objects.get_range(key, a..b + 1).await?;
+    let (status, stream, length) = match req.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        None => {
+            let stream = objects.get_stream(key, None).await?;
+            let n = stream.size;
+            (StatusCode::OK, stream, n)
+        }
+        Some(range) => {
+            let len = objects
+                .head(key)
+                .await?
+                .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
+                .size;
+            let Some((a, b)) = parse_range(range, len) else {
+                return Ok(unsatisfiable(base, len));
+            };
             base.insert(
                 header::CONTENT_RANGE,
                 HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")).expect("ascii"),
             );
-            (StatusCode::PARTIAL_CONTENT, base, Body::from(part)).into_response()
+            let stream = objects.get_stream(key, Some(a..b + 1)).await?;
+            (StatusCode::PARTIAL_CONTENT, stream, b + 1 - a)
         }
-        None => unsatisfiable(base, len),
-    })
+    };
+    if let Some(max) = limit.filter(|max| length > *max) {
+        drop(stream);
+        return redirect(objects, key, length, max).await;
+    }
+    base.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    Ok((status, base, Body::from_stream(stream.body)).into_response())
+}
+
+/// How long the URL of a [`serve_object`] redirect works: the client follows it at once,
+/// and a URL that outlives that moment would outlive an unpublish or an erasure as well.
+pub const REDIRECT_URL_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn redirect(
+    objects: &dyn ObjectStore,
+    key: &str,
+    length: u64,
+    max: u64,
+) -> Result<Response, ObjectStoreError> {
+    let Some(url) = objects.presigned_get(key, REDIRECT_URL_LIFETIME).await? else {
+        return Err(ObjectStoreError::TooLarge {
+            key: key.to_string(),
+            size: length,
+            max,
+        });
+    };
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::LOCATION,
+        HeaderValue::from_str(&url).map_err(|e| ObjectStoreError::Io {
+            key: key.to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })?,
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok((StatusCode::TEMPORARY_REDIRECT, h).into_response())
 }
 
 /// How long a client may keep an answer without asking again. Always `private`: every

@@ -43,7 +43,17 @@ pub struct ApiState {
     /// `--no-workers`), which `/healthz` and `/readyz` report; `None` where workers run
     /// elsewhere (the `api` function, `--no-workers`).
     pub workers: Option<tessera_engine::LoopHealth>,
+    /// The most bytes one answer carries from the object store; a larger file is a
+    /// redirect to a presigned URL ([`bytes::serve_object`]). `None` on `tessera serve`;
+    /// the `api` function's is [`LAMBDA_RESPONSE_LIMIT`].
+    pub response_limit: Option<u64>,
 }
+
+/// The `api` function's answers carry at most this many bytes of a stored file; larger
+/// ones are redirected to S3. Lambda streams a function URL's answer at full speed for
+/// its first 6 MB only, then at a capped bandwidth (and up to 200 MB), billing the
+/// function for every second of it; S3 serves the rest faster and for nothing.
+pub const LAMBDA_RESPONSE_LIMIT: u64 = 6_000_000;
 
 /// The engine this machine's server plans reconstructions for, as `(name, version)` and
 /// its capabilities: pycolmap (COLMAP 4) where installed, else the COLMAP command line

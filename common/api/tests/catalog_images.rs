@@ -51,6 +51,13 @@ impl ObjectStore for RegistersOnDelete {
     async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
         self.inner.get_at_most(key, max).await
     }
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<tessera_core::ports::object_store::ObjectStream, ObjectStoreError> {
+        self.inner.get_stream(key, range).await
+    }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         self.inner.get_range(key, range).await
     }

@@ -68,6 +68,13 @@ impl ObjectStore for ReplacedAfterFirstLook {
         self.after_look(key).await;
         r
     }
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<tessera_core::ports::object_store::ObjectStream, ObjectStoreError> {
+        self.inner.get_stream(key, range).await
+    }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         let r = self.inner.get_range(key, range).await;
         self.read(key, &r);

@@ -52,6 +52,14 @@ impl ObjectStore for CountsOriginalReads {
         self.saw(key);
         self.inner.get_at_most(key, max).await
     }
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<tessera_core::ports::object_store::ObjectStream, ObjectStoreError> {
+        self.saw(key);
+        self.inner.get_stream(key, range).await
+    }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
         self.saw(key);
         self.inner.get_range(key, range).await

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
-use tessera_core::ports::object_store::{ObjectMeta, ObjectStore, ObjectStoreError, validate_key};
+use tessera_core::ports::object_store::{
+    ObjectMeta, ObjectStore, ObjectStoreError, ObjectStream, validate_key,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Files above this size are uploaded in parts.
@@ -388,6 +390,79 @@ impl ObjectStore for S3ObjectStore {
             data.extend_from_slice(&chunk);
         }
         Ok(data.freeze())
+    }
+
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<ObjectStream, ObjectStoreError> {
+        validate_key(key)?;
+        let bad = |r: &Range<u64>, size| ObjectStoreError::BadRange {
+            key: key.to_string(),
+            start: r.start,
+            end: r.end,
+            size,
+        };
+        if let Some(r) = &range
+            && r.start >= r.end
+        {
+            // S3 cannot ask for no bytes: the size alone answers it.
+            let size = self
+                .head(key)
+                .await?
+                .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
+                .size;
+            if r.start > r.end || r.end > size {
+                return Err(bad(r, size));
+            }
+            return Ok(ObjectStream {
+                size,
+                body: Box::pin(futures_util::stream::empty()),
+            });
+        }
+        let mut get = self.client.get_object().bucket(&self.bucket).key(key);
+        if let Some(r) = &range {
+            get = get.range(format!("bytes={}-{}", r.start, r.end - 1));
+        }
+        let out = match get.send().await {
+            Ok(out) => out,
+            // A range starting past the end.
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 416) => {
+                let size = self.head(key).await?.map_or(0, |m| m.size);
+                return Err(bad(range.as_ref().expect("only a range is refused"), size));
+            }
+            Err(e) => return Err(sdk(key, e)),
+        };
+        let length = out.content_length().unwrap_or(0).max(0) as u64;
+        // `bytes a-b/size` for a range; the length for the whole object.
+        let size = out
+            .content_range()
+            .and_then(|c| c.rsplit('/').next())
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(length);
+        if let Some(r) = &range
+            && (r.end > size || length != r.end - r.start)
+        {
+            // S3 clips a range that runs past the end instead of refusing it.
+            return Err(bad(r, size));
+        }
+        let key = key.to_string();
+        let body = futures_util::stream::unfold(Some(out.body), move |body| {
+            let key = key.clone();
+            async move {
+                let mut body = body?;
+                match body.try_next().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(body))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(io(&key, e)), None)),
+                }
+            }
+        });
+        Ok(ObjectStream {
+            size,
+            body: Box::pin(body),
+        })
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {

@@ -1,6 +1,17 @@
 //! The object-store rules.
 
 use super::*;
+async fn collect(s: tessera_core::ports::object_store::ObjectStream) -> Vec<u8> {
+    use futures_util::TryStreamExt;
+    s.body
+        .try_fold(Vec::new(), |mut v, c| async move {
+            v.extend_from_slice(&c);
+            Ok(v)
+        })
+        .await
+        .unwrap()
+}
+
 /// Every object-store rule.
 pub async fn object_store(store: Arc<dyn ObjectStore>) {
     let p = format!("conf/{}", ulid_like());
@@ -53,6 +64,27 @@ pub async fn object_store(store: Arc<dyn ObjectStore>) {
         Bytes::new(),
         "an empty object is read, not refused"
     );
+    let whole = store.get_stream(&k, None).await.unwrap();
+    assert_eq!(whole.size, 11);
+    assert_eq!(collect(whole).await, b"hello world");
+    let part = store.get_stream(&k, Some(6..11)).await.unwrap();
+    assert_eq!(
+        part.size, 11,
+        "a range's stream still says the object's size"
+    );
+    assert_eq!(collect(part).await, b"world");
+    assert!(matches!(
+        store.get_stream(&k, Some(6..12)).await,
+        Err(ObjectStoreError::BadRange { .. })
+    ));
+    assert!(matches!(
+        store.get_stream(&k, Some(20..30)).await,
+        Err(ObjectStoreError::BadRange { .. })
+    ));
+    assert!(matches!(
+        store.get_stream(&format!("{p}/missing"), None).await,
+        Err(ObjectStoreError::NotFound(_))
+    ));
     let m2 = store
         .put(&k, Bytes::from_static(b"HELLO WORLD"))
         .await
@@ -79,6 +111,16 @@ pub async fn object_store(store: Arc<dyn ObjectStore>) {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&src, &data).unwrap();
     store.put_file(&format!("{p}/big.bin"), &src).await.unwrap();
+    let streamed = store
+        .get_stream(&format!("{p}/big.bin"), None)
+        .await
+        .unwrap();
+    assert_eq!(collect(streamed).await, data, "a stream of many chunks");
+    let tail = store
+        .get_stream(&format!("{p}/big.bin"), Some(1000..300_000))
+        .await
+        .unwrap();
+    assert_eq!(collect(tail).await, &data[1000..]);
     let dst = dir.join("dst.bin");
     let meta = store
         .get_to_file(&format!("{p}/big.bin"), &dst)

@@ -34,5 +34,6 @@ pub fn state(function: &Function, faces: Arc<FaceService>, backend: (String, boo
             function.engine.ports().store.clone(),
         ))]),
         browser: tessera_api::browser::BrowserPolicy::from_env(),
+        response_limit: Some(tessera_api::LAMBDA_RESPONSE_LIMIT),
     }
 }

@@ -520,3 +520,82 @@ async fn a_photo_from_a_key_already_in_the_bucket_is_ingested_and_managed_keys_a
     let (_, view) = call(&app, get()).await;
     assert_eq!(view["name"], "astronaut.png");
 }
+
+/// A stored file larger than the `api` function streams at full speed is a redirect to
+/// S3 (a presigned URL that honours the same range); a smaller answer is streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_over_the_functions_response_limit_is_redirected_to_s3() {
+    use tessera_core::catalog::datasets::{self, CheckedBytes, NewDataset, Pixels};
+    let d = Deployment::start(Duration::from_secs(30), 5).await;
+    let (app, key) = api(&d).await;
+    let dataset = datasets::create(
+        &d.adapters.store,
+        &TenantId::local(),
+        tessera_core::ProjectId::new(),
+        NewDataset {
+            name: "large".into(),
+            source: serde_json::json!({"kind": "upload"}),
+            camera_model: "SIMPLE_RADIAL".into(),
+            respect_exif_orientation: true,
+            intrinsics_mode: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let large: Vec<u8> = (0..tessera_api::LAMBDA_RESPONSE_LIMIT + 4096)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let image = datasets::register_image(
+        &d.adapters.store,
+        &d.adapters.objects,
+        &dataset,
+        "large.jpg",
+        CheckedBytes {
+            sha: format!("{:064x}", large.len()),
+            bytes: large.clone().into(),
+            pixels: Pixels::Size(6000, 4000),
+            gps: false,
+        },
+        ("upload", None),
+    )
+    .await
+    .unwrap();
+    let path = format!("/v1/images/{}/bytes", image.image_id);
+    let get = |range: Option<&str>| {
+        let mut e = event("GET", &path, Some(&key), None);
+        if let Some(r) = range {
+            e.headers_mut().insert("range", r.parse().unwrap());
+        }
+        app.clone().oneshot(e)
+    };
+
+    let whole = get(None).await.unwrap();
+    assert_eq!(whole.status(), 307);
+    let location = whole.headers()["location"].to_str().unwrap().to_string();
+    let fetched = reqwest::get(&location).await.unwrap();
+    assert_eq!(fetched.status(), 200);
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), &large[..]);
+
+    let tail = format!("bytes={}-", large.len() - 10);
+    let small = get(Some(&tail)).await.unwrap();
+    assert_eq!(
+        small.status(),
+        206,
+        "a small range is answered, not redirected"
+    );
+    assert_eq!(small.headers()["content-length"], "10");
+    let body = small.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.as_ref(), &large[large.len() - 10..]);
+
+    let most = get(Some("bytes=1-")).await.unwrap();
+    assert_eq!(most.status(), 307, "a range over the limit is redirected");
+    let location = most.headers()["location"].to_str().unwrap().to_string();
+    let ranged = reqwest::Client::new()
+        .get(&location)
+        .header("range", "bytes=1-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.status(), 206);
+    assert_eq!(ranged.bytes().await.unwrap().as_ref(), &large[1..]);
+}

@@ -12,7 +12,12 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use tessera_core::ports::object_store::{ObjectMeta, ObjectStore, ObjectStoreError, validate_key};
+use tessera_core::ports::object_store::{
+    ObjectMeta, ObjectStore, ObjectStoreError, ObjectStream, validate_key,
+};
+
+/// Bytes a streamed read takes from the file at a time.
+const STREAM_CHUNK: u64 = 256 << 10;
 
 /// A folder as an object store.
 #[derive(Debug, Clone)]
@@ -219,6 +224,70 @@ impl ObjectStore for FolderObjectStore {
             Ok(Bytes::from(buf))
         })
         .await
+    }
+
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<ObjectStream, ObjectStoreError> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let path = self.path_of(key)?;
+        let key = key.to_string();
+        // The file this handle opened is the object read to the end: a put renames a new
+        // file into place and never rewrites this one.
+        let mut f = tokio::fs::File::open(&path).await.map_err(Self::io(&key))?;
+        let m = f.metadata().await.map_err(Self::io(&key))?;
+        if !m.is_file() {
+            return Err(ObjectStoreError::NotFound(key));
+        }
+        let size = m.len();
+        let range = range.unwrap_or(0..size);
+        if range.start > range.end || range.end > size {
+            return Err(ObjectStoreError::BadRange {
+                key,
+                start: range.start,
+                end: range.end,
+                size,
+            });
+        }
+        f.seek(SeekFrom::Start(range.start))
+            .await
+            .map_err(Self::io(&key))?;
+        let remaining = range.end - range.start;
+        let body = futures_util::stream::unfold(
+            (f, remaining, key),
+            |(mut f, remaining, key)| async move {
+                if remaining == 0 {
+                    return None;
+                }
+                let mut buf = vec![0; remaining.min(STREAM_CHUNK) as usize];
+                match f.read(&mut buf).await {
+                    Ok(0) => Some((
+                        Err(ObjectStoreError::Io {
+                            key: key.clone(),
+                            source: std::io::ErrorKind::UnexpectedEof.into(),
+                        }),
+                        (f, 0, key),
+                    )),
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(Bytes::from(buf)), (f, remaining - n as u64, key)))
+                    }
+                    Err(source) => Some((
+                        Err(ObjectStoreError::Io {
+                            key: key.clone(),
+                            source,
+                        }),
+                        (f, 0, key),
+                    )),
+                }
+            },
+        );
+        Ok(ObjectStream {
+            size,
+            body: Box::pin(body),
+        })
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {

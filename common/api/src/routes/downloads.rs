@@ -86,6 +86,7 @@ pub async fn artifact_file(
         // Revalidated: a damaged checkpoint is re-run and published again at the same
         // names, so a URL's bytes may change (the ETag says when).
         served::Freshness::Revalidate,
+        s.response_limit,
     )
     .await
     .map_err(Problem::internal)?;

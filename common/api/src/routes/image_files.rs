@@ -64,6 +64,7 @@ pub async fn image_bytes(
         ct,
         &img.content_sha,
         served::Freshness::Immutable,
+        s.response_limit,
     )
     .await
     .map_err(|e| object_problem(&img, e))

@@ -115,6 +115,7 @@ pub async fn original(
         &etag,
         // Every read is audited, so every read reaches the server.
         crate::bytes::Freshness::Revalidate,
+        s.response_limit,
     )
     .await
     .map_err(Problem::internal)

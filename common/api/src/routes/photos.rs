@@ -346,6 +346,7 @@ pub async fn file(
         ct,
         &etag,
         crate::bytes::Freshness::Revalidate,
+        s.response_limit,
     )
     .await
     .map_err(Problem::internal)

@@ -230,6 +230,7 @@ async fn serve_file(
         ct,
         &etag,
         crate::bytes::Freshness::Immutable,
+        s.response_limit,
     )
     .await
     {

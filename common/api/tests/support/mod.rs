@@ -106,6 +106,7 @@ pub async fn serve_over(
             listener.local_addr().unwrap(),
             vec![ALLOWED_PAGE.into()],
         ),
+        response_limit: None,
     });
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();

@@ -19,6 +19,26 @@ pub struct ObjectMeta {
     pub etag: String,
 }
 
+/// An object's bytes as they are read, a chunk at a time.
+pub type ByteChunks = futures_util::stream::BoxStream<'static, Result<Bytes, ObjectStoreError>>;
+
+/// A read that streams ([`ObjectStore::get_stream`]): nothing of the object is held
+/// but the chunk on its way, so a slow reader costs one chunk, not the object.
+pub struct ObjectStream {
+    /// Bytes of the whole object.
+    pub size: u64,
+    /// The bytes asked for (the whole object, or the range).
+    pub body: ByteChunks,
+}
+
+impl std::fmt::Debug for ObjectStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStream")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Errors of the object store.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectStoreError {
@@ -129,6 +149,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// checked by [`Self::head`] and then a [`Self::get`] can read an object replaced in
     /// between, however large. Never holds more than `max + 1` bytes of it.
     async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError>;
+
+    /// Read an object, or `range` of it, as a stream of chunks (pulled as the reader
+    /// takes them). A range must lie within the object ([`ObjectStoreError::BadRange`]).
+    async fn get_stream(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<ObjectStream, ObjectStoreError>;
 
     /// Read `range` of an object.
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError>;
