@@ -345,15 +345,12 @@ impl ReconstructionSpec {
         match &self.georef {
             Georef::None => {}
             Georef::Gps { target_epsg } => check_epsg(&mut p, "georef.target_epsg", *target_epsg),
-            Georef::Gcp { file, target_epsg } => {
-                if file.trim().is_empty() {
-                    p.add(
-                        "georef.file",
-                        "is empty; give the ground control point file",
-                    );
-                }
-                check_epsg(&mut p, "georef.target_epsg", *target_epsg);
-            }
+            // No engine places a model by ground control points yet: refused here, not
+            // run as something else (it was aligned to the photos' GPS instead).
+            Georef::Gcp { .. } => p.add(
+                "georef.mode",
+                "`gcp` is not supported yet; use `gps` (the photos' EXIF positions) or `none`",
+            ),
         }
         let mut seen = std::collections::BTreeSet::new();
         for e in &self.exports {
@@ -458,11 +455,20 @@ impl TriangulateSpec {
     }
 }
 
+/// The frames a GPS alignment produces: local east-north-up metres (no code) and
+/// earth-centred ECEF (EPSG:4978). Any other code would be answered with one of those
+/// under its name, so it is refused.
 fn check_epsg(p: &mut Problems, field: &str, epsg: Option<u32>) {
-    if let Some(code) = epsg
-        && !(1024..=32767).contains(&code)
-    {
-        p.add(field, format!("{code} is not an EPSG code; use e.g. 4978 (ECEF) or 32633 (UTM 33N), or leave it out for local ENU"));
+    match epsg {
+        None | Some(4978) => {}
+        Some(code) if !(1024..=32767).contains(&code) => p.add(
+            field,
+            format!("{code} is not an EPSG code; use 4978 (ECEF), or leave it out for local east-north-up metres"),
+        ),
+        Some(code) => p.add(
+            field,
+            format!("EPSG:{code} is not produced yet; use 4978 (ECEF), or leave it out for local east-north-up metres"),
+        ),
     }
 }
 
@@ -549,6 +555,32 @@ mod tests {
             ]
         );
         assert!(err.to_string().contains("use 256 to 65536"));
+    }
+
+    #[test]
+    fn a_frame_no_engine_produces_is_refused_not_replaced() {
+        let refused = |georef: Value| {
+            let mut v = valid();
+            v["georef"] = georef;
+            let spec: ReconstructionSpec = parse(v).unwrap();
+            spec.validate()
+                .err()
+                .map(|e| (e.errors[0].field.clone(), e.to_string()))
+        };
+        for ok in [
+            json!({"mode": "none"}),
+            json!({"mode": "gps", "target_epsg": null}),
+            json!({"mode": "gps", "target_epsg": 4978}),
+        ] {
+            assert_eq!(refused(ok.clone()), None, "{ok}");
+        }
+        let (field, why) = refused(json!({"mode": "gps", "target_epsg": 32633})).unwrap();
+        assert_eq!(field, "georef.target_epsg");
+        assert!(why.contains("EPSG:32633 is not produced"), "{why}");
+        let (field, why) =
+            refused(json!({"mode": "gcp", "file": "gcp_list.txt", "target_epsg": 4978})).unwrap();
+        assert_eq!(field, "georef.mode");
+        assert!(why.contains("not supported"), "{why}");
     }
 
     #[test]
