@@ -31,7 +31,13 @@ fn stored(state: &Path) -> (BTreeSet<String>, BTreeSet<String>) {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                objects.insert(p.strip_prefix(&root).unwrap().display().to_string());
+                let key = p.strip_prefix(&root).unwrap().display().to_string();
+                // A thumbnail that failed is remembered beside the thumbnails, so asking
+                // again costs no decode (`image_files.rs`): state derived from what was
+                // stored before, one small object per image, erased with its dataset.
+                if !(key.starts_with("thumbnails/") && key.ends_with("/unreadable.txt")) {
+                    objects.insert(key);
+                }
             }
         }
     }

@@ -18,8 +18,8 @@ use support::*;
 /// and readiness with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_follows_the_worker_loop() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let status = |path: &'static str| {
         let c = c.clone();
         let url = format!("{}{path}", s.base);
@@ -53,10 +53,18 @@ async fn health_follows_the_worker_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn meta_routes_cors_and_errors() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let r = c.get(format!("{}/healthz", s.base)).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    assert!(r.headers().get("warning").is_none(), "{:?}", r.headers());
+    // A server where every caller is the local admin says so on every answer.
+    let open = serve(AuthMode::None, false).await;
+    let r = client()
+        .get(format!("{}/healthz", open.base))
+        .send()
+        .await
+        .unwrap();
     assert!(
         r.headers()["warning"]
             .to_str()
@@ -193,8 +201,8 @@ async fn meta_routes_cors_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projects_are_created_idempotently_listed_and_validated() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let url = format!("{}/v1/projects", s.base);
     let r = c
         .post(&url)
@@ -625,8 +633,8 @@ async fn read_events(r: reqwest::Response, stop_after: Option<usize>) -> Vec<(u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_resumed_with_last_event_id_delivers_every_event_exactly_once() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let job = demo_job(&s.engine, TenantId::local(), 6).await;
     let url = format!("{}/v1/jobs/{job}/events", s.base);
     let r = c.get(&url).send().await.unwrap();
@@ -694,8 +702,8 @@ async fn sse_resumed_with_last_event_id_delivers_every_event_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_resume_over_http() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let job = demo_job(&s.engine, TenantId::local(), 2).await;
     let cancelled: Value = c
         .post(format!("{}/v1/jobs/{job}:cancel?force=true", s.base))
@@ -718,8 +726,8 @@ async fn cancel_and_resume_over_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_uploads_resume_after_a_dropped_chunk_and_check_their_hash() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let sha = {
         use sha2::Digest;
@@ -812,8 +820,8 @@ async fn chunked_uploads_resume_after_a_dropped_chunk_and_check_their_hash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datasets_and_images_with_range_etag_and_validation() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let p: Value = c
         .post(format!("{}/v1/projects", s.base))
         .json(&json!({"name": "imgs"}))
@@ -1096,8 +1104,8 @@ fn parse_points(b: &[u8]) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_parse() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "recipe", 6, 64 * 1024).await;
     let (pid, did) = (pid.as_str(), did.as_str());
     problem(
@@ -1310,8 +1318,8 @@ async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_in_openapi_json_answers_on_the_running_server() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let doc: Value = c
         .get(format!("{}/openapi.json", s.base))
         .send()
@@ -1381,8 +1389,8 @@ async fn every_operation_in_openapi_json_answers_on_the_running_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
-    let s = serve_with(AuthMode::None, true, Some(face_models())).await;
-    let c = client();
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let c = admin_client(&s).await;
     let p: Value = c
         .post(format!("{}/v1/projects", s.base))
         .json(&json!({"name": "wedding", "match_threshold": 0.363}))
@@ -1620,13 +1628,16 @@ async fn the_privacy_extension_enrols_blurs_serves_and_reblurs() {
 async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    let s = serve(AuthMode::None, true).await;
+    let s = serve(AuthMode::ApiKey, true).await;
+    let key = admin_key(&s).await;
     let ws_base = s.base.replace("http://", "ws://");
     let job = demo_job(&s.engine, TenantId::local(), 4).await;
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async(format!("{ws_base}/ws/v1/jobs/{job}?last_event_id=0"))
-            .await
-            .unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_request(
+        &key,
+        format!("{ws_base}/ws/v1/jobs/{job}?last_event_id=0"),
+    ))
+    .await
+    .unwrap();
     let mut kinds = Vec::new();
     let mut seqs = Vec::new();
     let mut close_code = None;
@@ -1655,11 +1666,12 @@ async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
     assert_eq!(close_code, Some(1000));
 
     // A job nobody runs: ping, cancel over the socket, then a bad frame.
-    let idle = serve(AuthMode::None, false).await;
+    let idle = serve(AuthMode::ApiKey, false).await;
+    let idle_key = admin_key(&idle).await;
     let job = demo_job(&idle.engine, TenantId::local(), 1).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "{}/ws/v1/jobs/{job}",
-        idle.base.replace("http://", "ws://")
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_request(
+        &idle_key,
+        format!("{}/ws/v1/jobs/{job}", idle.base.replace("http://", "ws://")),
     ))
     .await
     .unwrap();
@@ -1692,9 +1704,12 @@ async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
     assert!(idle.engine.job(job).await.unwrap().cancel.is_some());
     // Malformed frames get an error and a 1008 close (unless the job ended first).
     let job2 = demo_job(&idle.engine, TenantId::local(), 1).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "{}/ws/v1/jobs/{job2}",
-        idle.base.replace("http://", "ws://")
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_request(
+        &idle_key,
+        format!(
+            "{}/ws/v1/jobs/{job2}",
+            idle.base.replace("http://", "ws://")
+        ),
     ))
     .await
     .unwrap();
@@ -1707,7 +1722,7 @@ async fn websocket_progress_hello_events_terminal_ping_cancel_and_bad_frames() {
     }
     assert_eq!(code, Some(1008));
     // Another tenant's (or no) job cannot be watched.
-    let r = client()
+    let r = as_key(&idle_key)
         .get(format!(
             "{}/ws/v1/jobs/{}",
             idle.base,
@@ -1745,8 +1760,8 @@ async fn wait_job(c: &reqwest::Client, base: &str, job: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_already_computed_by_another_job_is_a_cache_hit() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "cache", 4, 1 << 20).await;
     let (pid, did) = (pid.as_str(), did.as_str());
     let submit = |stage: &str, body: Value| {
@@ -1843,13 +1858,13 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
 
     let folders = tessera_api::sources::LocalFolders::new(&[allowed.path().to_path_buf()]).unwrap();
     let s = serve_sources(
-        AuthMode::None,
+        AuthMode::ApiKey,
         false,
         None,
         tessera_api::sources::Sources(vec![Arc::new(folders)]),
     )
     .await;
-    let c = client();
+    let c = admin_client(&s).await;
     let caps: Value = c
         .get(format!("{}/v1/capabilities", s.base))
         .send()
@@ -2069,8 +2084,8 @@ async fn metrics_count_requests_by_route_template_and_show_queue_depths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let p: Value = c
         .post(format!("{}/v1/projects", s.base))
         .json(&json!({"name": "opt"}))
@@ -2161,8 +2176,8 @@ async fn optional_endpoints_not_offered_answer_501_with_their_capability() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recipe_over_a_dataset_whose_images_changed_is_a_new_job() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "rerun", 2, 1 << 20).await;
     let submit = || async {
         let r = c
@@ -2208,8 +2223,8 @@ async fn a_recipe_over_a_dataset_whose_images_changed_is_a_new_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_trail() {
-    let s = serve_with(AuthMode::None, true, Some(face_models())).await;
-    let c = client();
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let c = admin_client(&s).await;
     let p: Value = c
         .post(format!("{}/v1/projects", s.base))
         .json(&json!({"name": "to-erase", "match_threshold": 0.363}))

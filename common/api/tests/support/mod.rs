@@ -373,3 +373,34 @@ pub async fn admin_and_viewer(s: &Server) -> (reqwest::Client, reqwest::Client) 
 pub async fn json_of(r: reqwest::Response) -> serde_json::Value {
     r.json().await.unwrap()
 }
+
+/// A fresh admin key of the local tenant.
+pub async fn admin_key(s: &Server) -> String {
+    tessera_api::auth::create_key(
+        s.engine.ports().store.as_ref(),
+        tessera_core::TenantId::local(),
+        true,
+    )
+    .await
+    .unwrap()
+    .1
+}
+
+/// A client with a fresh admin key of the local tenant: how the tests call a server by
+/// default, as production's callers do (`api_key` mode).
+pub async fn admin_client(s: &Server) -> reqwest::Client {
+    as_key(&admin_key(s).await)
+}
+
+/// A WebSocket handshake to `url` carrying `key`, as a client of an `api_key` server
+/// sends it.
+pub fn ws_request(
+    key: &str,
+    url: String,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut r = url.into_client_request().unwrap();
+    r.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    r
+}
