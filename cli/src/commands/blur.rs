@@ -1,6 +1,6 @@
 //! `tessera blur INPUT_DIR --out OUT`: a one-shot privacy run in embedded mode.
 
-use super::photos::{drive, photo_error, upload};
+use super::photos::{check_files, drive, photo_error, upload};
 use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
@@ -172,6 +172,7 @@ fn output_folder(path: &Path, used: &mut HashSet<String>) -> String {
 pub async fn run(json: bool, args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let images = crate::photos::list_images(&args.input)?;
+    check_files(&images)?;
     let references = args
         .privacy
         .opted_out

@@ -164,13 +164,9 @@ fn parse_photo(s: &str) -> anyhow::Result<PhotoId> {
     })
 }
 
-/// Add one file to `project` as a new photo (the intake every way in uses) and submit
-/// its ingest job. A file larger than any photo may be is refused before it is read.
-pub async fn upload(
-    engine: &Engine,
-    project: &Project,
-    path: &Path,
-) -> anyhow::Result<(PhotoId, JobId)> {
+/// The name a file is added under, and why it cannot be a photo if it cannot: too large
+/// (checked before it is read) or a name no key can hold.
+fn admissible(path: &Path) -> anyhow::Result<String> {
     let size = std::fs::metadata(path)
         .with_context(|| format!("cannot read {}", path.display()))?
         .len();
@@ -181,11 +177,29 @@ pub async fn upload(
         }
         .into());
     }
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "photo".into());
+    intake::check_name(&name).with_context(|| format!("cannot add {}", path.display()))?;
+    Ok(name)
+}
+
+/// Check every file before the first is added: a refusal halfway would leave the files
+/// before it stored, counted against the quota and never processed.
+pub fn check_files(paths: &[PathBuf]) -> anyhow::Result<()> {
+    paths.iter().try_for_each(|p| admissible(p).map(|_| ()))
+}
+
+/// Add one file to `project` as a new photo (the intake every way in uses) and submit
+/// its ingest job. A file larger than any photo may be is refused before it is read.
+pub async fn upload(
+    engine: &Engine,
+    project: &Project,
+    path: &Path,
+) -> anyhow::Result<(PhotoId, JobId)> {
+    let name = admissible(path)?;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let added = intake::add(engine, project, &name, bytes.into())
         .await
         .with_context(|| format!("cannot add {}", path.display()))?;
@@ -655,7 +669,9 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
         } => {
             let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
             let mut submitted = Vec::new();
-            for path in files_of(&paths)? {
+            let files = files_of(&paths)?;
+            check_files(&files)?;
+            for path in files {
                 let (photo, job) = upload(&engine, &p, &path).await?;
                 submitted.push((path, photo, job));
             }

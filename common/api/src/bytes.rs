@@ -35,6 +35,17 @@ pub async fn serve_object(
     );
     let (status, stream, length) = match req.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         None => {
+            // Where answers are capped, the size decides before a read is started.
+            if let Some(max) = limit {
+                let size = objects
+                    .head(key)
+                    .await?
+                    .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
+                    .size;
+                if size > max {
+                    return redirect(objects, key, size, max).await;
+                }
+            }
             let stream = objects.get_stream(key, None).await?;
             let n = stream.size;
             (StatusCode::OK, stream, n)

@@ -4,13 +4,11 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::ops::Range;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
+use tessera_conformance::observed::{Hooks, Observed};
 use tessera_core::catalog::CatalogError;
 use tessera_core::catalog::datasets::{self, CheckedBytes, Dataset, NewDataset, Pixels};
 use tessera_core::ports::ObjectStore;
-use tessera_core::ports::object_store::{ObjectMeta, ObjectStoreError};
 use tessera_core::{ProjectId, TenantId};
 use tessera_local::{FolderObjectStore, SqliteStateStore, StateDir};
 
@@ -24,8 +22,8 @@ fn bytes(fill: u8) -> CheckedBytes {
     }
 }
 
-/// The folder store, with a registration of `name` slipped in at the moment the
-/// catalog deletes an object: the interleaving two API requests can have, made certain.
+/// A registration of `name` slipped in at the moment the catalog deletes an object: the
+/// interleaving two API requests can have, made certain.
 struct RegistersOnDelete {
     inner: Arc<FolderObjectStore>,
     store: Arc<SqliteStateStore>,
@@ -35,39 +33,8 @@ struct RegistersOnDelete {
 }
 
 #[async_trait]
-impl ObjectStore for RegistersOnDelete {
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put(key, bytes).await
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_if_absent(key, bytes).await
-    }
-    async fn put_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_file(key, path).await
-    }
-    async fn get(&self, key: &str) -> Result<Bytes, ObjectStoreError> {
-        self.inner.get(key).await
-    }
-    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
-        self.inner.get_at_most(key, max).await
-    }
-    async fn get_stream(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<tessera_core::ports::object_store::ObjectStream, ObjectStoreError> {
-        self.inner.get_stream(key, range).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
-        self.inner.get_range(key, range).await
-    }
-    async fn get_to_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.get_to_file(key, path).await
-    }
-    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, ObjectStoreError> {
-        self.inner.head(key).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), ObjectStoreError> {
+impl Hooks for RegistersOnDelete {
+    async fn deleting(&self, _key: &str) {
         let racing = datasets::register_image(
             self.store.as_ref(),
             self.inner.as_ref(),
@@ -78,15 +45,6 @@ impl ObjectStore for RegistersOnDelete {
         )
         .await;
         *self.outcome.lock().unwrap() = Some(racing);
-        self.inner.delete(key).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<ObjectMeta>, Option<String>), ObjectStoreError> {
-        self.inner.list(prefix, after, limit).await
     }
 }
 
@@ -121,14 +79,15 @@ async fn a_name_registered_while_its_old_image_is_deleted_keeps_its_bytes() {
     )
     .await
     .unwrap();
-    let racing = RegistersOnDelete {
+    let racing = Arc::new(RegistersOnDelete {
         inner: objects.clone(),
         store: store.clone(),
         dataset: d.clone(),
         name: "a.jpg".into(),
         outcome: Mutex::new(None),
-    };
-    datasets::delete_image(store.as_ref(), &racing, &old)
+    });
+    let observed = Observed::new(objects.clone(), racing.clone());
+    datasets::delete_image(store.as_ref(), &observed, &old)
         .await
         .unwrap();
     // While the old bytes were being deleted its name was still taken...

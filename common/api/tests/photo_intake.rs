@@ -8,13 +8,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::StatusCode;
 use serde_json::json;
-use std::ops::Range;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tessera_api::AuthMode;
+use tessera_conformance::observed::{Hooks, Observed};
 use tessera_core::ports::ObjectStore;
-use tessera_core::ports::object_store::{ObjectMeta, ObjectStoreError};
 use tessera_jobs::photos::intake::MAX_BYTES;
 
 mod support;
@@ -22,85 +20,26 @@ use support::*;
 
 const KEY: &str = "incoming/local/burst/0001.jpg";
 
-/// The folder store, where a writer replaces [`KEY`] with an object larger than any
-/// photo just after the first look at it answers; it records the most bytes any one
-/// read of [`KEY`] returned.
+/// A writer that replaces [`KEY`] with an object larger than any photo just after the
+/// first look at it answers; it records the most bytes any one read of [`KEY`] returned.
 struct ReplacedAfterFirstLook {
     inner: Arc<dyn ObjectStore>,
     looked: AtomicBool,
     most_read: AtomicU64,
 }
 
-impl ReplacedAfterFirstLook {
-    async fn after_look(&self, key: &str) {
+#[async_trait]
+impl Hooks for ReplacedAfterFirstLook {
+    fn read(&self, key: &str, bytes: u64) {
+        if key == KEY {
+            self.most_read.fetch_max(bytes, Ordering::SeqCst);
+        }
+    }
+    async fn looked(&self, key: &str) {
         if key == KEY && !self.looked.swap(true, Ordering::SeqCst) {
             let huge = Bytes::from(vec![0xAB; (MAX_BYTES + (1 << 20)) as usize]);
             self.inner.put(KEY, huge).await.unwrap();
         }
-    }
-    fn read(&self, key: &str, r: &Result<Bytes, ObjectStoreError>) {
-        if let (KEY, Ok(b)) = (key, r) {
-            self.most_read.fetch_max(b.len() as u64, Ordering::SeqCst);
-        }
-    }
-}
-
-#[async_trait]
-impl ObjectStore for ReplacedAfterFirstLook {
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put(key, bytes).await
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_if_absent(key, bytes).await
-    }
-    async fn put_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_file(key, path).await
-    }
-    async fn get(&self, key: &str) -> Result<Bytes, ObjectStoreError> {
-        let r = self.inner.get(key).await;
-        self.read(key, &r);
-        self.after_look(key).await;
-        r
-    }
-    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
-        let r = self.inner.get_at_most(key, max).await;
-        self.read(key, &r);
-        self.after_look(key).await;
-        r
-    }
-    async fn get_stream(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<tessera_core::ports::object_store::ObjectStream, ObjectStoreError> {
-        self.inner.get_stream(key, range).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
-        let r = self.inner.get_range(key, range).await;
-        self.read(key, &r);
-        self.after_look(key).await;
-        r
-    }
-    async fn get_to_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        let r = self.inner.get_to_file(key, path).await;
-        self.after_look(key).await;
-        r
-    }
-    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, ObjectStoreError> {
-        let r = self.inner.head(key).await;
-        self.after_look(key).await;
-        r
-    }
-    async fn delete(&self, key: &str) -> Result<(), ObjectStoreError> {
-        self.inner.delete(key).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<ObjectMeta>, Option<String>), ObjectStoreError> {
-        self.inner.list(prefix, after, limit).await
     }
 }
 
@@ -127,12 +66,12 @@ async fn an_s3_key_replaced_after_its_size_was_checked_is_never_read_whole() {
     let store = std::sync::Mutex::new(None);
     let s = serve_over(AuthMode::ApiKey, false, None, Default::default(), |inner| {
         let w = Arc::new(ReplacedAfterFirstLook {
-            inner,
+            inner: inner.clone(),
             looked: AtomicBool::new(false),
             most_read: AtomicU64::new(0),
         });
         *store.lock().unwrap() = Some(w.clone());
-        w
+        Arc::new(Observed::new(inner, w))
     })
     .await;
     let store = store.into_inner().unwrap().unwrap();

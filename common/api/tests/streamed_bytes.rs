@@ -3,89 +3,22 @@
 //! memory each, not the image. Real HTTP, real SQLite, the real folder store, counting
 //! the bytes that leave it.
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::Value;
-use std::ops::Range;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tessera_api::AuthMode;
-use tessera_core::ports::ObjectStore;
-use tessera_core::ports::object_store::{ObjectMeta, ObjectStoreError, ObjectStream};
+use tessera_conformance::observed::{Hooks, Observed};
 
 mod support;
 use support::*;
 
-/// The folder store, counting every byte read out of it.
-struct CountsBytesOut {
-    inner: Arc<dyn ObjectStore>,
-    out: Arc<AtomicU64>,
-}
+/// Counts every byte read out of the store.
+struct CountsBytesOut(AtomicU64);
 
-impl CountsBytesOut {
-    fn counted(&self, r: Result<Bytes, ObjectStoreError>) -> Result<Bytes, ObjectStoreError> {
-        if let Ok(b) = &r {
-            self.out.fetch_add(b.len() as u64, Ordering::SeqCst);
-        }
-        r
-    }
-}
-
-#[async_trait]
-impl ObjectStore for CountsBytesOut {
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put(key, bytes).await
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_if_absent(key, bytes).await
-    }
-    async fn put_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.put_file(key, path).await
-    }
-    async fn get(&self, key: &str) -> Result<Bytes, ObjectStoreError> {
-        self.counted(self.inner.get(key).await)
-    }
-    async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError> {
-        self.counted(self.inner.get_at_most(key, max).await)
-    }
-    async fn get_stream(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<ObjectStream, ObjectStoreError> {
-        let s = self.inner.get_stream(key, range).await?;
-        let out = self.out.clone();
-        Ok(ObjectStream {
-            size: s.size,
-            body: Box::pin(s.body.inspect(move |c| {
-                if let Ok(c) = c {
-                    out.fetch_add(c.len() as u64, Ordering::SeqCst);
-                }
-            })),
-        })
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, ObjectStoreError> {
-        self.counted(self.inner.get_range(key, range).await)
-    }
-    async fn get_to_file(&self, key: &str, path: &Path) -> Result<ObjectMeta, ObjectStoreError> {
-        self.inner.get_to_file(key, path).await
-    }
-    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, ObjectStoreError> {
-        self.inner.head(key).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), ObjectStoreError> {
-        self.inner.delete(key).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<ObjectMeta>, Option<String>), ObjectStoreError> {
-        self.inner.list(prefix, after, limit).await
+impl Hooks for CountsBytesOut {
+    fn read(&self, _key: &str, bytes: u64) {
+        self.0.fetch_add(bytes, Ordering::SeqCst);
     }
 }
 
@@ -94,15 +27,13 @@ const CLIENTS: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_clients_of_a_large_image_hold_chunks_not_the_image() {
-    let out = Arc::new(AtomicU64::new(0));
-    let counter = out.clone();
+    let counter = Arc::new(CountsBytesOut(AtomicU64::new(0)));
+    let hooks = counter.clone();
     let s = serve_over(AuthMode::ApiKey, false, None, Default::default(), |inner| {
-        Arc::new(CountsBytesOut {
-            inner,
-            out: counter,
-        })
+        Arc::new(Observed::new(inner, hooks))
     })
     .await;
+    let out = &counter.0;
     let (admin, _) = admin_and_viewer(&s).await;
     let (_, did) = dataset_of_samples(&admin, &s.base, "large", 1, 8 << 20).await;
     let images: Value = json_of(

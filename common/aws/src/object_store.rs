@@ -430,7 +430,10 @@ impl ObjectStore for S3ObjectStore {
             // A range starting past the end.
             Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 416) => {
                 let size = self.head(key).await?.map_or(0, |m| m.size);
-                return Err(bad(range.as_ref().expect("only a range is refused"), size));
+                return Err(match &range {
+                    Some(r) => bad(r, size),
+                    None => sdk(key, e),
+                });
             }
             Err(e) => return Err(sdk(key, e)),
         };

@@ -10,6 +10,7 @@
 mod event_log;
 pub mod moto;
 mod object_store;
+pub mod observed;
 mod queue;
 pub mod sfmapi_event;
 mod state_store;

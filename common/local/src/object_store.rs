@@ -43,7 +43,11 @@ impl FolderObjectStore {
 
     fn io(key: &str) -> impl FnOnce(std::io::Error) -> ObjectStoreError + '_ {
         move |source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
+            // A key under what is a file here (`a.jpg/x`) names nothing, as on S3.
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) {
                 ObjectStoreError::NotFound(key.to_string())
             } else {
                 ObjectStoreError::Io {

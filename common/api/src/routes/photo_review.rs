@@ -115,7 +115,10 @@ pub async fn original(
         &etag,
         // Every read is audited, so every read reaches the server.
         crate::bytes::Freshness::Revalidate,
-        s.response_limit,
+        // Never a redirect: every read of an original is audited, and a presigned URL
+        // could be replayed unaudited. Originals are at most 100 MiB, within what the
+        // `api` function streams (200 MB).
+        None,
     )
     .await
     .map_err(Problem::internal)

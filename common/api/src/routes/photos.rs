@@ -346,7 +346,11 @@ pub async fn file(
         ct,
         &etag,
         crate::bytes::Freshness::Revalidate,
-        s.response_limit,
+        // Never a redirect: each read of a subject's unblurred variant is audited, and a
+        // bearer URL could be replayed unaudited; the console reads these files with
+        // `fetch`, which a redirect to the bucket (no CORS) would break. They are renders
+        // of photos of at most 100 MiB, within what the `api` function streams (200 MB).
+        None,
     )
     .await
     .map_err(Problem::internal)

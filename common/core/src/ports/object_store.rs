@@ -147,7 +147,8 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// Read a whole object only if it is at most `max` bytes, in one request: a size
     /// checked by [`Self::head`] and then a [`Self::get`] can read an object replaced in
-    /// between, however large. Never holds more than `max + 1` bytes of it.
+    /// between, however large. Never holds more than `max` bytes of it and one chunk
+    /// of what the store sends.
     async fn get_at_most(&self, key: &str, max: u64) -> Result<Bytes, ObjectStoreError>;
 
     /// Read an object, or `range` of it, as a stream of chunks (pulled as the reader

@@ -103,6 +103,12 @@ pub fn upload_key(project: ProjectId, photo: PhotoId, name: &str) -> Result<Stri
     Ok(key)
 }
 
+/// Whether `name` can name a photo (the check [`upload_key`] makes), before anything is
+/// stored: a caller adding many files checks them all first.
+pub fn check_name(name: &str) -> Result<(), IntakeError> {
+    upload_key(ProjectId::new(), PhotoId::new(), name).map(|_| ())
+}
+
 /// Count one photo against `tenant`'s quota (before its bytes or its upload URL).
 pub async fn admit(engine: &Engine, tenant: &TenantId) -> Result<(), IntakeError> {
     tessera_core::catalog::quotas::admit_photo(engine.ports().store.as_ref(), tenant).await?;
