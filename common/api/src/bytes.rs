@@ -63,7 +63,22 @@ pub async fn serve_object(
                 header::CONTENT_RANGE,
                 HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")).expect("ascii"),
             );
-            let stream = objects.get_stream(key, Some(a..b + 1)).await?;
+            // The length came from one request and the bytes come from another: an
+            // object replaced in between (a checkpoint published again under its name)
+            // must not be answered as a part of the old one.
+            let stream = match objects.get_stream(key, Some(a..b + 1)).await {
+                Ok(s) if s.size == len => s,
+                Ok(_) | Err(ObjectStoreError::BadRange { .. }) => {
+                    let mut p = crate::problem::Problem::unavailable(
+                        "the file changed while it was being read; ask again",
+                    )
+                    .into_response();
+                    p.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    return Ok(p);
+                }
+                Err(e) => return Err(e),
+            };
             (StatusCode::PARTIAL_CONTENT, stream, b + 1 - a)
         }
     };

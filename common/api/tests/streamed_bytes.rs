@@ -91,3 +91,75 @@ async fn stalled_clients_of_a_large_image_hold_chunks_not_the_image() {
     }
     assert!(got == large, "the streamed bytes are the object's");
 }
+
+/// Once armed with a key, replaces it with a shorter object right after the next look
+/// at it answers: a file published again between a range's length and its bytes.
+struct ReplacedOnNextLook {
+    inner: Arc<dyn tessera_core::ports::ObjectStore>,
+    armed_for: std::sync::Mutex<Option<String>>,
+}
+
+#[async_trait::async_trait]
+impl Hooks for ReplacedOnNextLook {
+    async fn looked(&self, key: &str) {
+        let hit = {
+            let mut armed = self.armed_for.lock().unwrap();
+            let hit = armed.as_deref() == Some(key);
+            if hit {
+                *armed = None;
+            }
+            hit
+        };
+        if hit {
+            self.inner.put(key, vec![7u8; 50].into()).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_of_a_file_replaced_while_it_is_read_is_asked_again_not_mixed() {
+    let hooks = std::sync::Mutex::new(None);
+    let s = serve_over(AuthMode::ApiKey, false, None, Default::default(), |inner| {
+        let h = Arc::new(ReplacedOnNextLook {
+            inner: inner.clone(),
+            armed_for: std::sync::Mutex::new(None),
+        });
+        *hooks.lock().unwrap() = Some(h.clone());
+        Arc::new(Observed::new(inner, h))
+    })
+    .await;
+    let hooks = hooks.into_inner().unwrap().unwrap();
+    let admin = admin_client(&s).await;
+    let (_, did) = dataset_of_samples(&admin, &s.base, "changing", 1, 8 << 20).await;
+    let images: Value = json_of(
+        admin
+            .get(format!("{}/v1/datasets/{did}/images", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let image = &images["items"][0];
+    let id = image["image_id"].as_str().unwrap();
+    let key = format!("datasets/{did}/images/{}", image["name"].as_str().unwrap());
+    // The next look at the image's bytes (the range's length) is followed by a shorter
+    // object under the same key.
+    *hooks.armed_for.lock().unwrap() = Some(key);
+    let r = admin
+        .get(format!("{}/v1/images/{id}/bytes", s.base))
+        .header("range", "bytes=0-99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "{:?}", r.headers());
+    assert_eq!(r.headers()["retry-after"], "1");
+    // Asked again, the file as it is now.
+    let again = admin
+        .get(format!("{}/v1/images/{id}/bytes", s.base))
+        .header("range", "bytes=0-9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 206);
+    assert_eq!(again.headers()["content-range"], "bytes 0-9/50");
+}
