@@ -57,10 +57,10 @@ pub enum Command {
     Aws(commands::aws::AwsCommand),
     /// Create and show photo projects.
     #[command(subcommand)]
-    Projects(commands::photos::ProjectsCommand),
+    Projects(commands::projects::ProjectsCommand),
     /// Enrol people who asked not to be published.
     #[command(subcommand)]
-    Subjects(commands::photos::SubjectsCommand),
+    Subjects(commands::subjects::SubjectsCommand),
     /// Upload, list, show and re-blur photos.
     #[command(subcommand)]
     Photos(commands::photos::PhotosCommand),

@@ -2,7 +2,7 @@
 //! opting one out. The same use cases as `GET …/clusters` and `POST …/clusters/{id}/opt-out`
 //! ([`tessera_jobs::photos::clusters`]); the CLI acts as the local tenant's admin.
 
-use super::photos::report_change;
+use super::subjects::report_change;
 use crate::embedded;
 use crate::output::emit;
 use std::path::Path;

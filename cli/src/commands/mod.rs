@@ -17,11 +17,13 @@ pub mod demo;
 pub mod events;
 pub mod jobs;
 pub mod photos;
+pub mod projects;
 pub mod reconstruct;
 mod reconstruct_report;
 pub mod refine;
 pub mod serve;
 pub mod stage;
+pub mod subjects;
 pub mod worker;
 
 use crate::{Cli, Command};
@@ -42,8 +44,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(a) => serve::run(&cli.state, a).await,
         Command::Stage(a) => stage::run(cli.json, a).await,
         Command::Aws(c) => aws::run(cli.json, c).await,
-        Command::Projects(c) => photos::projects(&cli.state, cli.json, c).await,
-        Command::Subjects(c) => photos::subjects(&cli.state, cli.json, c).await,
+        Command::Projects(c) => projects::projects(&cli.state, cli.json, c).await,
+        Command::Subjects(c) => subjects::subjects(&cli.state, cli.json, c).await,
         Command::Photos(c) => photos::photos_cmd(&cli.state, cli.json, c).await,
         Command::Clusters(c) => clusters::run(&cli.state, cli.json, c).await,
     }

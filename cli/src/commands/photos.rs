@@ -1,5 +1,5 @@
-//! Project-scoped photo commands in embedded mode: `projects`, `subjects`, `photos`, and
-//! the driver that runs photo jobs (and the follow-ups ingest starts) to the end.
+//! `tessera photos` in embedded mode, and the driver that runs photo jobs (and the
+//! follow-ups ingest starts) to the end; `projects` and `subjects` are beside it.
 
 use crate::embedded;
 use crate::output::emit;
@@ -8,7 +8,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 use tessera_core::audit::Actor;
 use tessera_core::domain::Project;
@@ -19,75 +18,6 @@ use tessera_core::{JobId, PhotoId, TenantId, records};
 use tessera_engine::{Engine, Worker};
 use tessera_jobs::photos::{self, intake, kinds, project};
 use tokio_util::sync::CancellationToken;
-
-#[derive(clap::Subcommand, Debug)]
-pub enum ProjectsCommand {
-    /// Create a project.
-    Create {
-        /// Unique name.
-        name: String,
-        /// Cosine similarity at or above which a face is an opted-out subject. Without
-        /// it the project fails closed: every face is blurred in every file.
-        #[arg(long)]
-        threshold: Option<f32>,
-        /// How much face boxes grow before blurring (0.30..0.40).
-        #[arg(long, default_value_t = tessera_faces::blur::DEFAULT_EXPAND)]
-        blur_expand: f32,
-    },
-    /// Show a project, its subjects and photos, and how many photos are not yet
-    /// re-decided at its current subjects.
-    Show {
-        /// Project name.
-        name: String,
-    },
-    /// Re-decide every photo of a project (photos made under older rules, such as rows
-    /// from before EXIF orientation was applied, are migrated and re-published).
-    Reblur {
-        /// Project name.
-        name: String,
-        /// Only commit the re-blur job; `tessera worker` runs it.
-        #[arg(long)]
-        submit_only: bool,
-    },
-    /// Erase a project and everything in it: photos with every file made from them,
-    /// datasets with their images, opted-out subjects with their reference photos.
-    Erase {
-        /// Project name.
-        name: String,
-    },
-}
-
-#[derive(clap::Subcommand, Debug)]
-pub enum SubjectsCommand {
-    /// Enrol a person who asked not to be published, from reference photos of them;
-    /// every photo of the project is re-blurred.
-    Add {
-        /// Project name.
-        #[arg(long)]
-        project: String,
-        /// Their name, as people know them.
-        #[arg(long)]
-        label: String,
-        /// Reference photos (one face each; the largest face is used).
-        #[arg(required = true)]
-        references: Vec<PathBuf>,
-        /// Only submit the re-blur jobs; `tessera worker` runs them.
-        #[arg(long)]
-        submit_only: bool,
-    },
-    /// Remove an opted-out person (they agreed to be shown, or were enrolled by
-    /// mistake); every photo of the project is re-decided.
-    Remove {
-        /// Project name.
-        #[arg(long)]
-        project: String,
-        /// Subject id (`tessera projects show` lists them).
-        subject: String,
-        /// Only submit the re-blur jobs; `tessera worker` runs them.
-        #[arg(long)]
-        submit_only: bool,
-    },
-}
 
 #[derive(clap::Subcommand, Debug)]
 pub enum PhotosCommand {
@@ -343,7 +273,7 @@ async fn load_photo(engine: &Engine, id: PhotoId) -> anyhow::Result<Photo> {
     Ok(records::decode(&item)?)
 }
 
-fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -358,208 +288,6 @@ fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         }
     }
     Ok(out)
-}
-
-pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow::Result<ExitCode> {
-    let (_dir, engine) = embedded::engine(state, None).await?;
-    let store = engine.ports().store.clone();
-    match cmd {
-        ProjectsCommand::Create {
-            name,
-            threshold,
-            blur_expand,
-        } => {
-            let p = project::create(
-                store.as_ref(),
-                TenantId::local(),
-                &name,
-                threshold,
-                blur_expand,
-            )
-            .await?;
-            emit(json, &p, || match threshold {
-                Some(t) => format!("project `{name}` ({}) created; match threshold {t}", p.id),
-                None => format!(
-                    "project `{name}` ({}) created with no match threshold: it fails closed (every face is blurred everywhere)",
-                    p.id
-                ),
-            });
-        }
-        ProjectsCommand::Show { name } => {
-            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
-            let subjects = project::subjects(store.as_ref(), p.id).await?;
-            let status = project::privacy_status(store.as_ref(), p.id).await?;
-            let value = serde_json::json!({
-                "project": p,
-                "subjects": subjects.iter().map(|s| serde_json::json!({"id": s.id, "label": s.label, "references": s.references})).collect::<Vec<_>>(),
-                "photos": status.photos,
-                "published": status.published,
-                "subjects_rev": status.subjects_rev,
-                "photos_not_current": status.not_current,
-            });
-            emit(json, &value, || {
-                format!(
-                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published, {} not yet re-decided at subjects rev {})",
-                    p.name,
-                    p.id,
-                    p.match_threshold
-                        .map_or("none (fails closed)".to_string(), |t| t.to_string()),
-                    subjects
-                        .iter()
-                        .map(|s| format!("{} ({})", s.label, s.id))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    status.photos,
-                    status.published,
-                    status.not_current,
-                    status.subjects_rev,
-                )
-            });
-        }
-        ProjectsCommand::Erase { name } => {
-            let p = project::by_name(store.as_ref(), &TenantId::local(), &name).await?;
-            let done = tessera_jobs::photos::erase::erase_project(
-                store.as_ref(),
-                engine.ports().objects.as_ref(),
-                p.id,
-                &Actor::cli(p.tenant.clone()),
-            )
-            .await?;
-            emit(json, &done, || {
-                format!(
-                    "project `{name}` erased: {} photo(s), {} dataset(s), {} subject(s), {} object(s)",
-                    done.photos, done.datasets, done.subjects, done.objects
-                )
-            });
-        }
-        ProjectsCommand::Reblur { name, submit_only } => {
-            drop(engine);
-            let (_dir, engine) = embedded::engine(state, None).await?;
-            let p =
-                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
-            let change = project::reblur_all(&engine, p.id).await?;
-            report_change(
-                &engine,
-                json,
-                change,
-                submit_only,
-                format!("project `{name}`"),
-            )
-            .await?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub async fn subjects(state: &Path, json: bool, cmd: SubjectsCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        SubjectsCommand::Add {
-            project: name,
-            label,
-            references,
-            submit_only,
-        } => {
-            let models = photos::FaceService::load_from_env(tessera_faces::DetectorKind::Yunet, 1)?;
-            let (_dir, engine) = embedded::engine_with(
-                state,
-                None,
-                Arc::new(photos::FaceService::with_models(models.clone())),
-            )
-            .await?;
-            let p =
-                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
-            let mut refs = Vec::new();
-            for path in files_of(&references)? {
-                let bytes = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                refs.push((path.display().to_string(), bytes));
-            }
-            let (s, change) = project::enrol(
-                &engine,
-                models,
-                p.id,
-                &label,
-                refs,
-                &Actor::cli(p.tenant.clone()),
-            )
-            .await?;
-            for w in project::enrolment_warnings(&s) {
-                eprintln!("warning: {w}");
-            }
-            report_change(
-                &engine,
-                json,
-                change,
-                submit_only,
-                format!(
-                    "subject `{label}` ({}) enrolled from {} photo(s)",
-                    s.id,
-                    s.references.len()
-                ),
-            )
-            .await?;
-        }
-        SubjectsCommand::Remove {
-            project: name,
-            subject,
-            submit_only,
-        } => {
-            let (_dir, engine) = embedded::engine(state, None).await?;
-            let p =
-                project::by_name(engine.ports().store.as_ref(), &TenantId::local(), &name).await?;
-            let sid = subject.parse().map_err(|_| {
-                anyhow::anyhow!(
-                    "`{subject}` is not a subject id; `tessera projects show {name}` lists them"
-                )
-            })?;
-            let change =
-                project::remove_subject(&engine, p.id, sid, &Actor::cli(p.tenant.clone())).await?;
-            report_change(
-                &engine,
-                json,
-                change,
-                submit_only,
-                format!("subject {subject} removed"),
-            )
-            .await?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Run (unless `submit_only`) the sweep a subject change committed, and say what it did.
-pub(super) async fn report_change(
-    engine: &Engine,
-    json: bool,
-    change: project::SubjectChange,
-    submit_only: bool,
-    what: String,
-) -> anyhow::Result<()> {
-    let reprocessed = if submit_only {
-        None
-    } else {
-        let done = drive(engine, vec![change.reblur_job], !json).await?;
-        Some(
-            done.iter()
-                .filter(|j| j.kind == kinds::REPROCESS_JOB)
-                .count(),
-        )
-    };
-    let value = serde_json::json!({
-        "subjects_rev": change.subjects_rev, "reblur_job": change.reblur_job,
-        "photos_reprocessed": reprocessed,
-    });
-    emit(json, &value, || match reprocessed {
-        Some(n) => format!(
-            "{what}; {n} photo(s) re-decided at subjects rev {}",
-            change.subjects_rev
-        ),
-        None => format!(
-            "{what}; re-blur job {} committed (subjects rev {}); `tessera worker` runs it",
-            change.reblur_job, change.subjects_rev
-        ),
-    });
-    Ok(())
 }
 
 /// A photo as the CLI shows it, with its state at the project's subjects revision

@@ -37,11 +37,7 @@ pub async fn serve_object(
         None => {
             // Where answers are capped, the size decides before a read is started.
             if let Some(max) = limit {
-                let size = objects
-                    .head(key)
-                    .await?
-                    .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
-                    .size;
+                let size = size_of(objects, key).await?;
                 if size > max {
                     return redirect(objects, key, size, max).await;
                 }
@@ -51,11 +47,7 @@ pub async fn serve_object(
             (StatusCode::OK, stream, n)
         }
         Some(range) => {
-            let len = objects
-                .head(key)
-                .await?
-                .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
-                .size;
+            let len = size_of(objects, key).await?;
             let Some((a, b)) = parse_range(range, len) else {
                 return Ok(unsatisfiable(base, len));
             };
@@ -88,6 +80,14 @@ pub async fn serve_object(
     }
     base.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     Ok((status, base, Body::from_stream(stream.body)).into_response())
+}
+
+async fn size_of(objects: &dyn ObjectStore, key: &str) -> Result<u64, ObjectStoreError> {
+    Ok(objects
+        .head(key)
+        .await?
+        .ok_or_else(|| ObjectStoreError::NotFound(key.to_string()))?
+        .size)
 }
 
 /// How long the URL of a [`serve_object`] redirect works: the client follows it at once,

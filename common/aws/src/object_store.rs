@@ -1,5 +1,9 @@
 //! The object store on S3.
 //!
+//! Over 600 lines on purpose: one job, the port's operations on S3 one method each
+//! (multipart puts, bounded and streamed reads, presigning, listing), which share the
+//! error mapping and key checks here.
+//!
 //! Keys are checked with the port's [`validate_key`] before any request, so a hostile
 //! key fails the same way here as on a folder. Files larger than [`MULTIPART_THRESHOLD`]
 //! go up in parts, read from disk one part at a time; downloads stream to a temporary

@@ -1,5 +1,8 @@
 //! Job specs as validated data, and their fingerprints.
 //!
+//! Over 600 lines on purpose: the spec's types and the field-by-field validation that
+//! names each of them are read together; about a third is their tests.
+//!
 //! A spec is parsed with serde (unknown fields rejected) and then validated field by
 //! field; every problem names the field and says how to fix it, and all problems are
 //! reported at once. The fingerprint is SHA-256 over the canonical JSON of the spec with
