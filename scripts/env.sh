@@ -9,3 +9,6 @@ export TESSERA_MODELS="${TESSERA_MODELS:-$HOME/.cache/tessera/models}"
 export TESSERA_MOTO_SERVER="${TESSERA_MOTO_SERVER:-$HOME/.cache/tessera/venv-aws/bin/moto_server}"
 # COLMAP 4 through pycolmap (scripts/setup-pycolmap): the default engine where installed.
 export TESSERA_PYCOLMAP_PYTHON="${TESSERA_PYCOLMAP_PYTHON:-$HOME/.cache/tessera/venv-pycolmap/bin/python}"
+# laspy, lazrs and pyproj (scripts/setup-survey-readers): the tests' independent readers
+# of the LAS, LAZ and GeoJSON exports.
+export TESSERA_SURVEY_PYTHON="${TESSERA_SURVEY_PYTHON:-$HOME/.cache/tessera/venv-survey/bin/python}"

@@ -178,11 +178,11 @@ export async function confirmDelete(question, act, out) {
  * and what "run again" sends again from a run's options). `pairs` absent: the server
  * chooses.
  */
-export function pipelineRequest({ dataset, mapper, pairs, ba, georeference, exports }) {
-  const body = {
-    dataset_id: dataset,
-    spec: { kind: mapper, 'x-tessera': { ba: ba || 'standard', georeference: georeference || 'none', exports } },
-  };
+export function pipelineRequest({ dataset, mapper, pairs, ba, georeference, exports, crs }) {
+  const options = { ba: ba || 'standard', georeference: georeference || 'none', exports };
+  // The survey exports' coordinate system: left to the server's default when not given.
+  if (crs) options.crs = crs;
+  const body = { dataset_id: dataset, spec: { kind: mapper, 'x-tessera': options } };
   if (pairs) body.pairs = pairs;
   return body;
 }

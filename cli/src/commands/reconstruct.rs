@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_core::TenantId;
+use tessera_core::crs::OutputCrs;
 use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, JobStatus};
 use tessera_core::spec::{
@@ -116,9 +117,20 @@ pub struct Args {
     /// Georeferencing.
     #[arg(long, value_enum, default_value_t = GeorefArg::Auto)]
     pub georef: GeorefArg,
-    /// Exports, comma-separated: ply, nvm, colmap-text, colmap-bin, points-bin.
+    /// Place the model by ground control points: an OpenDroneMap `gcp_list.txt` (first
+    /// line the coordinate system, then `geo_x geo_y geo_z im_x im_y image_name
+    /// [gcp_name]` per mark). The survey exports default to its coordinate system.
+    #[arg(long)]
+    pub gcp: Option<PathBuf>,
+    /// Exports, comma-separated: ply, nvm, colmap-text, colmap-bin, points-bin, and for a
+    /// georeferenced model las, laz (points in `--crs`) and cameras-geojson.
     #[arg(long, value_delimiter = ',', default_value = "ply,colmap-bin")]
     pub export: Vec<String>,
+    /// Coordinate system of the las, laz and cameras-geojson exports: EPSG:NNNN, or auto
+    /// (the UTM zone of the photos). Default: auto for an east-north-up model, EPSG:4978
+    /// for `--georef gps-ecef`.
+    #[arg(long, value_parser = parse_crs)]
+    pub crs: Option<OutputCrs>,
     /// COLMAP camera model.
     #[arg(long, default_value = "SIMPLE_RADIAL")]
     pub camera_model: String,
@@ -154,12 +166,62 @@ pub struct Args {
     pub memory_limit: Vec<(String, u64)>,
 }
 
+fn parse_crs(s: &str) -> Result<OutputCrs, String> {
+    s.parse()
+}
+
 fn parse_limit(s: &str) -> Result<(String, u64), String> {
     let (stage, mb) = s.split_once('=').ok_or("use STAGE=MB, e.g. map=20")?;
     let mb: u64 = mb
         .parse()
         .map_err(|_| format!("`{mb}` is not a number of megabytes"))?;
     Ok((stage.to_string(), mb))
+}
+
+/// The ground control file `--gcp` names: its object-store key (named by its content,
+/// so the same file makes the same spec), its bytes and what it says; every problem
+/// named with the file's path before anything runs.
+pub struct ControlInput {
+    /// Where it is stored.
+    pub key: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Parsed.
+    pub file: tessera_core::gcp::ControlFile,
+}
+
+/// `--gcp`, read and checked.
+pub fn control_input(args: &Args) -> anyhow::Result<Option<ControlInput>> {
+    let Some(path) = &args.gcp else {
+        return Ok(None);
+    };
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the ground control file {}", path.display()))?
+        .len();
+    if size > tessera_core::gcp::MAX_BYTES {
+        bail!(
+            "{} is {size} bytes; a gcp_list.txt is a line per mark, and files over {} bytes are refused",
+            path.display(),
+            tessera_core::gcp::MAX_BYTES
+        );
+    }
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the ground control file {}", path.display()))?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is not text; --gcp takes an OpenDroneMap gcp_list.txt",
+            path.display()
+        )
+    })?;
+    let file =
+        tessera_core::gcp::parse(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    Ok(Some(ControlInput {
+        key: format!("inputs/gcp/{}.txt", &digest[..32]),
+        bytes,
+        file,
+    }))
 }
 
 /// What `args` ask for, as a [`Recipe`]: the flags translated, every choice left to the
@@ -177,7 +239,7 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
         let f: ExportFormat =
             serde_json::from_value(serde_json::json!(e.trim())).map_err(|_| {
                 anyhow::anyhow!(
-                    "--export `{e}` is not one of ply, nvm, colmap-text, colmap-bin, points-bin"
+                    "--export `{e}` is not one of ply, nvm, colmap-text, colmap-bin, points-bin, las, laz, cameras-geojson"
                 )
             })?;
         exports.push(f);
@@ -217,15 +279,29 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
             Ba::Standard => BaMode::Standard,
             Ba::TwoStage => BaMode::TwoStage,
         },
-        georef: match args.georef {
-            GeorefArg::Auto => GeorefAsk::Auto,
-            GeorefArg::None => GeorefAsk::Given(Georef::None),
-            GeorefArg::Gps => GeorefAsk::Given(Georef::Gps { target_epsg: None }),
-            GeorefArg::GpsEcef => GeorefAsk::Given(Georef::Gps {
+        georef: match (control_input(args)?, args.georef) {
+            (Some(_), GeorefArg::None) => {
+                bail!(
+                    "--gcp places the model by ground control, and --georef none leaves it in its own frame; drop one"
+                )
+            }
+            (Some(c), GeorefArg::GpsEcef) => GeorefAsk::Given(Georef::Gcp {
+                file: c.key,
+                target_epsg: Some(4978),
+            }),
+            (Some(c), _) => GeorefAsk::Given(Georef::Gcp {
+                file: c.key,
+                target_epsg: None,
+            }),
+            (None, GeorefArg::Auto) => GeorefAsk::Auto,
+            (None, GeorefArg::None) => GeorefAsk::Given(Georef::None),
+            (None, GeorefArg::Gps) => GeorefAsk::Given(Georef::Gps { target_epsg: None }),
+            (None, GeorefArg::GpsEcef) => GeorefAsk::Given(Georef::Gps {
                 target_epsg: Some(4978),
             }),
         },
         exports,
+        crs: args.crs,
         max_features: args.max_features,
         max_image_size: args.max_image_size,
         respect_exif_orientation: !args.ignore_exif_orientation,
@@ -296,6 +372,22 @@ pub fn prepare(
     folder: &Folder,
     backend: BackendSpec,
 ) -> anyhow::Result<recipe::Prepared> {
+    if let Some(c) = control_input(args)? {
+        let names: std::collections::HashSet<&str> =
+            folder.photos.iter().map(|(n, _)| n.as_str()).collect();
+        if let Some(m) = c.file.marks_outside(&names) {
+            bail!(
+                "{} line {}: `{}` is not one of the photos in {}; mark control points in the run's photos",
+                args.gcp
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                m.line,
+                m.image,
+                args.images.display()
+            );
+        }
+    }
     let place = Placement {
         project: LOCAL_PROJECT.into(),
         image_set: folder.image_set(),
@@ -334,6 +426,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     }
     let (_dir, engine) = embedded::engine(state, Some(Duration::from_secs(30))).await?;
     folder.upload(&engine).await?;
+    if let Some(c) = control_input(args)? {
+        engine.ports().objects.put(&c.key, c.bytes.into()).await?;
+    }
     let count = folder.photos.len();
     let mut plan = reconstruct::plan(
         spec,

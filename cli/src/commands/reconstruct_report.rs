@@ -132,7 +132,12 @@ pub async fn build_report(
         report.georeference = serde_json::json!({
             "frame": r["frame"], "alignment_residual_m": r["alignment_residual_m"],
             "placed": r["frame"] != "none", "why": r["why"],
+            "by": r["by"], "control_crs": r["control_crs"], "control": r["control"],
         });
+        // Null members (GPS georeferencing has no control points) are left out.
+        if let Some(o) = report.georeference.as_object_mut() {
+            o.retain(|k, v| !v.is_null() || matches!(k.as_str(), "alignment_residual_m" | "why"));
+        }
     }
     if let Some(t) = tasks.iter().find(|t| t.name == Stage::Ingest.name())
         && let Some(r) = &t.result

@@ -175,6 +175,33 @@ pub enum ExportFormat {
     ColmapText,
     ColmapBin,
     PointsBin,
+    /// LAS 1.4 (point format 7: RGB, with each point's track length and reprojection
+    /// error as extra bytes) in the spec's output CRS, its WKT in the header.
+    Las,
+    /// The same as LAZ (LASzip-compressed LAS 1.4).
+    Laz,
+    /// The registered cameras' positions as a GeoJSON FeatureCollection (WGS 84
+    /// longitude, latitude and ellipsoidal height, RFC 7946), with their coordinates in
+    /// the output CRS as properties.
+    CamerasGeojson,
+}
+
+impl ExportFormat {
+    /// The formats whose coordinates are written in a CRS ([`ReconstructionSpec::crs`]).
+    pub fn is_survey(self) -> bool {
+        matches!(
+            self,
+            ExportFormat::Las | ExportFormat::Laz | ExportFormat::CamerasGeojson
+        )
+    }
+
+    /// Its name in a spec (`colmap-text`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 /// The engine backends Tessera can drive.
@@ -240,6 +267,12 @@ pub struct ReconstructionSpec {
     /// change.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub georef_if_possible: bool,
+    /// The coordinate system the survey exports (LAS, LAZ, camera GeoJSON's projected
+    /// coordinates) are written in; by default the UTM zone of the photos for an
+    /// east-north-up model and EPSG:4978 for an ECEF one ([`crate::crs`]). Needs GPS
+    /// georeferencing. Absent from older specs, so their fingerprints do not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crs: Option<crate::crs::OutputCrs>,
     /// Scheduling priority, -100..=100; not part of the fingerprint.
     #[serde(default)]
     pub priority: i32,
@@ -348,27 +381,48 @@ impl ReconstructionSpec {
         match &self.georef {
             Georef::None => {}
             Georef::Gps { target_epsg } => check_epsg(&mut p, "georef.target_epsg", *target_epsg),
-            // No engine places a model by ground control points yet: refused here, not
-            // run as something else (it was aligned to the photos' GPS instead).
-            Georef::Gcp { .. } => p.add(
-                "georef.mode",
-                "`gcp` is not supported yet; use `gps` (the photos' EXIF positions) or `none`",
-            ),
+            Georef::Gcp { file, target_epsg } => {
+                if crate::ports::object_store::validate_key(file).is_err() {
+                    p.add(
+                        "georef.file",
+                        format!("`{file}` is not an object-store key; upload the gcp_list.txt and name its key"),
+                    );
+                }
+                check_epsg(&mut p, "georef.target_epsg", *target_epsg);
+            }
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for e in &self.exports {
-            if !seen.insert(*e) {
+        check_exports(&mut p, &self.exports);
+        let georeferenced = matches!(self.georef, Georef::Gps { .. } | Georef::Gcp { .. });
+        let survey: Vec<String> = self
+            .exports
+            .iter()
+            .filter(|e| e.is_survey())
+            .map(|e| e.name())
+            .collect();
+        if let Some(crs) = self.crs {
+            if !georeferenced {
                 p.add(
-                    "exports",
-                    format!(
-                        "`{}` is listed twice; list each format once",
-                        serde_json::to_value(e)
-                            .unwrap_or_default()
-                            .as_str()
-                            .unwrap_or("?")
-                    ),
+                    "crs",
+                    format!("{crs} needs a georeferenced model; use georef gps (or auto, with photos that carry GPS)"),
                 );
             }
+            if survey.is_empty() {
+                p.add(
+                    "crs",
+                    format!("{crs} applies to the las, laz and cameras-geojson exports, and none is asked for; add one"),
+                );
+            }
+            if let crate::crs::OutputCrs::Epsg(code) = crs
+                && let Err(e) = crate::crs::Crs::from_epsg(code)
+            {
+                p.add("crs", e.to_string());
+            }
+        }
+        if self.exports.contains(&ExportFormat::CamerasGeojson) && !georeferenced {
+            p.add(
+                "exports",
+                "cameras-geojson places cameras on the earth and needs a georeferenced model; use georef gps (or auto, with photos that carry GPS)",
+            );
         }
         if !(-100..=100).contains(&self.priority) {
             p.add(
@@ -413,6 +467,31 @@ pub struct TriangulateSpec {
     pub priority: i32,
 }
 
+/// Each format once.
+fn check_exports(p: &mut Problems, exports: &[ExportFormat]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for e in exports {
+        if !seen.insert(*e) {
+            p.add(
+                "exports",
+                format!("`{}` is listed twice; list each format once", e.name()),
+            );
+        }
+    }
+}
+
+/// A refinement writes the formats of its base's own frame; the survey formats need the
+/// base reconstruction's CRS, so they are exported from the base reconstruction.
+fn check_refined_exports(p: &mut Problems, exports: &[ExportFormat]) {
+    check_exports(p, exports);
+    for e in exports.iter().filter(|e| e.is_survey()) {
+        p.add(
+            "exports",
+            format!("`{}` is written by a reconstruction, not by a refinement; ask the base reconstruction for it", e.name()),
+        );
+    }
+}
+
 fn check_base_job(p: &mut Problems, base_job: &str) {
     if base_job.parse::<crate::JobId>().is_err() {
         p.add("base_job", format!("`{base_job}` is not a job id; use the id of a finished reconstruction (`tessera jobs list`)"));
@@ -424,6 +503,7 @@ impl RelocalizeSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         let mut p = Problems::default();
         check_base_job(&mut p, &self.base_job);
+        check_refined_exports(&mut p, &self.exports);
         if crate::ports::object_store::validate_key(self.image_set.trim_end_matches('/')).is_err() {
             p.add(
                 "image_set",
@@ -454,6 +534,7 @@ impl TriangulateSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         let mut p = Problems::default();
         check_base_job(&mut p, &self.base_job);
+        check_refined_exports(&mut p, &self.exports);
         p.finish()
     }
 }
@@ -470,7 +551,7 @@ fn check_epsg(p: &mut Problems, field: &str, epsg: Option<u32>) {
         ),
         Some(code) => p.add(
             field,
-            format!("EPSG:{code} is not produced yet; use 4978 (ECEF), or leave it out for local east-north-up metres"),
+            format!("EPSG:{code} is not produced as the model's own frame; use 4978 (ECEF), or leave it out for local east-north-up metres, and ask for EPSG:{code} as the crs of the las, laz or cameras-geojson exports"),
         ),
     }
 }
@@ -580,10 +661,109 @@ mod tests {
         let (field, why) = refused(json!({"mode": "gps", "target_epsg": 32633})).unwrap();
         assert_eq!(field, "georef.target_epsg");
         assert!(why.contains("EPSG:32633 is not produced"), "{why}");
+        assert_eq!(
+            refused(json!({"mode": "gcp", "file": "inputs/gcp/0a.txt", "target_epsg": null})),
+            None
+        );
         let (field, why) =
-            refused(json!({"mode": "gcp", "file": "gcp_list.txt", "target_epsg": 4978})).unwrap();
-        assert_eq!(field, "georef.mode");
-        assert!(why.contains("not supported"), "{why}");
+            refused(json!({"mode": "gcp", "file": "../gcp_list.txt", "target_epsg": null}))
+                .unwrap();
+        assert_eq!(field, "georef.file");
+        assert!(why.contains("not an object-store key"), "{why}");
+    }
+
+    #[test]
+    fn a_survey_crs_needs_gps_a_survey_export_and_a_code_that_can_be_written() {
+        let problems = |edit: &dyn Fn(&mut Value)| {
+            let mut v = valid();
+            edit(&mut v);
+            let spec: ReconstructionSpec = parse(v).unwrap();
+            spec.validate()
+                .err()
+                .map(|e| {
+                    e.errors
+                        .iter()
+                        .map(|p| format!("{}: {}", p.field, p.message))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        };
+        for ok in ["auto", "EPSG:32633", "epsg:4326", "EPSG:4978", "EPSG:2056"] {
+            let found = problems(&|v| {
+                v["exports"] = json!(["las", "cameras-geojson"]);
+                v["crs"] = json!(ok);
+            });
+            assert!(found.is_empty(), "{ok}: {found:?}");
+        }
+        // The default frame needs no crs.
+        assert!(problems(&|v| v["exports"] = json!(["laz"])).is_empty());
+        let found = problems(&|v| {
+            v["exports"] = json!(["ply"]);
+            v["crs"] = json!("auto");
+        });
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].starts_with("crs: auto applies to the las"),
+            "{found:?}"
+        );
+        let found = problems(&|v| {
+            v["exports"] = json!(["las", "cameras-geojson"]);
+            v["georef"] = json!({"mode": "none"});
+            v["crs"] = json!("EPSG:32633");
+        });
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("crs: EPSG:32633 needs a georeferenced model"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with("exports: cameras-geojson"),
+            "{found:?}"
+        );
+        let found = problems(&|v| {
+            v["exports"] = json!(["las"]);
+            v["crs"] = json!("EPSG:1");
+        });
+        assert!(
+            found[0].starts_with("crs: EPSG:1 is not a coordinate system"),
+            "{found:?}"
+        );
+        let mut v = valid();
+        v["crs"] = json!("UTM");
+        assert!(
+            parse::<ReconstructionSpec>(v)
+                .unwrap_err()
+                .to_string()
+                .contains("EPSG:NNNN")
+        );
+        // Absent, the field is not serialized: older fingerprints stay.
+        let spec: ReconstructionSpec = parse(valid()).unwrap();
+        assert!(serde_json::to_value(&spec).unwrap().get("crs").is_none());
+    }
+
+    #[test]
+    fn a_refinement_leaves_the_survey_formats_to_its_base() {
+        let spec = RelocalizeSpec {
+            base_job: "01JA0000000000000000000000".into(),
+            image_set: "datasets/x/images".into(),
+            max_features: 4096,
+            max_image_size: 1000,
+            exports: vec![ExportFormat::Ply, ExportFormat::Las],
+            priority: 0,
+        };
+        let err = spec.validate().unwrap_err();
+        assert_eq!(err.errors.len(), 1);
+        assert_eq!(err.errors[0].field, "exports");
+        assert!(
+            err.to_string()
+                .contains("`las` is written by a reconstruction")
+        );
+        let t = TriangulateSpec {
+            base_job: "01JA0000000000000000000000".into(),
+            exports: vec![ExportFormat::CamerasGeojson],
+            priority: 0,
+        };
+        assert!(t.validate().is_err());
     }
 
     #[test]

@@ -104,6 +104,7 @@ fn small_spec(image_set: &str) -> ReconstructionSpec {
         per_image_intrinsics: false,
         image_set_digest: None,
         georef_if_possible: false,
+        crs: None,
         exports: vec![ExportFormat::PointsBin],
         priority: 0,
     }

@@ -81,7 +81,8 @@ impl BackendInfo {
             BaMode::Standard => self.require("ba.standard", "")?,
             BaMode::TwoStage => self.require("ba.two_stage", "")?,
         }
-        if !matches!(spec.georef, Georef::None) {
+        // Ground control is placed by Tessera itself; GPS by the engine.
+        if matches!(spec.georef, Georef::Gps { .. }) {
             self.require("georegister.sim3", "leave out georeferencing")?;
         }
         for e in &spec.exports {

@@ -30,13 +30,27 @@ pub enum ModelError {
     /// The model refers to something it does not contain.
     #[error("inconsistent model: {0}")]
     Inconsistent(String),
+    /// A model point or camera cannot be placed in the output coordinate system.
+    #[error("{0}; choose another coordinate system (crs)")]
+    Crs(#[from] tessera_core::crs::CrsError),
+    /// An export's encoder refused the model.
+    #[error("the {format} export could not be written: {why}")]
+    Encode {
+        /// The format.
+        format: &'static str,
+        /// What the encoder said.
+        why: String,
+    },
 }
 
 impl Classify for ModelError {
     fn class(&self) -> ErrorClass {
         match self {
             ModelError::Io { .. } => ErrorClass::Transient,
-            ModelError::Corrupt { .. } | ModelError::Inconsistent(_) => ErrorClass::Permanent,
+            ModelError::Corrupt { .. }
+            | ModelError::Inconsistent(_)
+            | ModelError::Crs(_)
+            | ModelError::Encode { .. } => ErrorClass::Permanent,
         }
     }
 }

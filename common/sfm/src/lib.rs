@@ -3,6 +3,7 @@
 //! validated, measured and exported without asking COLMAP.
 #![deny(missing_docs)]
 
+pub mod align;
 pub mod backend;
 pub mod camera;
 pub mod colmap;

@@ -29,7 +29,10 @@ function recipeForm(pid, did, caps) {
   const georef = h('select', { name: 'georeference', onchange: () => { georef.dataset.chosen = 'yes'; } }, h('option', { value: 'none' }, 'none'),
     engine.has('georegister.sim3') ? h('option', { value: 'gps' }, 'GPS from EXIF') : null);
   const georefWhy = h('small', { class: 'dim' });
-  const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin'].filter((e) => engine.has(`export.${e}`))
+  // Where LAS, LAZ and camera GeoJSON coordinates are written; empty is the default
+  // (the photos' UTM zone).
+  const crs = h('input', { name: 'crs', placeholder: 'auto or EPSG:NNNN', 'aria-label': 'Coordinate system of the LAS, LAZ and camera GeoJSON exports' });
+  const exports = ['ply', 'nvm', 'colmap_text', 'colmap_bin', 'las', 'laz', 'cameras_geojson'].filter((e) => engine.has(`export.${e}`))
     // PLY on by default: the point cloud is what most people take away.
     .map((e) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'export', value: e, checked: e === 'ply' }), fmt.phase(e)));
   const out = h('div');
@@ -47,6 +50,7 @@ function recipeForm(pid, did, caps) {
         ba: ba.value,
         georeference: georef.value,
         exports: [...form.querySelectorAll('input[name=export]:checked')].map((i) => i.value),
+        crs: crs.value.trim(),
       });
       try {
         const r = await api(`/v1/projects/${pid}/pipelines/${mapper.value}`, { method: 'POST', body });
@@ -56,6 +60,7 @@ function recipeForm(pid, did, caps) {
   },
   field('Mapper', mapper), field('Pairs', pairs), field('Bundle adjustment', ba), h('div', { class: 'field' }, field('Georeference', georef), georefWhy),
   h('fieldset', {}, h('legend', {}, 'Exports (points for the viewer always)'), exports),
+  field('Coordinate system (LAS, LAZ, cameras)', crs),
   start, why, out);
   // Whether there is anything to reconstruct: called again after each upload or delete,
   // which also clears an error the form showed before (say "has no images").

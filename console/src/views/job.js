@@ -392,6 +392,9 @@ function fileLabel(name) {
   if (name === 'model.ply') return 'Point cloud (PLY)';
   if (name === 'model.nvm') return 'Cameras and points (NVM)';
   if (name === 'points.bin') return 'Points (sfmapi binary)';
+  if (name === 'model.las') return 'Point cloud for survey tools (LAS 1.4)';
+  if (name === 'model.laz') return 'Point cloud for survey tools (LAZ)';
+  if (name === 'cameras.geojson') return 'Camera positions (GeoJSON)';
   if (name === 'colmap-model.zip') return 'COLMAP model, every file (zip)';
   // `sparse/0` is the model; `sparse/1`, `sparse/2`, … are the parts the mapper could not
   // join to it, each a model of its own with its own `cameras.bin`.
@@ -422,5 +425,6 @@ function rerunRequest(job) {
         ? (o.georef.target_epsg === 4978 ? 'gps_ecef' : 'gps')
         : 'none',
     exports: (o.exports || []).map((e) => e.replaceAll('-', '_')).filter((e) => e !== 'points_bin'),
+    crs: o.crs,
   });
 }

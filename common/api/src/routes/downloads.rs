@@ -47,6 +47,11 @@ fn content_type(name: &str) -> &'static str {
         Some("json") => "application/json",
         Some("txt" | "nvm") => "text/plain; charset=utf-8",
         Some("ply") => "application/x-ply",
+        // RFC 7946's media type; LAS and LAZ have none registered, their readers go by
+        // the extension.
+        Some("geojson") => "application/geo+json",
+        Some("las") => "application/vnd.las",
+        Some("laz") => "application/vnd.laszip",
         _ => "application/octet-stream",
     }
 }

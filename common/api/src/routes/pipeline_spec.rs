@@ -11,13 +11,22 @@ use tessera_core::spec::{
 };
 use tessera_jobs::reconstruct::recipe::{self, GeorefAsk, PairsAsk, PhotoFact, Placement, Recipe};
 
+/// What runs after mapping, from a mapping spec's `x-tessera` object.
+struct Finishing {
+    ba: BaMode,
+    georef: GeorefAsk,
+    exports: Vec<ExportFormat>,
+    crs: Option<tessera_core::crs::OutputCrs>,
+}
+
 /// Tessera's own choices for what runs after mapping, from a mapping spec's
 /// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" | "auto"
-/// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin"]}`.
+/// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin", "las",
+/// "laz", "cameras_geojson"], "crs": "auto" | "EPSG:NNNN"}`.
 /// Georeferencing is `none` unless asked, because sfmapi's pipelines return models in
 /// their own frame; `auto` is the CLI's default rule. 422 for a value that is none of
 /// these; whether the engine offers them is checked on the whole spec ([`engine_check`]).
-fn finishing(options: Option<&Value>) -> Result<(BaMode, GeorefAsk, Vec<ExportFormat>), Problem> {
+fn finishing(options: Option<&Value>) -> Result<Finishing, Problem> {
     let o = options.cloned().unwrap_or(Value::Null);
     if !o.is_null() && !o.is_object() {
         return Err(Problem::validation("spec.x-tessera must be an object"));
@@ -55,12 +64,29 @@ fn finishing(options: Option<&Value>) -> Result<(BaMode, GeorefAsk, Vec<ExportFo
             .and_then(|n| serde_json::from_value(json!(n.replace('_', "-"))).ok())
             .ok_or_else(|| {
                 Problem::validation(format!(
-                    "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin"
+                    "spec.x-tessera.exports: `{e}` is not one of ply, nvm, colmap_text, colmap_bin, las, laz, cameras_geojson"
                 ))
             })?;
         exports.push(format);
     }
-    Ok((ba, georef, exports))
+    let crs = match &o["crs"] {
+        Value::Null => None,
+        Value::String(c) => Some(
+            c.parse()
+                .map_err(|e: String| Problem::validation(format!("spec.x-tessera.crs: {e}")))?,
+        ),
+        v => {
+            return Err(Problem::validation(format!(
+                "spec.x-tessera.crs `{v}`: use a string, EPSG:NNNN or auto"
+            )));
+        }
+    };
+    Ok(Finishing {
+        ba,
+        georef,
+        exports,
+        crs,
+    })
 }
 
 /// The pair strategy a PairsSpec asks for (its capability already checked by
@@ -150,7 +176,12 @@ pub(super) async fn spec_for(
     pairs: Option<&Value>,
     options: Option<&Value>,
 ) -> Result<Planned, Problem> {
-    let (ba, georef, exports) = finishing(options)?;
+    let Finishing {
+        ba,
+        georef,
+        exports,
+        crs,
+    } = finishing(options)?;
     let features = features.cloned().unwrap_or(Value::Null);
     let recipe = Recipe {
         camera_model: serde_json::from_value(json!(d.camera_model))
@@ -160,6 +191,7 @@ pub(super) async fn spec_for(
         ba,
         georef,
         exports,
+        crs,
         max_features: features["sift_max_num_features"]
             .as_u64()
             .or(features["max_num_features"].as_u64())

@@ -47,7 +47,8 @@ pub async fn key(
     };
     let mut params = serde_json::to_value(spec).expect("serializable");
     if let Some(m) = params.as_object_mut() {
-        for volatile in ["project", "image_set", "priority", "exports"] {
+        // What only the (never cached) export stage reads is left out too.
+        for volatile in ["project", "image_set", "priority", "exports", "crs"] {
             m.remove(volatile);
         }
     }

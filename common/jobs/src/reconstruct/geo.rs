@@ -1,30 +1,55 @@
-//! Where a model stands against its photos' GPS: WGS-84 to earth-centred and
-//! east-north-up coordinates, and the mean distance of aligned camera centres from
-//! their GPS positions, the residual a georeferencing reports.
+//! Where a model stands against its photos' GPS: the origin of its east-north-up frame,
+//! and the mean distance of aligned camera centres from their GPS positions, the
+//! residual a georeferencing reports.
 
 use super::images::Gps;
+use tessera_core::geodesy::{self, Geodetic};
+
+/// A photo's GPS position as the engine's pose priors take it: only a full one
+/// (latitude, longitude and altitude; COLMAP stores no prior without an altitude), the
+/// altitude used as the height.
+pub fn geodetic(g: &Gps) -> Option<Geodetic> {
+    Some(Geodetic {
+        lat: g.lat,
+        lon: g.lon,
+        h: g.alt?,
+    })
+}
+
+/// The origin of the east-north-up frame the engine aligns to: the full GPS position of
+/// the first photo by name that has one, registered or not (the rule of both engines'
+/// GPS alignment: the first pose prior).
+pub fn enu_origin(gps: &[(String, Gps)]) -> Option<Geodetic> {
+    gps.iter()
+        .filter_map(|(name, g)| Some((name, geodetic(g)?)))
+        .min_by(|a, b| a.0.cmp(b.0))
+        .map(|(_, g)| g)
+}
 
 /// Mean distance (m) between aligned camera centres and their photos' GPS positions,
-/// in the local east-north-up frame of the first photo (for ECEF output the centres are
+/// in the east-north-up frame of [`enu_origin`] (for ECEF output the centres are
 /// compared in ECEF).
 pub fn gps_residual(
     rec: &tessera_sfm::Reconstruction,
     gps: &[(String, Gps)],
     ecef: bool,
 ) -> Option<f64> {
-    let by_name: std::collections::HashMap<&str, &Gps> =
-        gps.iter().map(|(n, g)| (n.as_str(), g)).collect();
-    let origin = gps.first()?.1;
+    let by_name: std::collections::HashMap<&str, Geodetic> = gps
+        .iter()
+        .filter_map(|(n, g)| Some((n.as_str(), geodetic(g)?)))
+        .collect();
+    let origin = enu_origin(gps)?;
     let mut sum = 0.0;
     let mut n = 0;
     for img in rec.images.values() {
         let Some(g) = by_name.get(img.name.as_str()) else {
             continue;
         };
+        let p = geodesy::to_ecef(g);
         let target = if ecef {
-            wgs84::to_ecef(g)
+            p
         } else {
-            wgs84::to_enu(g, &origin)
+            geodesy::ecef_to_enu(p, &origin)
         };
         let c = img.center();
         sum +=
@@ -33,37 +58,4 @@ pub fn gps_residual(
         n += 1;
     }
     (n > 0).then(|| sum / n as f64)
-}
-
-/// WGS-84 conversions.
-pub mod wgs84 {
-    use super::Gps;
-
-    const A: f64 = 6_378_137.0;
-    const F: f64 = 1.0 / 298.257_223_563;
-
-    /// Earth-centred, earth-fixed coordinates.
-    pub fn to_ecef(g: &Gps) -> [f64; 3] {
-        let e2 = F * (2.0 - F);
-        let (lat, lon) = (g.lat.to_radians(), g.lon.to_radians());
-        let h = g.alt.unwrap_or(0.0);
-        let n = A / (1.0 - e2 * lat.sin().powi(2)).sqrt();
-        [
-            (n + h) * lat.cos() * lon.cos(),
-            (n + h) * lat.cos() * lon.sin(),
-            (n * (1.0 - e2) + h) * lat.sin(),
-        ]
-    }
-
-    /// East-north-up coordinates relative to `origin`.
-    pub fn to_enu(g: &Gps, origin: &Gps) -> [f64; 3] {
-        let (p, o) = (to_ecef(g), to_ecef(origin));
-        let d = [p[0] - o[0], p[1] - o[1], p[2] - o[2]];
-        let (lat, lon) = (origin.lat.to_radians(), origin.lon.to_radians());
-        [
-            -lon.sin() * d[0] + lon.cos() * d[1],
-            -lat.sin() * lon.cos() * d[0] - lat.sin() * lon.sin() * d[1] + lat.cos() * d[2],
-            lat.cos() * lon.cos() * d[0] + lat.cos() * lon.sin() * d[1] + lat.sin() * d[2],
-        ]
-    }
 }

@@ -171,6 +171,7 @@ mod tests {
             per_image_intrinsics: false,
             image_set_digest: None,
             georef_if_possible: false,
+            crs: None,
             priority: 0,
         }
     }

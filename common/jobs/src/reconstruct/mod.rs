@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod checkpoint;
+pub mod control;
 pub mod geo;
 pub mod georef_choice;
 pub mod images;

@@ -63,6 +63,8 @@ pub struct Recipe {
     pub georef: GeorefAsk,
     /// Exports asked for, in any order, repeats allowed.
     pub exports: Vec<ExportFormat>,
+    /// The survey exports' coordinate system, if asked.
+    pub crs: Option<tessera_core::crs::OutputCrs>,
     /// SIFT features per image.
     pub max_features: Option<u32>,
     /// Longest side SIFT sees, in pixels.
@@ -300,6 +302,7 @@ pub fn prepare(
         georef_if_possible: georef_auto
             .as_ref()
             .is_some_and(|c| c.georef != Georef::None),
+        crs: recipe.crs,
         priority: 0,
     };
     spec.validate()?;
@@ -334,6 +337,7 @@ mod tests {
                 ExportFormat::Ply,
                 ExportFormat::Ply,
             ],
+            crs: None,
             max_features: None,
             max_image_size: None,
             respect_exif_orientation: true,

@@ -454,7 +454,12 @@ impl TaskHandler for RefinedExport {
         }
         let started = ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&dir.join("input/model")).map_err(TaskError::from_classified)?;
-        let mut files = write_exports(&rec, &dir, &exports)?;
+        // A refinement's survey formats are refused at validation: its model is written
+        // in the frame it has.
+        let own_frame =
+            tessera_core::crs::EarthPlacement::new(tessera_core::crs::ModelFrame::Local, None)
+                .map_err(|e| TaskError::permanent(e.to_string()))?;
+        let mut files = write_exports(&rec, &dir, &exports, &own_frame)?;
         files.extend(super::model_zip::write(&dir, &files)?);
         ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();

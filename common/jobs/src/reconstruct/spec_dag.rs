@@ -85,10 +85,17 @@ impl SpecKind {
             }
             SpecKind::Match => json!({ "pairs": spec.pairs, "backend": backend }),
             SpecKind::Verify => json!({ "backend": backend }),
-            SpecKind::Map => json!({
-                "mapper": spec.mapper, "ba": spec.ba, "georef": spec.georef,
-                "exports": spec.exports, "backend": backend,
-            }),
+            SpecKind::Map => {
+                let mut p = json!({
+                    "mapper": spec.mapper, "ba": spec.ba, "georef": spec.georef,
+                    "exports": spec.exports, "backend": backend,
+                });
+                // Only where set, so the hashes of specs from before it stay as they were.
+                if let Some(crs) = spec.crs {
+                    p["crs"] = json!(crs);
+                }
+                p
+            }
         }
     }
 }

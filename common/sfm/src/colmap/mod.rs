@@ -91,6 +91,10 @@ pub fn capabilities(version: &str, cuda: bool) -> BTreeSet<String> {
         "export.colmap_text",
         "export.colmap_bin",
         "export.points_bin",
+        // Written by Tessera from the model, whatever the engine (`tessera_sfm::export`).
+        "export.las",
+        "export.laz",
+        "export.cameras_geojson",
     ]
     .into_iter()
     .map(String::from)

@@ -2,13 +2,17 @@
 //! other sub-models, and a zip of the model.
 
 use super::*;
+use tessera_core::crs::EarthPlacement;
+use tessera_core::spec::ExportFormat;
 
 /// Write `rec` into `dir` as `sparse/0` (COLMAP binary, always) and each requested
-/// format; returns the files written, relative to `dir`.
+/// format, the survey formats placed by `placement`; returns the files written,
+/// relative to `dir`.
 pub fn write_exports(
     rec: &tessera_sfm::Reconstruction,
     dir: &Path,
     formats: &[tessera_core::spec::ExportFormat],
+    placement: &EarthPlacement,
 ) -> Result<Vec<String>, TaskError> {
     let mut files: Vec<String> = Vec::new();
     model_bin::write(rec, &dir.join("sparse/0")).map_err(TaskError::from_classified)?;
@@ -46,6 +50,25 @@ pub fn write_exports(
                     .map_err(TaskError::from_classified)?;
                 files.push("model.nvm".into());
             }
+            F::Las | F::Laz => {
+                let name = if *format == F::Laz {
+                    "model.laz"
+                } else {
+                    "model.las"
+                };
+                tessera_sfm::export::write_las(rec, placement, *format == F::Laz, &dir.join(name))
+                    .map_err(TaskError::from_classified)?;
+                files.push(name.into());
+            }
+            F::CamerasGeojson => {
+                tessera_sfm::export::write_cameras_geojson(
+                    rec,
+                    placement,
+                    &dir.join("cameras.geojson"),
+                )
+                .map_err(TaskError::from_classified)?;
+                files.push("cameras.geojson".into());
+            }
             F::PointsBin => {
                 tessera_sfm::export::write_points_bin(rec, &dir.join("points.bin"))
                     .map_err(TaskError::from_classified)?;
@@ -57,6 +80,37 @@ pub fn write_exports(
 }
 
 impl Run<'_> {
+    /// Where the survey exports place the model, and the formats to write: a model that
+    /// was to be georeferenced only if its GPS allowed and stayed in its own frame gets
+    /// its LAS without a coordinate system and no camera GeoJSON, each said in a warning.
+    async fn survey_placement(&self) -> Result<(EarthPlacement, Vec<ExportFormat>), TaskError> {
+        use tessera_core::spec::ExportFormat as F;
+        let formats = self.spec.exports.clone();
+        if !formats.iter().any(|f| f.is_survey()) {
+            // Nothing is written in a CRS: the model's own frame is all the formats need.
+            let own = EarthPlacement::new(tessera_core::crs::ModelFrame::Local, None)
+                .map_err(|e| TaskError::permanent(e.to_string()))?;
+            return Ok((own, formats));
+        }
+        let (frame, default_crs) = self.model_frame().await?;
+        let placement = EarthPlacement::new(frame, self.spec.crs.or(default_crs))
+            .map_err(|e| TaskError::permanent(format!("crs: {e}")))?;
+        let mut formats = formats;
+        if placement.crs.is_none() {
+            formats.retain(|f| *f != F::CamerasGeojson);
+            let dropped = self.spec.exports.len() - formats.len();
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!(
+                        "the model is in its own frame: its LAS/LAZ points carry no coordinate system{}",
+                        if dropped > 0 { ", and no camera GeoJSON is written" } else { "" }
+                    ),
+                })
+                .await?;
+        }
+        Ok((placement, formats))
+    }
+
     /// The mapper's other sub-models (1, 2, …; 0 is the primary in `sparse/0`), as COLMAP
     /// binary models in `sparse/<idx>/`, exactly as the map stage sealed them.
     pub(super) async fn export_submodels(&self, dir: &Path) -> Result<Vec<String>, TaskError> {
@@ -95,13 +149,18 @@ impl Run<'_> {
         let input = self.model_from(from, &dir).await?;
         let started = self.ctx.phase_started(Phase::Export).await?;
         let rec = model_bin::read(&input).map_err(TaskError::from_classified)?;
-        let mut files = write_exports(&rec, &dir, &self.spec.exports)?;
+        let (placement, formats) = self.survey_placement().await?;
+        let mut files = write_exports(&rec, &dir, &formats, &placement)?;
         files.extend(self.export_submodels(&dir).await?);
         files.extend(crate::reconstruct::model_zip::write(&dir, &files)?);
         let m = metrics::compute(&rec);
         self.ctx.phase_completed(Phase::Export, started).await?;
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
-        let result = json!({ "files": files, "model": m, "from": from.name(), "memory_model": memory::MEASURED_WITH });
+        let crs = placement
+            .crs
+            .as_ref()
+            .map(|c| json!({ "code": format!("EPSG:{}", c.code), "name": c.name }));
+        let result = json!({ "files": files, "model": m, "from": from.name(), "crs": crs, "memory_model": memory::MEASURED_WITH });
         self.publish(Stage::Export, &dir, &refs, result).await
     }
 }

@@ -1,5 +1,12 @@
 //! Exports of a sparse model: PLY (binary, coloured), NVM, and sfmapi's
-//! `application/x-sfm-points-v1` fixed-stride binary points.
+//! `application/x-sfm-points-v1` fixed-stride binary points in the model's own frame;
+//! LAS/LAZ ([`las`]) and camera GeoJSON ([`cameras_geojson`]) in an output CRS.
+
+mod cameras_geojson;
+mod las;
+
+pub use cameras_geojson::cameras_geojson;
+pub use las::las_bytes;
 
 use crate::camera::CameraModel;
 use crate::error::ModelError;
@@ -71,6 +78,26 @@ pub fn points_bin_bytes(rec: &Reconstruction) -> Vec<u8> {
         b.extend(p.id.to_le_bytes());
     }
     b
+}
+
+/// Write the LAS file, or with `compressed` the LAZ file, of `rec` placed by `placement`.
+pub fn write_las(
+    rec: &Reconstruction,
+    placement: &tessera_core::crs::EarthPlacement,
+    compressed: bool,
+    path: &Path,
+) -> Result<(), ModelError> {
+    atomic_write(path, &las_bytes(rec, placement, compressed)?)
+}
+
+/// Write the camera GeoJSON of `rec` placed by `placement`.
+pub fn write_cameras_geojson(
+    rec: &Reconstruction,
+    placement: &tessera_core::crs::EarthPlacement,
+    path: &Path,
+) -> Result<(), ModelError> {
+    let v = cameras_geojson(rec, placement)?;
+    atomic_write(path, v.to_string().as_bytes())
 }
 
 /// Write the sfmapi binary points file.
