@@ -36,6 +36,22 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The first `n` bundled sample photos (by name) copied into `DIR/photos`: geotagged
+/// drone photos, the reconstruction tests' input.
+pub fn sample_photos(dir: &Path, n: usize) -> PathBuf {
+    let out = dir.join("photos");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut all: Vec<_> = std::fs::read_dir(repo_root().join("sample/images"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    for p in all.into_iter().take(n) {
+        std::fs::copy(&p, out.join(p.file_name().unwrap())).unwrap();
+    }
+    out
+}
+
 /// Run `tessera --state STATE ARGS…` and capture its output.
 pub fn tessera(state: &Path, args: &[&str]) -> Output {
     Command::new(tessera_bin())

@@ -2,10 +2,10 @@
 //! COLMAP reading our model back, SIGKILL and resume, damaged checkpoints, cancel,
 //! memory limits, and bad input.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_tests::{Killed, http, json, repo_root, stderr, tessera, tessera_bin};
+use tessera_tests::{Killed, http, json, repo_root, sample_photos, stderr, tessera, tessera_bin};
 
 /// Small and fast on 2 cores: a few sample photos at 640 px, 1024 features.
 const FAST: &[&str] = &[
@@ -16,20 +16,6 @@ const FAST: &[&str] = &[
     "--overlap",
     "3",
 ];
-
-fn photos(dir: &Path, n: usize) -> PathBuf {
-    let out = dir.join("photos");
-    std::fs::create_dir_all(&out).unwrap();
-    let mut all: Vec<_> = std::fs::read_dir(repo_root().join("sample/images"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    all.sort();
-    for p in all.into_iter().take(n) {
-        std::fs::copy(&p, out.join(p.file_name().unwrap())).unwrap();
-    }
-    out
-}
 
 fn reconstruct(state: &Path, photos: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
@@ -105,7 +91,7 @@ fn analyzer_value(text: &str, label: &str) -> f64 {
 #[test]
 fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = photos(dir.path(), 6);
+    let photos = sample_photos(dir.path(), 6);
     std::fs::write(photos.join("notes.jpg"), b"a text file with a photo's name").unwrap();
     let out = dir.path().join("out");
     let o = reconstruct(
@@ -279,7 +265,7 @@ fn our_model_matches_bare_colmap_and_colmap_reads_it_back() {
 #[test]
 fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = photos(dir.path(), 6);
+    let photos = sample_photos(dir.path(), 6);
     for (engine, mapper) in [("pycolmap", "global"), ("colmap", "incremental")] {
         let out = dir.path().join(format!("out-{engine}"));
         let o = reconstruct(
@@ -371,7 +357,7 @@ fn every_sub_model_is_kept_reported_exported_and_served() {
     // hold both, so the mapper builds one per scene.
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let photos = photos(dir.path(), 12);
+    let photos = sample_photos(dir.path(), 12);
     let castle = repo_root().join("../shared/datasets/sceaux_castle/images");
     for e in std::fs::read_dir(&castle).unwrap() {
         let p = e.unwrap().path();
@@ -542,7 +528,7 @@ fn spawn_reconstruct(state: &Path, photos: &Path, out: &Path) -> std::process::C
 fn after_sigkill_during_matching_resume_runs_only_matching_and_later() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let photos = photos(dir.path(), 5);
+    let photos = sample_photos(dir.path(), 5);
     let out = dir.path().join("out");
     let mut child = spawn_reconstruct(&state, &photos, &out);
     let job = wait_for_event(
@@ -594,7 +580,7 @@ fn after_sigkill_during_matching_resume_runs_only_matching_and_later() {
 fn a_damaged_checkpoint_is_detected_and_its_stage_runs_again() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let photos = photos(dir.path(), 4);
+    let photos = sample_photos(dir.path(), 4);
     let out = dir.path().join("out");
     let first = json(&reconstruct(&state, &photos, &out, &[]));
     assert_eq!(first["status"], "succeeded");
@@ -636,7 +622,7 @@ fn a_damaged_checkpoint_is_detected_and_its_stage_runs_again() {
 #[test]
 fn a_map_stage_killed_after_a_snapshot_continues_from_it() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = photos(dir.path(), 12);
+    let photos = sample_photos(dir.path(), 12);
     let whole = reconstruct(
         &dir.path().join("whole-state"),
         &photos,
@@ -701,7 +687,7 @@ fn a_map_stage_killed_after_a_snapshot_continues_from_it() {
 fn interrupting_twice_cancels_and_leaves_no_colmap_process() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let photos = photos(dir.path(), 8);
+    let photos = sample_photos(dir.path(), 8);
     let out = dir.path().join("out");
     let child = spawn_reconstruct(&state, &photos, &out);
     wait_for_event(
@@ -734,7 +720,7 @@ fn interrupting_twice_cancels_and_leaves_no_colmap_process() {
 #[test]
 fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class_up() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = photos(dir.path(), 4);
+    let photos = sample_photos(dir.path(), 4);
     let o = reconstruct(
         &dir.path().join("state"),
         &photos,
@@ -771,7 +757,7 @@ fn a_stage_over_its_memory_limit_is_classified_as_resource_and_retried_one_class
 fn new_photos_are_registered_into_a_finished_model_and_points_retriangulated_with_poses_fixed() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let all = photos(dir.path(), 7);
+    let all = sample_photos(dir.path(), 7);
     let (base_dir, new_dir) = (dir.path().join("base"), dir.path().join("new"));
     std::fs::create_dir_all(&base_dir).unwrap();
     std::fs::create_dir_all(&new_dir).unwrap();
@@ -984,7 +970,7 @@ fn gps_that_cannot_place_the_model_leaves_it_in_its_own_frame_and_the_run_goes_o
     // Every photo carries GPS, so georeferencing is chosen; but the positions are
     // scattered over hundreds of kilometres, and no similarity puts the cameras there.
     let dir = tempfile::tempdir().unwrap();
-    let src = photos(dir.path(), 6);
+    let src = sample_photos(dir.path(), 6);
     let scattered = dir.path().join("scattered");
     std::fs::create_dir_all(&scattered).unwrap();
     let mut names: Vec<_> = std::fs::read_dir(&src)

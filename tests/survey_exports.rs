@@ -3,21 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tessera_tests::{json, repo_root, stderr, tessera};
-
-fn sample_photos(dir: &Path, n: usize) -> PathBuf {
-    let out = dir.join("photos");
-    std::fs::create_dir_all(&out).unwrap();
-    let mut all: Vec<_> = std::fs::read_dir(repo_root().join("sample/images"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    all.sort();
-    for p in all.into_iter().take(n) {
-        std::fs::copy(&p, out.join(p.file_name().unwrap())).unwrap();
-    }
-    out
-}
+use tessera_tests::{json, repo_root, sample_photos, stderr, tessera};
 
 /// The venv `scripts/setup-survey-readers` makes.
 fn survey_python() -> PathBuf {

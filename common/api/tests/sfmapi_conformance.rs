@@ -1506,4 +1506,70 @@ async fn x_tessera_finishing_options_reach_the_reconstruction_spec() {
         .await;
         assert_eq!(st, 422, "{bad}: {e}");
     }
+    // Ground control as text, with survey exports in a named system: the file is kept
+    // beside the dataset's images under its content's name, and the spec points at it.
+    let names: Vec<String> = support::sample_photos(3)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let gcp = format!(
+        "WGS84 UTM 32N\n431000 5205000 400 100 200 {} a\n431000 5205000 400 110 210 {} a\n",
+        names[0], names[1]
+    );
+    let (st, lro) = post_json(
+        &c,
+        recipe.clone(),
+        json!({ "dataset_id": did, "spec": { "kind": "incremental",
+            "x-tessera": { "ground_control": gcp, "exports": ["las", "cameras_geojson"], "crs": "EPSG:2056" } } }),
+    )
+    .await;
+    assert_eq!(st, 202, "{lro}");
+    let rid = lro["recon_id"].as_str().unwrap();
+    let spec = get(&c, format!("{}/v1/reconstructions/{rid}", s.base)).await["spec"].clone();
+    assert_eq!(spec["georef"]["mode"], "gcp", "{spec}");
+    assert_eq!(spec["crs"], "EPSG:2056", "{spec}");
+    assert_eq!(
+        spec["exports"],
+        json!(["points-bin", "las", "cameras-geojson"]),
+        "{spec}"
+    );
+    let key = spec["georef"]["file"].as_str().unwrap();
+    assert!(key.starts_with(&format!("datasets/{did}/gcp/")), "{key}");
+    assert_eq!(
+        s.engine.ports().objects.get(key).await.unwrap(),
+        gcp.as_bytes(),
+        "the control file is stored as sent"
+    );
+    for (bad, says) in [
+        (
+            json!({ "ground_control": "UTM\n" }),
+            "ground control file line 1",
+        ),
+        (
+            json!({ "ground_control": "EPSG:32632\n1 2 3 4 5 nope.jpg a\n" }),
+            "line 2: `nope.jpg` is not an image of dataset",
+        ),
+        (
+            json!({ "ground_control": gcp, "georeference": "none" }),
+            "leave georeference out",
+        ),
+        (json!({ "ground_control": 7 }), "gcp_list.txt"),
+        (
+            json!({ "georeference": "gps", "exports": ["las"], "crs": "EPSG:1" }),
+            "EPSG:1 is not",
+        ),
+        (
+            json!({ "exports": ["cameras_geojson"] }),
+            "needs a georeferenced model",
+        ),
+    ] {
+        let (st, e) = post_json(
+            &c,
+            recipe.clone(),
+            json!({ "dataset_id": did, "spec": { "kind": "incremental", "x-tessera": bad } }),
+        )
+        .await;
+        assert_eq!(st, 422, "{bad}: {e}");
+        assert!(e.to_string().contains(says), "{bad}: {e}");
+    }
 }

@@ -92,25 +92,17 @@ fn symmetric_eigen<const N: usize>(mut a: [[f64; N]; N]) -> ([f64; N], [[f64; N]
     (values, v)
 }
 
-/// The eigenvector (unit length) of the largest eigenvalue of a symmetric matrix.
-fn largest_eigenvector<const N: usize>(a: [[f64; N]; N]) -> [f64; N] {
+/// The eigenvector (unit length) of a symmetric matrix's largest eigenvalue, or with
+/// `largest` false its smallest.
+fn extreme_eigenvector<const N: usize>(a: [[f64; N]; N], largest: bool) -> [f64; N] {
     let (values, vectors) = symmetric_eigen(a);
-    let best = (0..N)
-        .max_by(|i, j| values[*i].total_cmp(&values[*j]))
-        .unwrap_or(0);
-    let mut out = [0.0; N];
-    for (k, o) in out.iter_mut().enumerate() {
-        *o = vectors[k][best];
+    let order = |i: &usize, j: &usize| values[*i].total_cmp(&values[*j]);
+    let best = if largest {
+        (0..N).max_by(order)
+    } else {
+        (0..N).min_by(order)
     }
-    out
-}
-
-/// The eigenvector of the smallest eigenvalue.
-fn smallest_eigenvector<const N: usize>(a: [[f64; N]; N]) -> [f64; N] {
-    let (values, vectors) = symmetric_eigen(a);
-    let best = (0..N)
-        .min_by(|i, j| values[*i].total_cmp(&values[*j]))
-        .unwrap_or(0);
+    .unwrap_or(0);
     let mut out = [0.0; N];
     for (k, o) in out.iter_mut().enumerate() {
         *o = vectors[k][best];
@@ -174,12 +166,15 @@ impl Sim3 {
             return None;
         }
         let [[sxx, sxy, sxz], [syx, syy, syz], [szx, szy, szz]] = s;
-        let q = largest_eigenvector([
-            [sxx + syy + szz, syz - szy, szx - sxz, sxy - syx],
-            [syz - szy, sxx - syy - szz, sxy + syx, szx + sxz],
-            [szx - sxz, sxy + syx, -sxx + syy - szz, syz + szy],
-            [sxy - syx, szx + sxz, syz + szy, -sxx - syy + szz],
-        ]);
+        let q = extreme_eigenvector(
+            [
+                [sxx + syy + szz, syz - szy, szx - sxz, sxy - syx],
+                [syz - szy, sxx - syy - szz, sxy + syx, szx + sxz],
+                [szx - sxz, sxy + syx, -sxx + syy - szz, syz + szy],
+                [sxy - syx, szx + sxz, syz + szy, -sxx - syy + szz],
+            ],
+            true,
+        );
         let r = rotation(q);
         let along: f64 = from
             .iter()
@@ -253,7 +248,7 @@ pub fn quaternion(r: &[[f64; 3]; 3]) -> [f64; 4] {
             r[2][2] - r[0][0] - r[1][1],
         ],
     ];
-    let q = largest_eigenvector(k);
+    let q = extreme_eigenvector(k, true);
     let sign = if q[0] < 0.0 { -1.0 } else { 1.0 };
     q.map(|v| v * sign)
 }
@@ -313,7 +308,7 @@ pub fn triangulate(rec: &Reconstruction, marks: &[(u32, [f64; 2])]) -> Option<[f
             }
         }
     }
-    let h = smallest_eigenvector(ata);
+    let h = extreme_eigenvector(ata, false);
     if h[3].abs() < 1e-12 {
         return None;
     }

@@ -17,12 +17,16 @@ struct Finishing {
     georef: GeorefAsk,
     exports: Vec<ExportFormat>,
     crs: Option<tessera_core::crs::OutputCrs>,
+    /// A ground control file's text, checked.
+    ground_control: Option<(String, tessera_core::gcp::ControlFile)>,
 }
 
 /// Tessera's own choices for what runs after mapping, from a mapping spec's
 /// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" | "auto"
 /// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin", "las",
-/// "laz", "cameras_geojson"], "crs": "auto" | "EPSG:NNNN"}`.
+/// "laz", "cameras_geojson"], "crs": "auto" | "EPSG:NNNN", "ground_control": "<the text of
+/// an OpenDroneMap gcp_list.txt>"}`. Ground control places the model instead of GPS
+/// (`georeference` may then be left out, or `gps_ecef` for an earth-centred result).
 /// Georeferencing is `none` unless asked, because sfmapi's pipelines return models in
 /// their own frame; `auto` is the CLI's default rule. 422 for a value that is none of
 /// these; whether the engine offers them is checked on the whole spec ([`engine_check`]).
@@ -81,11 +85,41 @@ fn finishing(options: Option<&Value>) -> Result<Finishing, Problem> {
             )));
         }
     };
+    let ground_control = match &o["ground_control"] {
+        Value::Null => None,
+        Value::String(text) => {
+            if text.len() as u64 > tessera_core::gcp::MAX_BYTES {
+                return Err(Problem::validation(format!(
+                    "spec.x-tessera.ground_control is {} bytes; a gcp_list.txt is a line per mark, and over {} bytes is refused",
+                    text.len(),
+                    tessera_core::gcp::MAX_BYTES
+                )));
+            }
+            let file = tessera_core::gcp::parse(text)
+                .map_err(|e| Problem::validation(format!("spec.x-tessera.ground_control: {e}")))?;
+            Some((text.clone(), file))
+        }
+        v => {
+            return Err(Problem::validation(format!(
+                "spec.x-tessera.ground_control `{v}`: give the text of a gcp_list.txt"
+            )));
+        }
+    };
+    let georef = match (&ground_control, o["georeference"].as_str(), georef) {
+        (None, _, g) => g,
+        (Some(_), Some("none" | "gps"), _) => {
+            return Err(Problem::validation(
+                "spec.x-tessera: ground_control places the model by its points; leave georeference out (or gps_ecef for an earth-centred result)",
+            ));
+        }
+        (Some(_), _, g) => g,
+    };
     Ok(Finishing {
         ba,
         georef,
         exports,
         crs,
+        ground_control,
     })
 }
 
@@ -178,10 +212,43 @@ pub(super) async fn spec_for(
 ) -> Result<Planned, Problem> {
     let Finishing {
         ba,
-        georef,
+        mut georef,
         exports,
         crs,
+        ground_control,
     } = finishing(options)?;
+    let photos: Vec<PhotoFact> = super::images::all_images(s, &d)
+        .await?
+        .iter()
+        .map(PhotoFact::of_image)
+        .collect();
+    // The control file is stored beside the dataset's images, named by its content, so
+    // the same file makes the same spec; it is written only when the job is submitted.
+    let control = match ground_control {
+        None => None,
+        Some((text, file)) => {
+            let names: std::collections::HashSet<&str> =
+                photos.iter().map(|p| p.name.as_str()).collect();
+            if let Some(m) = file.marks_outside(&names) {
+                return Err(Problem::validation(format!(
+                    "spec.x-tessera.ground_control line {}: `{}` is not an image of dataset {}; mark control points in the dataset's images",
+                    m.line, m.image, d.dataset_id
+                )));
+            }
+            use sha2::Digest;
+            let digest = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+            let key = format!("datasets/{}/gcp/{}.txt", d.dataset_id, &digest[..32]);
+            let ecef = georef
+                == GeorefAsk::Given(Georef::Gps {
+                    target_epsg: Some(4978),
+                });
+            georef = GeorefAsk::Given(Georef::Gcp {
+                file: key.clone(),
+                target_epsg: ecef.then_some(4978),
+            });
+            Some((key, bytes::Bytes::from(text)))
+        }
+    };
     let features = features.cloned().unwrap_or(Value::Null);
     let recipe = Recipe {
         camera_model: serde_json::from_value(json!(d.camera_model))
@@ -200,11 +267,6 @@ pub(super) async fn spec_for(
         respect_exif_orientation: d.respect_exif_orientation,
         per_image_intrinsics: d.intrinsics_mode.per_image(),
     };
-    let photos: Vec<PhotoFact> = super::images::all_images(s, &d)
-        .await?
-        .iter()
-        .map(PhotoFact::of_image)
-        .collect();
     let place = Placement {
         project: d.project_id.to_string(),
         image_set: super::datasets::images_prefix(d.dataset_id),
@@ -226,6 +288,7 @@ pub(super) async fn spec_for(
     Ok(Planned {
         prepared,
         dataset: d,
+        control,
     })
 }
 
@@ -235,4 +298,6 @@ pub(super) struct Planned {
     pub prepared: recipe::Prepared,
     /// The dataset it reconstructs.
     pub dataset: super::datasets::Dataset,
+    /// A ground control file to store (key, bytes) before the job runs.
+    pub control: Option<(String, bytes::Bytes)>,
 }

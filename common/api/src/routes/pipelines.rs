@@ -191,6 +191,14 @@ async fn submit_plan(
             .ok_or_else(|| Problem::internal(format!("the plan has no stage {last}")))?;
         plan.tasks.truncate(end + 1);
     }
+    if let Some((key, bytes)) = &p.control {
+        s.engine
+            .ports()
+            .objects
+            .put(key, bytes.clone())
+            .await
+            .map_err(|e| Problem::internal(format!("storing the ground control file: {e}")))?;
+    }
     // A place among the tenant's reconstructions is taken before the job exists, so
     // submissions racing for the last one cannot all pass.
     let store = s.engine.ports().store.clone();

@@ -278,7 +278,7 @@ mod tests {
             &o,
         );
         assert!(
-            tessera_sfm::align::distance(c, want) < 0.05,
+            tessera_sfm::align::distance(c, want) < 0.005,
             "{c:?} {want:?}"
         );
         // A surveyed height 3 m off shows in its point's residual, not hidden in a mean.
