@@ -59,6 +59,46 @@ pub fn las_bytes(
     placement: &EarthPlacement,
     compressed: bool,
 ) -> Result<Vec<u8>, ModelError> {
+    Ok(write_to(rec, placement, compressed, Cursor::new(Vec::new()))?.into_inner())
+}
+
+/// Write the LAS (or LAZ) of `rec` to `path` through a temporary file beside it, as the
+/// encoder produces it: what is held in memory is the placed coordinates (24 bytes a
+/// point, needed for the header's bounds and scale before the first point is written),
+/// not the file.
+pub fn write_las_file(
+    rec: &Reconstruction,
+    placement: &EarthPlacement,
+    compressed: bool,
+    path: &std::path::Path,
+) -> Result<(), ModelError> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let io = |source: std::io::Error| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let written = std::fs::File::create(&tmp)
+        .map_err(io)
+        .and_then(|f| write_to(rec, placement, compressed, std::io::BufWriter::new(f)))
+        .and_then(|w| w.into_inner().map_err(|e| io(e.into_error())))
+        .and_then(|f| f.sync_all().map_err(io))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// The LAS (or LAZ) of `rec` written to `out`, which is handed back.
+fn write_to<W>(
+    rec: &Reconstruction,
+    placement: &EarthPlacement,
+    compressed: bool,
+    out: W,
+) -> Result<W, ModelError>
+where
+    W: std::io::Write + std::io::Seek + Send + Sync + std::fmt::Debug + 'static,
+{
     let format_name = if compressed { "LAZ" } else { "LAS" };
     let encode = |why: String| ModelError::Encode {
         format: format_name,
@@ -70,15 +110,15 @@ pub fn las_bytes(
         .map(|p| {
             let xyz = placement.place(p.xyz)?;
             if xyz.iter().all(|c| c.is_finite()) {
-                Ok((xyz, p))
+                Ok(xyz)
             } else {
                 Err(encode(format!("point {} has no finite position", p.id)))
             }
         })
-        .collect::<Result<Vec<_>, ModelError>>()?;
+        .collect::<Result<Vec<[f64; 3]>, ModelError>>()?;
     let mut min = [f64::INFINITY; 3];
     let mut max = [f64::NEG_INFINITY; 3];
-    for (xyz, _) in &placed {
+    for xyz in &placed {
         for k in 0..3 {
             min[k] = min[k].min(xyz[k]);
             max[k] = max[k].max(xyz[k]);
@@ -120,9 +160,8 @@ pub fn las_bytes(
         wkt.push(0);
         header.set_wkt_crs(wkt).map_err(|e| encode(e.to_string()))?;
     }
-    let mut writer =
-        las::Writer::new(Cursor::new(Vec::new()), header).map_err(|e| encode(e.to_string()))?;
-    for (xyz, p) in placed {
+    let mut writer = las::Writer::new(out, header).map_err(|e| encode(e.to_string()))?;
+    for (xyz, p) in placed.into_iter().zip(rec.points.values()) {
         let mut extra = Vec::with_capacity(EXTRA_BYTES as usize);
         extra.extend((p.track.len().min(u32::MAX as usize) as u32).to_le_bytes());
         extra.extend((p.error as f32).to_le_bytes());
@@ -141,10 +180,7 @@ pub fn las_bytes(
             })
             .map_err(|e| encode(format!("point {}: {e}", p.id)))?;
     }
-    Ok(writer
-        .into_inner()
-        .map_err(|e| encode(e.to_string()))?
-        .into_inner())
+    writer.into_inner().map_err(|e| encode(e.to_string()))
 }
 
 #[cfg(test)]
@@ -234,6 +270,22 @@ mod tests {
         );
         let a = placed.place([12.5, -3.25, 4.0]).unwrap();
         assert!((points[1].x - a[0]).abs() < 0.001 && (points[1].y - a[1]).abs() < 0.001);
+    }
+
+    #[test]
+    fn the_file_is_the_bytes_streamed_with_nothing_left_beside_it() {
+        let local = EarthPlacement::new(ModelFrame::Local, None).unwrap();
+        let dir = std::env::temp_dir().join(format!("tessera-las-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("model.laz");
+        write_las_file(&model(), &local, true, &path).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            las_bytes(&model(), &local, true).unwrap()
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn write_las(
     compressed: bool,
     path: &Path,
 ) -> Result<(), ModelError> {
-    atomic_write(path, &las_bytes(rec, placement, compressed)?)
+    las::write_las_file(rec, placement, compressed, path)
 }
 
 /// Write the camera GeoJSON of `rec` placed by `placement`.
