@@ -60,9 +60,8 @@ pub struct Rep {
     /// replaced by another view, so a cluster cannot stop saying whose it is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub matched: bool,
-    /// Unit-length embedding, as little-endian `f32` in hex (a fixed 8 characters a
-    /// number, where JSON numbers take up to 12).
-    #[serde(with = "encoding::hex_f32")]
+    /// Unit-length embedding, stored one signed byte a number (`encoding::rep_vector`).
+    #[serde(with = "encoding::rep_vector")]
     pub embedding: Vec<f32>,
 }
 
