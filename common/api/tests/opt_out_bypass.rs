@@ -1,6 +1,7 @@
 //! The ways around an opt-out through the API, each closed: a non-admin key cannot
 //! weaken a project's privacy (threshold up, subject removed, blur growth down,
 //! metadata kept, blur regions removed), and an admin's weakening is on record; a
+//! subject's own variant and whom each face matched are an admin's to see; a
 //! refused upload is erasable, counted and collected; a project with subjects or
 //! refusals is not deleted leaving them unreachable; photos are under a tenant quota.
 //! Real face models, real SQLite, real HTTP. (Blur regions racing a render, and files
@@ -252,6 +253,129 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
             .any(|e| e["action"] == "photo.blur_regions" && e["detail"]["uncovered"] == 1)
     );
     assert!(items.iter().any(|e| e["action"] == "subject.remove"));
+}
+
+/// A subject's own variant shows them unblurred, as the original does: it is an admin's
+/// to read. Before, any key of the tenant was listed its URL and served it (audited, but
+/// served), and saw whom every face matched, which is the listing of where each opted-out
+/// person appears and the aim for erasing the photos that hold their clearest views.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subjects_own_variant_and_whom_a_face_matched_are_an_admins_to_see() {
+    let s = serve_with(AuthMode::ApiKey, true, Some(face_models())).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
+    let pid = json_of(
+        viewer
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "event", "match_threshold": 0.363 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["project_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+    let reference = upload(&viewer, &s.base, &face_photo("astronaut.png"), 1 << 20).await;
+    let r = viewer
+        .post(format!("{x}/subjects"))
+        .json(&json!({ "label": "astronaut", "blob_shas": [reference] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let sid = json_of(r).await["subject_id"].as_str().unwrap().to_string();
+    let group = upload(
+        &viewer,
+        &s.base,
+        &face_photo("composite_pd_1280x896.jpg"),
+        1 << 20,
+    )
+    .await;
+    let r = viewer
+        .post(format!("{x}/photos"))
+        .json(&json!({ "blob_sha": group, "name": "group.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = json_of(r).await["photo_id"].as_str().unwrap().to_string();
+    let url = format!("{}/v1/x-tessera/photos/{id}", s.base);
+    photo_when(&viewer, &url, |p| p["status"] == "published").await;
+
+    // An admin sees the astronaut's own copy and whom her faces matched, and reads it
+    // (on record).
+    let as_admin = json_of(admin.get(&url).send().await.unwrap()).await;
+    let variants = |v: &Value| -> Vec<String> {
+        v["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["variant"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(variants(&as_admin), ["public".to_string(), sid.clone()]);
+    assert!(
+        as_admin["faces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["decision"]["subject"] == sid.as_str()),
+        "{as_admin}"
+    );
+    let r = admin
+        .get(format!("{url}/files/{sid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // Any other key: the public copy only, decisions by kind, and a 403 for her copy,
+    // its thumbnail, and any name that might be one (nothing said of which exist).
+    let as_viewer = json_of(viewer.get(&url).send().await.unwrap()).await;
+    assert_eq!(variants(&as_viewer), ["public".to_string()]);
+    let faces = as_viewer["faces"].as_array().unwrap();
+    assert!(
+        faces.iter().any(|f| f["decision"]["decision"] == "subject"),
+        "{as_viewer}"
+    );
+    for f in faces {
+        let d = f["decision"].as_object().unwrap();
+        assert_eq!(d.len(), 1, "a viewer sees the kind alone: {f}");
+    }
+    assert!(!as_viewer.to_string().contains(&sid), "{as_viewer}");
+    let listed = json_of(viewer.get(format!("{x}/photos")).send().await.unwrap()).await;
+    assert!(!listed.to_string().contains(&sid), "{listed}");
+    for path in [
+        format!("files/{sid}"),
+        format!("files/{sid}?thumbnail=true"),
+        format!("files/{}", tessera_core::SubjectId::new()),
+    ] {
+        let r = viewer.get(format!("{url}/{path}")).send().await.unwrap();
+        let v = problem(r, StatusCode::FORBIDDEN).await;
+        assert!(v["detail"].as_str().unwrap().contains("admin key"), "{v}");
+    }
+    let r = viewer
+        .get(format!("{url}/files/public"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let audit = json_of(
+        admin
+            .get(format!("{}/v1/x-tessera/audit", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let reads = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "photo.read_unblurred")
+        .count();
+    assert_eq!(reads, 1, "the admin's read alone: {audit}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,8 +17,9 @@ const who = (id) => labels.get(id) || `subject …${id.slice(-6)}`;
 
 function decisionText(d) {
   switch (d?.decision) {
-    case 'subject': return [`opted out (${who(d.subject)}): blurred`, d.similarity];
-    case 'ambiguous': return [`could be ${d.candidates.length} opted-out people: blurred`, d.candidates[0]?.[1]];
+    // Whom a face matched is shown to admin keys only; others see the kind.
+    case 'subject': return [d.subject ? `opted out (${who(d.subject)}): blurred` : 'opted out: blurred', d.similarity];
+    case 'ambiguous': return [d.candidates ? `could be ${d.candidates.length} opted-out people: blurred` : 'could be an opted-out person: blurred', d.candidates?.[0]?.[1]];
     case 'not_opted_out': return ['matches nobody who opted out: shown', d.best];
     case 'fail_closed': return ['no threshold set: blurred', null];
     default: return ['not decided yet: blurred', null];

@@ -176,9 +176,27 @@ async fn download_urls(s: &ApiState, p: &Photo) -> std::collections::HashMap<Str
     out
 }
 
-/// A photo as the API shows it. Which person (cluster) each face was found to be, and a
-/// decision its cluster made, only to an admin (`admin`): together over a project's photos
-/// they are the listing of who appears where.
+/// A face's decision as a caller without an admin key sees it: whether it is blurred
+/// and why in kind, never whom it was matched to or how closely. Over a project's photos
+/// the subject ids would be the listing of where each opted-out person appears (which
+/// the clusters are admin-only for), and would aim an erasure at the photos that hold a
+/// person's clearest views.
+fn decision_for_viewer(d: &tessera_core::privacy::FaceDecision) -> Value {
+    use tessera_core::privacy::FaceDecision;
+    let kind = match d {
+        FaceDecision::FailClosed => "fail_closed",
+        FaceDecision::NotOptedOut { .. } => "not_opted_out",
+        FaceDecision::Subject { .. } => "subject",
+        FaceDecision::Ambiguous { .. } => "ambiguous",
+    };
+    json!({ "decision": kind })
+}
+
+/// A photo as the API shows it. To an admin (`admin`) only: which person (cluster) each
+/// face was found to be and a decision its cluster made, whom each face matched, and the
+/// subjects' own variants (each shows one opted-out person unblurred, as the original
+/// does, which is admin-only too). Together over a project's photos they are the listing
+/// of who appears where, and a subject's variant is a way around their opt-out.
 pub(crate) fn photo_view(
     p: &Photo,
     state: &photos::status::PhotoState,
@@ -195,9 +213,9 @@ pub(crate) fn photo_view(
         "original_deleted": p.original_deleted_at.is_some(),
         "published_at": p.published_at.map(|m| m.to_rfc3339()),
         "variant_version": p.variant_version,
-        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": f.decision, "rule": f.rule.map(|r| r.report(f.evidence)), "cluster_id": f.cluster.filter(|_| admin), "cluster_ruling": f.ruling.as_ref().filter(|_| admin).map(|r| json!({ "ruling": r, "why": r.explain() })) })).collect::<Vec<_>>()),
+        "faces": p.faces.as_ref().map(|fs| fs.iter().map(|f| json!({ "bbox": f.bbox, "score": f.score, "decision": if admin { json!(f.decision) } else { decision_for_viewer(&f.decision) }, "rule": f.rule.map(|r| r.report(f.evidence)), "cluster_id": f.cluster.filter(|_| admin), "cluster_ruling": f.ruling.as_ref().filter(|_| admin).map(|r| json!({ "ruling": r, "why": r.explain() })) })).collect::<Vec<_>>()),
         "blur_regions": p.blur_regions,
-        "variants": p.renditions.iter().map(|r| {
+        "variants": p.renditions.iter().filter(|r| admin || r.variant.is_none()).map(|r| {
             let v = r.variant.map_or("public".to_string(), |s| s.to_string());
             json!({
                 "variant": v, "url": published.then(|| format!("{href}/files/{v}")), "byte_size": r.byte_size,
@@ -310,6 +328,14 @@ pub async fn file(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let p = owned_photo(&s, &caller, &id).await?;
+    // Any variant but the public one shows an opted-out person unblurred, as the
+    // original does: an admin's to read. Refused before it is looked up, so the answer
+    // says nothing of which subjects the photo holds.
+    if variant != "public" && !caller.admin {
+        return Err(Problem::forbidden(format!(
+            "variant `{variant}` of photo {id} would show an opted-out person unblurred; reading a subject's own variant needs an admin key (every caller may read `public`)"
+        )));
+    }
     if p.published_at.is_none() {
         return Err(Problem::not_found(format!("photo {id} is not published")));
     }
