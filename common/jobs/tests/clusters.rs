@@ -162,8 +162,44 @@ async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
     assert_eq!(her.standing, "opted_out");
     assert_eq!(her.subjects[0].1, "hopper");
 
-    // Erasing the photos takes their faces out of the clusters, which go with the last.
+    // Erasing the clear photos (any key of the tenant may erase a photo) does not take
+    // the blur back: the cluster still stands for her, through a re-decision of every
+    // photo, and the hard view is published blurred.
     let actor = tessera_core::audit::Actor::cli(p.tenant.clone());
+    for photo in project::photos(r.store(), p.id).await.unwrap() {
+        if photo.id != hard_id {
+            tessera_jobs::photos::erase::erase_photo(&r.engine, &photo, &actor)
+                .await
+                .unwrap();
+        }
+    }
+    project::reblur_all(&r.engine, p.id).await.unwrap();
+    r.settle().await;
+    let row = r.photo(hard_id).await;
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    assert!(
+        row.servable(cur.subjects_rev),
+        "decided again and published"
+    );
+    let after = r.faces(&row).await;
+    assert!(
+        after[0].decision.blurred_in(None),
+        "her hard view stays blurred once her clear photos are erased: {:?}",
+        after[0].decision
+    );
+    assert!(
+        matches!(after[0].ruling, Some(Ruling::Pulled { .. })),
+        "{:?}",
+        after[0].ruling
+    );
+    assert!(public_face_detail(&r, hard_id).await < shown_detail * 0.5);
+    let (listed, _) = clusters::list(r.store(), &cur, 0, 50).await.unwrap();
+    assert!(
+        listed.iter().any(|c| c.standing == "opted_out"),
+        "{listed:?}"
+    );
+
+    // Erasing the photos takes their faces out of the clusters, which go with the last.
     for photo in project::photos(r.store(), p.id).await.unwrap() {
         tessera_jobs::photos::erase::erase_photo(&r.engine, &photo, &actor)
             .await

@@ -28,7 +28,7 @@
 //! erasing the project erases every cluster.
 
 use crate::Millis;
-use crate::ids::{ClusterId, PhotoId, ProjectId};
+use crate::ids::{ClusterId, PhotoId, ProjectId, SubjectId};
 use crate::photo::Face;
 use crate::privacy::{Basis, FaceDecision, cosine, normalized};
 use serde::{Deserialize, Serialize};
@@ -118,6 +118,15 @@ pub struct Cluster {
     /// Representative views, clear ones first kept.
     #[serde(default)]
     pub reps: Vec<Rep>,
+    /// Subjects the cluster stood for when a photo holding its views was erased, each
+    /// with the best clear view's similarity then ([`Cluster::remember`]). The cluster
+    /// keeps standing for them while they are enrolled, whatever views remain: erasing
+    /// the photos that hold a person's clearest views (which any key of the tenant may
+    /// do) must not show the hard views of them that those views had blurred. Only
+    /// removing the subject (an admin's act, audited) ends it. Ids and numbers, no
+    /// embedding: an erasure still leaves none of the erased faces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stood_for: Vec<(SubjectId, f32)>,
     /// Created.
     pub created_at: Millis,
     /// Last joined or changed.
@@ -153,6 +162,7 @@ impl Cluster {
             centroid: Vec::new(),
             clear_views: 0,
             reps: Vec::new(),
+            stood_for: Vec::new(),
             created_at: now,
             updated_at: now,
         }
@@ -230,16 +240,33 @@ impl Cluster {
         self.summarise();
     }
 
+    /// Keep standing for the subjects `before` (its standing before a photo's views are
+    /// taken out) says it stands for ([`Cluster::stood_for`]): what an erasure calls
+    /// before [`Cluster::forget`]. Pulling is the fail-closed direction, and an erasure
+    /// is not a way to take it back.
+    pub fn remember(&mut self, before: &Standing) {
+        let Standing::Subjects(matched) = before else {
+            return;
+        };
+        for (s, sim) in matched {
+            match self.stood_for.iter_mut().find(|(x, _)| x == s) {
+                Some(kept) => kept.1 = kept.1.max(*sim),
+                None => self.stood_for.push((*s, *sim)),
+            }
+        }
+    }
+
     /// Drop what `photo` gave: its representatives, and its faces from the counts
-    /// (`faces` of them). Whether the cluster has no view left to say anything with (its
-    /// standing is then `Unsure`, as for a face in no cluster): it can go.
+    /// (`faces` of them). Whether the cluster has nothing left to say anything with (no
+    /// view and no subject it stood for: its standing is then `Unsure`, as for a face in
+    /// no cluster): it can go.
     pub fn forget(&mut self, photo: PhotoId, faces: u64) -> bool {
         self.reps.retain(|r| r.photo != photo);
         self.faces = self.faces.saturating_sub(faces);
         self.photos = self.photos.saturating_sub(1);
         self.leaning = self.leaning.min(self.faces);
         self.summarise();
-        self.reps.is_empty()
+        self.reps.is_empty() && self.stood_for.is_empty()
     }
 }
 

@@ -83,6 +83,12 @@ impl Cluster {
                     .map(|best| (s.subject, best))
             })
             .collect();
+        // What it stood for when views that said so were erased, while still enrolled.
+        for (s, sim) in &self.stood_for {
+            if subjects.iter().any(|x| x.subject == *s) && !matched.iter().any(|(m, _)| m == s) {
+                matched.push((*s, *sim));
+            }
+        }
         if !matched.is_empty() {
             matched.sort_by(|a, b| b.1.total_cmp(&a.1));
             return Standing::Subjects(matched);

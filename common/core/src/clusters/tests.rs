@@ -87,6 +87,65 @@ fn a_clear_match_pulls_the_hard_views_of_its_person() {
     assert_eq!(closed.decision, FaceDecision::FailClosed);
 }
 
+/// Erasing the photo that holds a person's clear matching view (any key may erase a
+/// photo) must not take back the blur it pulled onto their hard views: the cluster keeps
+/// standing for the subject while they are enrolled, and says so with no view left.
+#[test]
+fn an_erased_clear_view_leaves_its_cluster_standing_for_the_subject() {
+    let person = unit(1, 128);
+    let subject = SubjectEmbeddings {
+        subject: SubjectId::new(),
+        embeddings: vec![mix(&person, &unit(9, 128), 0.6)],
+    };
+    let subjects = std::slice::from_ref(&subject);
+    let policy = MatchPolicy::Threshold(0.363);
+    let clear = face(mix(&person, &unit(2, 128), 0.1), 150.0, subjects, 0.363);
+    let mut hard = face(mix(&person, &unit(3, 128), 0.685), 30.0, subjects, 0.363);
+    assert!(!hard.decision.blurred_in(None));
+    let (anchor, weak) = (PhotoId::new(), PhotoId::new());
+    let mut c = Cluster::new(ProjectId::new(), Millis::now());
+    c.admit(anchor, 0, &clear, true, true);
+    c.admit(weak, 0, &hard, true, false);
+    hard.cluster = Some(c.id);
+    let before = c.standing(subjects, policy);
+    assert!(matches!(before, Standing::Subjects(_)));
+
+    // What the erasure does: remember, then forget the anchor's views.
+    let mut after = c.clone();
+    after.remember(&before);
+    assert!(!after.forget(anchor, 1), "the cluster still says something");
+    assert!(after.reps.iter().all(|r| r.photo != anchor));
+    let standing = after.standing(subjects, policy);
+    assert!(
+        matches!(standing, Standing::Subjects(ref s) if s[0].0 == subject.subject),
+        "{standing:?}"
+    );
+    rule(&mut hard, &standing, subjects, policy);
+    assert!(
+        hard.decision.blurred_in(None),
+        "the hard view stays blurred"
+    );
+    // Stored and read back, it still stands for her.
+    let back: Cluster = serde_json::from_value(serde_json::to_value(&after).unwrap()).unwrap();
+    assert_eq!(back.stood_for, after.stood_for);
+    // With its last view erased too, it is kept for what it stood for, and stands for it.
+    let mut last = back.clone();
+    last.remember(&last.standing(subjects, policy));
+    assert!(!last.forget(weak, 1));
+    assert!(last.reps.is_empty());
+    assert!(matches!(
+        last.standing(subjects, policy),
+        Standing::Subjects(_)
+    ));
+    // Removing the subject (an admin's act) ends it.
+    assert_eq!(after.standing(&[], policy), Standing::Unsure);
+    // A cluster that never stood for anyone goes with its last view.
+    let mut plain = Cluster::new(ProjectId::new(), Millis::now());
+    plain.admit(weak, 0, &hard, true, false);
+    plain.remember(&plain.standing(&[], policy));
+    assert!(plain.forget(weak, 1));
+}
+
 #[test]
 fn many_clear_views_of_nobody_release_a_view_matched_only_by_a_lowered_threshold() {
     let bystander = unit(4, 128);

@@ -203,7 +203,17 @@ pub async fn forget_photo(engine: &Engine, photo: &Photo) -> Result<usize, Photo
             // members that leaned are still shown, whatever the erased photo took away.
             let before = c.standing(&subjects, policy);
             let mut after = c.clone();
-            if after.forget(photo.id, members.len() as u64) {
+            after.remember(&before);
+            let mut gone = after.forget(photo.id, members.len() as u64);
+            if !gone && after.reps.is_empty() {
+                // Kept only for the subjects it stood for: while members remain (the
+                // counters count every one, representative or not), to keep them pulled;
+                // with this photo's faces its last, it goes, as every cluster goes with
+                // its photos.
+                let (faces, _) = counts(store, id).await?;
+                gone = faces <= members.len() as u64;
+            }
+            if gone {
                 withdrawn = c.withdraws_release(&before, &Standing::Unsure);
                 writes.extend(delete_cluster(photo.project, id, Condition::Rev(rev)));
             } else {
