@@ -17,10 +17,22 @@ use tessera_core::ports::{ObjectStore, StateStore};
 use tessera_core::{Millis, PhotoId, ProjectId, records};
 use tessera_engine::Engine;
 
+/// The erasure target of a photo.
+fn target(photo: PhotoId) -> String {
+    format!("photo/{photo}")
+}
+
+/// The check that makes a transaction fail once `photo` is erased: its marker is
+/// written in the transaction that deletes its row, so while the row was ever written,
+/// "not erased" is "the row exists", at the price of a check on a small (absent) item.
+pub fn not_erased(photo: PhotoId) -> Write {
+    erasure::not_erased(&target(photo))
+}
+
 /// What erasing a photo removes.
 pub fn photo_erasure(project: ProjectId, photo: PhotoId) -> Erasure {
     Erasure {
-        target: format!("photo/{photo}"),
+        target: target(photo),
         prefixes: vec![
             keys::derived_prefix(project, photo),
             format!("uploads/{project}/{photo}/"),

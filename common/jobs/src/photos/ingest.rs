@@ -169,7 +169,7 @@ impl TaskHandler for Ingest {
                         item: records::photo_item(&row),
                         condition: Condition::Absent,
                     },
-                    tessera_core::catalog::erasure::not_erased(&format!("photo/{photo_id}")),
+                    super::erase::not_erased(photo_id),
                 ];
                 if let Some(days) = project.upload_retention_days {
                     writes.push(tessera_core::catalog::retention::marker(&row, days));
