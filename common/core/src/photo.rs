@@ -214,6 +214,14 @@ pub struct Photo {
     pub replaced_keys: Vec<String>,
     /// Written last; `None` while unpublished.
     pub published_at: Option<Millis>,
+    /// The digest of what the files of `variant_version` were drawn from (each file's
+    /// blur plan and the metadata kept; `tessera_jobs::photos::render::fingerprint`),
+    /// written with `published_at`. A re-decision that arrives at the same digest
+    /// publishes those files again without reading the upload or drawing anything: most
+    /// photos of a project do not hold the person who just opted out. `None`: published
+    /// before this was kept, or never; such a photo is drawn again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered: Option<String>,
     /// Why its last processing failed for good (it is unpublished with it); cleared when
     /// processing starts again. Rows from before this existed: none.
     #[serde(default)]

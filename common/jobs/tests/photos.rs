@@ -136,6 +136,84 @@ async fn nobody_opted_out_publishes_a_written_copy_and_thumbnail_dims_never_undo
     );
 }
 
+/// An opt-out re-decides every photo of its project, and a photo that does not show the
+/// person decides as before: its files are published again as they are (no read of the
+/// upload, nothing drawn or stored), at the new revision. A photo that shows them is
+/// drawn again, and so is one whose files were drawn before their digest was kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    let (alone, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    let (group, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let first = r.photo(alone).await;
+    assert_eq!(first.variant_version, 1);
+    assert!(
+        first.rendered.is_some(),
+        "the digest is kept with the files"
+    );
+    assert!(r.faces(&first).await[0].decision.blurred_in(None));
+
+    // Hopper opts out: she is in the group photo, not in the astronaut's portrait.
+    r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    r.settle().await;
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    let same = r.photo(alone).await;
+    assert!(
+        same.servable(cur.subjects_rev),
+        "published at the new revision"
+    );
+    assert_eq!(same.variant_version, 1, "the same files: nothing drawn");
+    assert_eq!(same.renditions, first.renditions);
+    assert_eq!(same.rendered, first.rendered);
+    assert!(r.faces(&same).await[0].decision.blurred_in(None));
+    for rendition in &same.renditions {
+        assert!(
+            r.engine
+                .ports()
+                .objects
+                .head(&rendition.key)
+                .await
+                .unwrap()
+                .is_some(),
+            "{} is served, so it is there",
+            rendition.key
+        );
+    }
+    let redrawn = r.photo(group).await;
+    assert!(redrawn.servable(cur.subjects_rev));
+    assert_eq!(
+        redrawn.variant_version, 2,
+        "the group photo shows her: drawn"
+    );
+    assert_eq!(redrawn.renditions.len(), 3);
+    assert!(redrawn.rendered.is_some());
+
+    // Files drawn before their digest was kept are drawn again at the next re-decision.
+    r.store()
+        .transact(vec![tessera_core::ports::state_store::Write::Set {
+            key: tessera_core::records::photo_key(alone),
+            fields: vec![("rendered".into(), serde_json::Value::Null)],
+            condition: tessera_core::ports::state_store::Condition::None,
+        }])
+        .await
+        .unwrap();
+    project::reblur_all(&r.engine, p.id).await.unwrap();
+    r.settle().await;
+    let cur = project::load(r.store(), p.id).await.unwrap();
+    let legacy = r.photo(alone).await;
+    assert!(legacy.servable(cur.subjects_rev));
+    assert_eq!(legacy.variant_version, 2, "no digest: drawn again");
+    assert_eq!(
+        legacy.rendered, first.rendered,
+        "the same plans, the same digest"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
     let r = rig().await;
@@ -258,13 +336,12 @@ async fn a_final_failure_unpublishes_in_the_same_transaction() {
             .all(|f| f.decision == tessera_core::privacy::FaceDecision::FailClosed)
     );
 
-    // The upload disappears behind the pipeline's back; a reprocess cannot finish.
-    r.engine
-        .ports()
-        .objects
-        .delete(&row.upload_key)
-        .await
-        .unwrap();
+    // The upload disappears behind the pipeline's back, and so does the faces' object (a
+    // re-decision that changes no file would not need the upload): the reprocess must
+    // detect and draw again, and cannot finish.
+    for key in [&row.upload_key, row.embeddings_key.as_ref().unwrap()] {
+        r.engine.ports().objects.delete(key).await.unwrap();
+    }
     let job = r
         .engine
         .submit(photos::reprocess_plan(p.tenant.clone(), p.id, photo, 0, 1))

@@ -41,6 +41,7 @@ fn row(project: tessera_core::ProjectId) -> Photo {
         staged_keys: Vec::new(),
         replaced_keys: Vec::new(),
         published_at: Some(Millis::now()),
+        rendered: None,
         original_deleted_at: None,
         failure: None,
         created_at: Millis::now(),

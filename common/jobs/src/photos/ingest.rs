@@ -158,6 +158,7 @@ impl TaskHandler for Ingest {
                     staged_keys: Vec::new(),
                     replaced_keys: Vec::new(),
                     published_at: None,
+                    rendered: None,
                     original_deleted_at: None,
                     failure: None,
                     created_at: Millis::now(),

@@ -30,6 +30,7 @@ pub mod project;
 pub mod reblur;
 pub mod regions;
 pub mod render;
+mod republish;
 pub mod row;
 pub mod scenes;
 pub mod status;

@@ -3,14 +3,16 @@
 //!
 //! Order of writes (each row write is conditional on the variant version, and fenced):
 //! 1. faces, if the photo has none yet (detection happens once per photo; reprocess of
-//!    a photo that was never detected detects for the first time): their embeddings in
-//!    an object first, then the row pointing at it ([`tessera_core::embeddings`]);
-//! 2. the new version: `variant_version + 1`, `published_at = null`, and every key of
-//!    the new version *staged* before any upload (a row under older [`RULES`] is migrated
-//!    here, in the same write);
-//! 3. per rendition: upload the file and its thumbnail, then point the row at them (the
-//!    keys they replace go to `replaced_keys`);
-//! 4. with the task's success, in one transaction: `published_at = now`, nothing
+//!    a photo that was never detected detects for the first time), decided, and joined to
+//!    their clusters;
+//! 2. the new version: `variant_version + 1`, `published_at = null`, the faces (their
+//!    embeddings in an object named by its content, stored right after the row points
+//!    at it: [`tessera_core::embeddings`]), and every key of the new version *staged*
+//!    before any upload (a row under older [`RULES`] is migrated here, in the same
+//!    write);
+//! 3. per rendition: upload the file and its thumbnail (under keys staged in 2);
+//! 4. with the task's success, in one transaction: the row pointed at every new file
+//!    (the keys they replace go to `replaced_keys`), `published_at = now`, nothing
 //!    staged, the `subjects_rev` the decision used — on the condition that it is still
 //!    the project's, and that the row's `edits_rev` is still the one whose blur regions
 //!    were rendered. A subject change or a region edit that lands while a photo is being
@@ -18,14 +20,20 @@
 //!    subjects and regions.
 //!
 //! A crash anywhere leaves the row unpublished or pointing at complete files; a retry
-//! starts a newer version, so no object a row points at is ever overwritten.
+//! starts a newer version, so no object a row points at is ever overwritten. The files
+//! of a version cut off are staged, never pointed at, and cleanup deletes them. Files are
+//! not pointed at one by one as they are stored: a retry never resumes a version, so
+//! those writes bought nothing, and each rewrote the whole row (billed by its size, twice
+//! in a transaction: tens of KB for a crowd).
 //!
 //! The upload is read back and checked against the hash ingest recorded before it is
 //! used: bytes swapped under an ingested key are never blurred with another photo's face
 //! boxes, the task fails permanently and the photo is unpublished.
 
 use super::render::{self, FileMeta, VariantPlan};
-use super::{FaceService, clusters, decide, faces, fault, payload_photo, row, upload, view};
+use super::{
+    FaceService, clusters, decide, faces, fault, payload_photo, republish, row, upload, view,
+};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -35,8 +43,8 @@ use tessera_core::job::Job;
 use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::{Condition, Write};
-use tessera_core::privacy::MatchPolicy;
-use tessera_core::privacy_view;
+use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy_view::{self, PrivacyView};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
 use tessera_core::{Millis, PhotoId, ProjectId};
@@ -101,7 +109,7 @@ impl TaskHandler for Process {
         let Some(mut photo) = row::find(store, id).await? else {
             return Ok(row::erased(id));
         };
-        let mut proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
+        let proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
             .await
             .map_err(TaskError::from_classified)?;
         // A thumbnail_dims message re-sent after the photo was processed (and is current)
@@ -116,19 +124,28 @@ impl TaskHandler for Process {
             })));
         }
         // The subjects are the set the view names (immutable, named by its content), so
-        // they are the ones of `decided_rev`; a change since is caught by the publishing
-        // condition on the same view.
-        let mut decided_rev = proj.subjects_rev;
-        let mut subjects = view::subjects(store, ports.objects.as_ref(), &proj)
+        // they are the ones of the view's revision; a change since is caught by the
+        // publishing condition on the same view.
+        let subjects = view::subjects(store, ports.objects.as_ref(), &proj)
             .await
             .map_err(TaskError::from_classified)?;
-        let mut policy = MatchPolicy::from_threshold(proj.match_threshold);
+        let policy = MatchPolicy::from_threshold(proj.match_threshold);
 
         if let Some(at) = photo.original_deleted_at {
             return Err(TaskError::permanent(format!(
                 "the original of photo {id} was deleted on {} under the project's retention, so it cannot be decided again; it stays unpublished — upload it again to publish it",
                 at.to_rfc3339()
             )));
+        }
+        if self.mode == Mode::Reprocess {
+            let against = Against {
+                view: proj.clone(),
+                subjects: subjects.clone(),
+                policy,
+            };
+            if let Some(out) = republish::unchanged(ctx, &photo, against).await? {
+                return Ok(out);
+            }
         }
         let bytes = ports.objects.get(&photo.upload_key).await?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
@@ -192,21 +209,9 @@ impl TaskHandler for Process {
                     .await
                     .map_err(blocking_err)?
                     .map_err(TaskError::from_classified)?;
-                // A migrating row keeps its old geometry until the version bump, which
-                // writes faces and regions in the new frame together.
-                if migrate.is_none() {
-                    let (mut fields, pending) = row::face_fields(&photo, &found);
-                    let written = fields
-                        .iter()
-                        .find(|(k, _)| *k == "embeddings_key")
-                        .and_then(|(_, v)| v.as_str().map(str::to_string));
-                    fields.push(("detector", row::json(&detector)));
-                    ctx.commit(vec![row::set(id, photo.variant_version, fields)])
-                        .await?;
-                    pending.store(ports.objects.as_ref()).await?;
-                    // The row points at them now: the version bump need not store them again.
-                    photo.embeddings_key = written;
-                }
+                // The faces are written with the version bump (2.), which comes next: a
+                // write of its own here bought only the detection of a run that dies in
+                // between, and rewrote the whole row (billed by its size).
                 ctx.metric("faces", found.len() as f64, None).await?;
                 ctx.phase_completed(Phase::FaceDetection, started).await?;
                 tracing::info!(photo = %id, faces = found.len(), detector, "faces detected");
@@ -235,40 +240,23 @@ impl TaskHandler for Process {
                 f.redecide(&subjects, policy);
             }
         }
-        // The faces join their project's clusters, and a cluster's standing may decide a
-        // face its own evidence did not (`tessera_core::clusters`). Faces found again
-        // replace the ones the row had: those leave their clusters first (the records of
-        // which cluster each joined are by index).
+        // Faces found again replace the ones the row had: those leave their clusters
+        // first (the records of which cluster each joined are by index).
         if detected_by.is_some() && photo.faces.is_some() {
             clusters::forget_photo(ctx.engine(), &photo)
                 .await
                 .map_err(TaskError::from_classified)?;
         }
-        let joined = clusters::join(ctx, &photo, &mut faces, &subjects, policy).await?;
-        if joined.redecided.is_some() {
-            // The join was committed with a re-decision of every photo: this one is
-            // decided at the new revision too, or its publication would be refused.
-            proj = view::for_photo(store, ports.objects.as_ref(), photo.project, id)
-                .await
-                .map_err(TaskError::from_classified)?;
-            decided_rev = proj.subjects_rev;
-            subjects = view::subjects(store, ports.objects.as_ref(), &proj)
-                .await
-                .map_err(TaskError::from_classified)?;
-            policy = MatchPolicy::from_threshold(proj.match_threshold);
-            for f in &mut faces {
-                f.redecide(&subjects, policy);
-            }
-        }
-        // The clusters as they are now, read after the view: a cluster change that
-        // re-decided the project up to the view's revision is in them (one after it
-        // fails this photo's publication, which is then decided again).
-        let known = clusters::of_faces(store, &faces).await?;
-        let ruled = tessera_core::clusters::apply(&mut faces, &known, &subjects, policy);
-        if joined.joined > 0 || ruled > 0 {
-            tracing::info!(photo = %id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");
-        }
+        let mut against = Against {
+            view: proj,
+            subjects,
+            policy,
+        };
+        let (joined, ruled) = against.clustered(ctx, &photo, &mut faces).await?;
+        let proj = against.view;
+        let decided_rev = proj.subjects_rev;
         let plans = render::plan(&faces, &regions, proj.blur_expand);
+        let rendered = render::fingerprint(&plans, proj.keep_metadata);
         ctx.checkpoint().await?;
 
         // 2. A new version, unpublished, with every key staged before any upload.
@@ -339,7 +327,7 @@ impl TaskHandler for Process {
             p.store(ports.objects.as_ref()).await?;
         }
 
-        // 3. Files, each pointed at as soon as it is stored.
+        // 3. Files, stored under the staged keys; the row points at them when it publishes.
         for VariantPlan { variant, blur } in &plans {
             let pixels = img.clone();
             let blur = blur.clone();
@@ -364,15 +352,6 @@ impl TaskHandler for Process {
                     byte_size,
                 },
             );
-            ctx.commit(vec![row::set(
-                id,
-                version,
-                vec![
-                    ("renditions", row::json(&renditions)),
-                    ("replaced_keys", row::json(&replaced)),
-                ],
-            )])
-            .await?;
             ctx.checkpoint().await?;
         }
         // Renditions for subjects no longer in the photo go.
@@ -409,6 +388,7 @@ impl TaskHandler for Process {
                         ("staged_keys", row::json(&Vec::<String>::new())),
                         ("subjects_rev", row::json(&decided_rev)),
                         ("published_at", row::json(&published_at)),
+                        ("rendered", row::json(&rendered)),
                     ],
                 ),
                 privacy_view::still_at(photo.project, id, decided_rev),
@@ -530,6 +510,53 @@ pub(crate) fn unpublished_notice(
             "file_name": photo.file_name, "reason": reason,
         }),
     )
+}
+
+/// What a photo is decided against: its shard of the project's privacy view, the
+/// subjects that view names, and the policy its threshold makes.
+pub(super) struct Against {
+    pub(super) view: PrivacyView,
+    pub(super) subjects: Arc<Vec<SubjectEmbeddings>>,
+    pub(super) policy: MatchPolicy,
+}
+
+impl Against {
+    /// `faces` (each decided on its own evidence) joined to their project's clusters,
+    /// then decided by their clusters' standing where it says more
+    /// (`tessera_core::clusters`). A join committed with a re-decision of every photo
+    /// moves this to the new revision and decides the faces again against it, or the
+    /// photo's publication would be refused. Faces joined and faces ruled.
+    pub(super) async fn clustered(
+        &mut self,
+        ctx: &TaskContext,
+        photo: &Photo,
+        faces: &mut [Face],
+    ) -> Result<(clusters::Joined, usize), TaskError> {
+        let ports = ctx.ports();
+        let store = ports.store.as_ref();
+        let joined = clusters::join(ctx, photo, faces, &self.subjects, self.policy).await?;
+        if joined.redecided.is_some() {
+            self.view = view::for_photo(store, ports.objects.as_ref(), photo.project, photo.id)
+                .await
+                .map_err(TaskError::from_classified)?;
+            self.subjects = view::subjects(store, ports.objects.as_ref(), &self.view)
+                .await
+                .map_err(TaskError::from_classified)?;
+            self.policy = MatchPolicy::from_threshold(self.view.match_threshold);
+            for f in faces.iter_mut() {
+                f.redecide(&self.subjects, self.policy);
+            }
+        }
+        // The clusters as they are now, read after the view: a cluster change that
+        // re-decided the project up to the view's revision is in them (one after it
+        // fails this photo's publication, which is then decided again).
+        let known = clusters::of_faces(store, faces).await?;
+        let ruled = tessera_core::clusters::apply(faces, &known, &self.subjects, self.policy);
+        if joined.joined > 0 || ruled > 0 {
+            tracing::info!(photo = %photo.id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");
+        }
+        Ok((joined, ruled))
+    }
 }
 
 /// Whether the row should hold `faces` after this run: it had faces and keeps them, or

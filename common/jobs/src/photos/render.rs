@@ -52,6 +52,30 @@ pub fn plan(faces: &[Face], regions: &[FracRect], expand: f32) -> Vec<VariantPla
         .collect()
 }
 
+/// What a photo's files are drawn from, as a digest: every file's plan (whom it is for,
+/// the face boxes and regions it blurs, their growth), the metadata the project keeps,
+/// the privacy [`RULES`](tessera_core::photo::RULES) and the encoder's quality. Two
+/// decisions with the same digest draw the same files from the same upload, so a
+/// re-decision that arrives at the digest the published files were drawn from
+/// ([`tessera_core::photo::Photo::rendered`]) publishes them again as they are.
+pub fn fingerprint(plans: &[VariantPlan], keep: tessera_core::photo::KeepMetadata) -> String {
+    use sha2::{Digest, Sha256};
+    let files: Vec<serde_json::Value> = plans
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "variant": p.variant, "faces": p.blur.faces, "regions": p.blur.regions,
+                "expand": p.blur.expand,
+            })
+        })
+        .collect();
+    let what = serde_json::json!({
+        "files": files, "keep_metadata": keep, "rules": tessera_core::photo::RULES,
+        "quality": JPEG_QUALITY, "thumb_side": THUMB_SIDE,
+    });
+    hex::encode(Sha256::digest(what.to_string().as_bytes()))
+}
+
 /// A rendered file and its thumbnail, JPEG-encoded.
 pub struct Rendered {
     /// The file.

@@ -125,6 +125,11 @@ pub async fn faces(
 pub struct PendingEmbeddings(Option<(String, Vec<u8>)>);
 
 impl PendingEmbeddings {
+    /// Nothing to store: the row already points at these embeddings.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Store them (after the row pointing at them is committed). In that order, a
     /// cleanup listing the photo's objects meanwhile finds the key referenced and keeps
     /// the object; a crash in between leaves a row pointing at nothing, which the next
