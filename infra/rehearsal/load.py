@@ -39,7 +39,7 @@ from pricing import AWS_LATENCY_S, LAMBDA_MB_PER_VCPU, S3_FREE, S3_PUT_CLASS, US
 from recorder import Recorder, key_class  # noqa: E402
 from rehearse import REPO, SHARED, Rehearsal, log  # noqa: E402
 from fairness import FairTurns  # noqa: E402
-from workload import STRANGER, SUBJECT, phone_photos  # noqa: E402
+from workload import STRANGER, SUBJECT, one_face_photos, phone_photos  # noqa: E402
 
 # AWS's per-partition throughput (DynamoDB Developer Guide, "Burst and adaptive capacity").
 PARTITION_WRITE_LIMIT = 1000
@@ -89,6 +89,8 @@ class Stall:
                 and self.polls * self.every > self.timeout)
 
 class LoadRehearsal(FairTurns, Rehearsal):
+    check_moto_json = False
+
     def __init__(self, args):
         super().__init__(args)
         self.phases = {}
@@ -194,23 +196,59 @@ class LoadRehearsal(FairTurns, Rehearsal):
         ok = [r for r in rows if r.get("published_at") is not None and int(r.get("subjects_rev", 0)) >= rev]
         return len(ok), len(rows), rows
 
-    def wait_servable(self, pid, n, what, timeout):
-        """Wait until `n` photos are servable. It fails when none has become servable for
-        `timeout` seconds (a stall, however long the burst): a deadline on the whole
-        wait would fail a slow machine, or one whose clock jumps, while photos still
-        publish one by one."""
-        last = [None]
+    def wait_servable(self, pid, ids, what, timeout):
+        """Wait until every photo of `ids` is servable. It fails when none has become
+        servable for `timeout` seconds (a stall, however long the burst): a deadline on the
+        whole wait would fail a slow machine, or one whose clock jumps, while photos still
+        publish one by one.
+
+        Each poll reads only the photos not yet seen servable at the project's current
+        subject revision, and of them only the two fields that decide it: reading every
+        row of the project every few seconds made the driver, not the functions, moto's
+        largest client (quadratic in the burst). Once all are seen, one full read of the
+        project confirms it."""
+        seen, rev_seen = set(), [None]
+
+        def count():
+            rev = self.body(self.item(f"PROJECT#{pid}", "PROJECT")).get("subjects_rev", 0)
+            if rev != rev_seen[0]:
+                seen.clear()
+                rev_seen[0] = rev
+            pending = [i for i in ids if i not in seen]
+            for a in range(0, len(pending), 100):
+                ask = {self.table: {"Keys": [{"pk": {"S": f"PHOTO#{i}"}, "sk": {"S": "PHOTO"}} for i in pending[a:a + 100]],
+                                    "ConsistentRead": True, "ProjectionExpression": "pk, #b.published_at, #b.subjects_rev",
+                                    "ExpressionAttributeNames": {"#b": "body"}}}
+                while ask:
+                    got = self.op.ddb.batch_get_item(RequestItems=ask)
+                    for row in got["Responses"].get(self.table, []):
+                        b = self.body(row) or {}
+                        if b.get("published_at") is not None and int(b.get("subjects_rev", 0)) >= rev:
+                            seen.add(row["pk"]["S"].split("#", 1)[1])
+                    ask = got.get("UnprocessedKeys") or None
+            return len(seen)
 
         def done():
-            last[0] = self.servable(pid)[:2]
-            return last[0][0] >= n and last[0][1] >= n
-        stall = Stall(timeout, 3)
+            if count() < len(ids):
+                return False
+            wanted = set(ids)
+            rev, rows = self.body(self.item(f"PROJECT#{pid}", "PROJECT")).get("subjects_rev", 0), self.project_photos(pid)
+            ok = {b["id"] for b in map(self.body, rows)
+                  if b.get("published_at") is not None and int(b.get("subjects_rev", 0)) >= rev}
+            if wanted <= ok:
+                return True
+            seen.intersection_update(ok)
+            return False
+        # Polls spaced by the backlog, so that a 10,000-photo wait does not read 10,000
+        # rows every few seconds.
+        every = max(3, min(30, len(ids) // 500))
+        stall = Stall(timeout, every)
         while not done():
-            if stall.seen(last[0]):
+            if stall.seen(len(seen)):
                 break
-            time.sleep(3)
+            time.sleep(every)
         if not done():
-            self.fail(f"{what}: {last[0][0]} of {n} photos servable, none more for {timeout}s")
+            self.fail(f"{what}: {len(seen)} of {len(ids)} photos servable, none more for {timeout}s")
             return False
         return True
 
@@ -263,7 +301,8 @@ class LoadRehearsal(FairTurns, Rehearsal):
         put_s = time.time() - t0
         self.check(enrolled.is_set(), "the subject was never enrolled during the burst")
         fair = self.second_tenant_photo(photos[1][1], pid)
-        ok = self.wait_servable(pid, n, "burst", max(900, 4 * n))
+        self.burst_ids = ids
+        ok = self.wait_servable(pid, ids, "burst", max(900, 4 * n))
         self.end("burst")
         seconds = self.phases["burst"][1] - self.phases["burst"][0]
         self.report_fair_turns(fair)
@@ -296,7 +335,7 @@ class LoadRehearsal(FairTurns, Rehearsal):
         ingest = self.functions["IngestFunction"]
         self.begin("sweep")
         self.enrol(pid, STRANGER, "astronaut")
-        ok = self.wait_servable(pid, n, "sweep", max(900, 4 * n))
+        ok = self.wait_servable(pid, self.burst_ids, "sweep", max(900, 4 * n))
         self.end("sweep")
         t0, t1 = self.phases["sweep"]
         # The sweep's parts, the mid-burst one's included. Each part bounds its own work
@@ -335,6 +374,31 @@ class LoadRehearsal(FairTurns, Rehearsal):
         self.check(ingest.timeouts == 0, f"{ingest.timeouts} ingest invocation(s) killed at the {ingest.timeout_s}s timeout")
         log(f"sweep: {n} photos re-decided in {t1 - t0:.1f}s, {len(parts)} parts, longest {max(part_s, default=0):.1f}s "
             f"({self.report['sweep']['longest_run']}; its invocation's longest {max(invocations, default=0):.1f}s)")
+
+    def phase_one_face(self):
+        """The everyday cost: one-face photos (every third of an opted-out subject) into the
+        burst's project once nothing else runs there (two subjects, its clusters grown, no
+        change of subjects meanwhile), so that this phase's counts are those photos' alone.
+        `cost.usd_per_1000_one_face_photos` comes from here, not from the burst, whose
+        figure also carries a mid-burst re-blur and the 150-face group photo."""
+        pid = self.burst_project
+        k = self.args.one_face_photos
+        photos = one_face_photos(k)
+        self.begin("one_face")
+        ids = []
+        with concurrent.futures.ThreadPoolExecutor(self.args.clients) as pool:
+            ids = list(pool.map(lambda p: self.put_bytes(pid, p[0], p[1]), photos))
+        ok = self.wait_servable(pid, self.burst_ids + ids, "one-face photos", max(900, 4 * k))
+        self.end("one_face")
+        self.one_face_count = k
+        by_id = {r["id"]: r for r in self.servable(pid)[2]}
+        missed = [name for (name, _, has), i in zip(photos, ids) if has and "subject" not in [
+            (f.get("decision") or {}).get("decision") for f in (by_id.get(i, {}).get("faces") or [])]]
+        self.check(not missed, f"one-face photos of the opted-out subject without her face decided `subject`: {missed[:10]}")
+        t0, t1 = self.phases["one_face"]
+        self.report["scenarios"]["one_face"] = {"photos": k, "seconds": round(t1 - t0, 1), "all_servable": ok,
+                                               "subject_photos": sum(1 for p in photos if p[2]), "subject_missed": len(missed)}
+        log(f"one-face photos: {k} servable in {t1 - t0:.1f}s, subject missed on {len(missed)}")
 
     def phase_reconstructions(self):
         m = self.args.reconstructions
@@ -394,7 +458,7 @@ class LoadRehearsal(FairTurns, Rehearsal):
         photos_not = 0
         for pid in [self.burst_project]:
             ok, total, _ = self.servable(pid)
-            photos_not += self.args.photos - ok
+            photos_not += self.args.photos + getattr(self, "one_face_count", 0) - ok
         states = {}
         start = None
         while True:
@@ -576,6 +640,7 @@ class LoadRehearsal(FairTurns, Rehearsal):
         guarded(self.phase_burst)
         if hasattr(self, "burst_project"):
             guarded(self.phase_sweep)
+            guarded(self.phase_one_face)
         guarded(self.phase_reconstructions)
         self.begin("expiry")
         guarded(self.scenario_expiry)
@@ -587,23 +652,32 @@ class LoadRehearsal(FairTurns, Rehearsal):
                 self.fail(f"event source mapping of {p.queue_name}: {e}")
         for e in self.recorder.stats.errors[:5]:
             self.fail(f"recorder: {e}")
-        if not hasattr(self, "burst_project") or not hasattr(self, "reconstruction_seconds"):
+        if not all(hasattr(self, a) for a in ("burst_project", "reconstruction_seconds", "one_face_count")):
             return
         r = self.report
         r["partitions_top"] = self.partitions_top()
         r["units_per_photo"] = self.cost(("burst",), self.args.photos)
         r["units_per_photo_reblur"] = self.cost(("sweep",), self.args.photos)
+        r["units_per_one_face_photo"] = self.cost(("one_face",), self.one_face_count)
         r["units_per_reconstruction"] = self.cost(("reconstructions",), self.args.reconstructions)
         items = sorted(self.recorder.stats.items.items(), key=lambda kv: -kv[1][0])
         r["max_item_bytes"] = items[0][1][0] if items else 0
         r["largest_items"] = [{"key_design": cls, "bytes": size, "example": key} for cls, (size, key) in items[:8]]
+        # A design's typical item after a write: what each write of it, and each
+        # transaction's condition check on it, costs (1 unit per KB, twice in a transaction).
+        r["item_bytes_mean"] = dict(sorted(((cls, round(total / n)) for cls, (n, total) in self.recorder.stats.sizes.items()),
+                                           key=lambda kv: -kv[1])[:16])
         group_row = self.item(f"PHOTO#{self.group_photo}", "PHOTO")
         r["scenarios"]["burst"]["group_photo_row_bytes"] = capacity.item_size(group_row)
         r["lost"] = self.lost()
         r["extrapolated"] = self.extrapolate()
         per_photo, per_recon = r["units_per_photo"], r["units_per_reconstruction"]
         stage_s = sum(v["seconds"] for k, v in per_recon["functions"].items() if k == "StageRunnerFunction")
+        one = r["units_per_one_face_photo"]
         r["cost"] = {
+            "usd_per_1000_one_face_photos": round(1000 * one["usd_total"], 4),
+            "usd_per_1000_one_face_photos_modelled": round(1000 * one["usd_total_modelled"], 4),
+            "usd_per_1000_one_face_photos_by_service": {k: round(1000 * v, 4) for k, v in one["usd"].items()},
             "usd_per_1000_photos": round(1000 * per_photo["usd_total"], 4),
             "usd_per_1000_photos_by_service": {k: round(1000 * v, 4) for k, v in per_photo["usd"].items()},
             "usd_per_1000_photos_reblurred": round(1000 * r["units_per_photo_reblur"]["usd_total"], 4),
@@ -663,11 +737,15 @@ def main():
     ap.add_argument("--pollers", type=int, default=1,
                     help="pollers per event source mapping (up to its cap); more starve two cores")
     ap.add_argument("--clients", type=int, default=3, help="clients uploading at once")
+    ap.add_argument("--one-face-photos", type=int,
+                    help="one-face photos uploaded after the sweep, for the everyday cost (default: a tenth of --photos, 20 to 1,000)")
     ap.add_argument("--report")
     args = ap.parse_args()
     if args.full:
         args.photos, args.reconstructions = 10_000, 50
     args.photos = max(args.photos, 6)
+    if args.one_face_photos is None:
+        args.one_face_photos = min(1000, max(20, args.photos // 10))
     r = LoadRehearsal(args)
     t0 = time.time()
     try:

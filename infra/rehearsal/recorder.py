@@ -63,6 +63,9 @@ class Stats:
         self.requests = defaultdict(int)
         # key class -> (largest item's bytes, its key)
         self.items = {}
+        # key class -> [items written, their bytes summed]: a design's typical size, which
+        # sets what each of its writes (and each condition check on it) costs
+        self.sizes = defaultdict(lambda: [0, 0])
         # ids shared by many items (a project's), for key_class
         self.scopes = {}
         # (phase, table partition, action) -> write units: what kind of write costs what
@@ -102,6 +105,8 @@ class Stats:
         with self.lock:
             if size > self.items.get(cls, (0, None))[0]:
                 self.items[cls] = (size, key)
+            self.sizes[cls][0] += 1
+            self.sizes[cls][1] += size
 
     # -- summaries ---------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The photos the load rehearsal uploads: small phone-sized JPEGs with one or two faces
-(every third of the opted-out subject) and one 150-face group photo. The counts per photo
+(every third of the opted-out subject) and one 150-face group photo for the burst, and
+one-face photos for the everyday cost. The counts per photo
 do not depend on the pixels, so the photos are small."""
 
 import io
@@ -12,24 +13,43 @@ SUBJECT, STRANGER = "grace_hopper.jpg", "astronaut.png"
 GROUP_FACES = 150
 
 
+def background(rng):
+    """A 640×480 canvas of one colour with six random rectangles: every photo a distinct
+    file."""
+    from PIL import Image, ImageDraw
+    canvas = Image.new("RGB", (640, 480), tuple(rng.randrange(40, 220) for _ in range(3)))
+    draw = ImageDraw.Draw(canvas)
+    for _ in range(6):
+        x, y = rng.randrange(640), rng.randrange(480)
+        draw.rectangle((x, y, x + rng.randrange(10, 80), y + rng.randrange(10, 80)),
+                       fill=tuple(rng.randrange(256) for _ in range(3)))
+    return canvas
+
+
+def portraits():
+    """The subject's and the stranger's portraits (public domain, `../shared/testdata/faces`)."""
+    from PIL import Image
+    return {name: Image.open(os.path.join(SHARED, "testdata/faces", name)).convert("RGB") for name in (SUBJECT, STRANGER)}
+
+
+def jpeg(image):
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=85)
+    return buf.getvalue()
+
+
 def phone_photos(n, seed=23):
     """`n` distinct 640×480 JPEGs, each with one or two faces: (name, bytes, has subject).
     Every third holds the opted-out subject; one, a third of the way in, is the 150-face
     group photo."""
-    from PIL import Image, ImageDraw
     rng = random.Random(seed)
-    faces = {name: Image.open(os.path.join(SHARED, "testdata/faces", name)).convert("RGB") for name in (SUBJECT, STRANGER)}
+    faces = portraits()
     out = []
     for i in range(n):
         if i == n // 3:
             out.append((f"group-{i:05}.jpg", group_photo(faces, rng), False))
             continue
-        canvas = Image.new("RGB", (640, 480), tuple(rng.randrange(40, 220) for _ in range(3)))
-        draw = ImageDraw.Draw(canvas)
-        for _ in range(6):  # makes every photo a distinct file
-            x, y = rng.randrange(640), rng.randrange(480)
-            draw.rectangle((x, y, x + rng.randrange(10, 80), y + rng.randrange(10, 80)),
-                           fill=tuple(rng.randrange(256) for _ in range(3)))
+        canvas = background(rng)
         people = [SUBJECT] if i % 3 == 0 else [STRANGER]
         if i % 5 == 1:
             people.append(STRANGER if people[0] == SUBJECT else SUBJECT)
@@ -38,9 +58,23 @@ def phone_photos(n, seed=23):
             face = faces[person]
             h = rng.randrange(230, 300)
             canvas.paste(face.resize((int(face.width * h / face.height), h)), (x + rng.randrange(0, 20), y))
-        buf = io.BytesIO()
-        canvas.save(buf, "JPEG", quality=85)
-        out.append((f"burst-{i:05}.jpg", buf.getvalue(), SUBJECT in people))
+        out.append((f"burst-{i:05}.jpg", jpeg(canvas), SUBJECT in people))
+    return out
+
+
+def one_face_photos(n, seed=29):
+    """`n` distinct 640×480 JPEGs with exactly one face each, every third of the opted-out
+    subject: what a paying user's everyday upload costs (`load.py`'s `one_face` phase)."""
+    rng = random.Random(seed)
+    faces = portraits()
+    out = []
+    for i in range(n):
+        canvas = background(rng)
+        person = SUBJECT if i % 3 == 0 else STRANGER
+        face = faces[person]
+        h = rng.randrange(230, 300)
+        canvas.paste(face.resize((int(face.width * h / face.height), h)), (rng.randrange(20, 300), 60))
+        out.append((f"one-face-{i:05}.jpg", jpeg(canvas), person == SUBJECT))
     return out
 
 
@@ -53,6 +87,4 @@ def group_photo(faces, rng):
     canvas = Image.new("RGB", (15 * 160, 10 * 160), (90, 90, 90))
     for k in range(GROUP_FACES):
         canvas.paste(tile, ((k % 15) * 160, (k // 15) * 160))
-    buf = io.BytesIO()
-    canvas.save(buf, "JPEG", quality=85)
-    return buf.getvalue()
+    return jpeg(canvas)

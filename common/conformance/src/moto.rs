@@ -72,6 +72,9 @@ impl MotoServer {
         let mut cmd = Command::new(python());
         cmd.arg(launcher())
             .args(["127.0.0.1", &port.to_string()])
+            // Every read the fast path writes is also written by moto's own serializer
+            // and compared (scripts/moto_serve.py): the adapter tests hold it to moto.
+            .env("TESSERA_MOTO_CHECK_JSON", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
