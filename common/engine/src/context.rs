@@ -5,6 +5,7 @@ use crate::handler::TaskError;
 use crate::{Engine, Ports};
 use crate::{JobPlan, Submitted};
 use std::time::Instant;
+use tessera_core::Millis;
 use tessera_core::event::{EventKind, Phase};
 use tessera_core::job::Job;
 use tessera_core::ports::compute::{LineSink, ProcessReport, ProcessSpec};
@@ -20,6 +21,10 @@ pub struct TaskContext {
     pub(crate) task: Task,
     pub(crate) job: Job,
     pub(crate) cancel: CancellationToken,
+    /// The events of a run whose handler defers them
+    /// ([`crate::TaskHandler::defers_events`]), each with when it happened: stored with
+    /// the run's end, in the transaction that ends it.
+    pub(crate) deferred: Option<std::sync::Mutex<Vec<(EventKind, Millis)>>>,
 }
 
 impl TaskContext {
@@ -125,8 +130,16 @@ impl TaskContext {
             .map_err(|e| TaskError::transient(e.to_string()))
     }
 
-    /// Store a progress event under the fence.
+    /// Store a progress event under the fence; for a handler that defers its events,
+    /// keep it for the run's end (stored then, with the outcome, under the same fence).
     pub async fn emit(&self, kind: EventKind) -> Result<(), TaskError> {
+        if let Some(deferred) = &self.deferred {
+            deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((kind, Millis::now()));
+            return Ok(());
+        }
         self.engine
             .ports
             .events
@@ -138,6 +151,14 @@ impl TaskContext {
             )
             .await?;
         Ok(())
+    }
+
+    /// The events this run deferred, in order (none when its handler does not defer).
+    pub(crate) fn take_deferred(&self) -> Vec<(EventKind, Millis)> {
+        self.deferred
+            .as_ref()
+            .map(|d| std::mem::take(&mut *d.lock().unwrap_or_else(|p| p.into_inner())))
+            .unwrap_or_default()
     }
 
     /// Announce a phase; returns when it started, for [`Self::phase_completed`].

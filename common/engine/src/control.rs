@@ -182,7 +182,7 @@ impl Engine {
                 };
                 let next = lifecycle::cancelled(&task, Millis::now(), why);
                 match self
-                    .commit_terminal(next, Condition::Rev(task.rev), Vec::new(), None)
+                    .commit_terminal(next, Condition::Rev(task.rev), Vec::new(), Vec::new())
                     .await?
                 {
                     Ok(()) => {

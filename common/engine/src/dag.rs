@@ -94,16 +94,18 @@ impl Engine {
     /// `extra` writes, the job counter for its state, the event that says why it ended
     /// (`reason`, when there is one) and the first dependents it fits; then finish the
     /// fan-out. This is the one place a task ends. The reason is stored in the same
-    /// transaction, so a stream never closes on a task's end without it.
+    /// transaction, so a stream never closes on a task's end without it; so are the
+    /// events a task deferred ([`crate::TaskHandler::defers_events`]), before it. `events`:
+    /// both, in order, each with when it happened.
     pub(crate) async fn commit_terminal(
         &self,
         mut next: Task,
         condition: Condition,
         extra: Vec<Write>,
-        reason: Option<EventKind>,
+        events: Vec<(EventKind, Millis)>,
     ) -> Result<Result<(), Refused>, EngineError> {
         debug_assert!(next.state.is_terminal());
-        let event_slots = usize::from(reason.is_some());
+        let event_slots = events.len();
         let first_extra = 2 + event_slots;
         let fixed = first_extra + extra.len();
         if fixed >= MAX_TRANSACTION_ITEMS {
@@ -137,14 +139,12 @@ impl Engine {
                     deltas,
                 },
             ];
-            if let Some(kind) = &reason {
-                let staged = self
-                    .ports
-                    .events
-                    .stage(next.job_id, Some(next.id), kind.clone())
-                    .await?;
-                writes.push(staged.write);
-            }
+            let staged = self
+                .ports
+                .events
+                .stage_all(next.job_id, Some(next.id), events.clone())
+                .await?;
+            writes.extend(staged.into_iter().map(|s| s.write));
             writes.extend(extra.iter().cloned());
             writes.extend(fan.writes);
             match self.ports.store.transact(writes).await {

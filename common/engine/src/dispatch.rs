@@ -260,7 +260,12 @@ impl Engine {
             message: format!("task `{}` is {}: {message}", dead.name, dead.state),
         };
         if self
-            .commit_terminal(dead.clone(), condition, compensations, Some(reason))
+            .commit_terminal(
+                dead.clone(),
+                condition,
+                compensations,
+                vec![(reason, Millis::now())],
+            )
             .await?
             .is_err()
         {
@@ -303,11 +308,16 @@ impl Engine {
             lost.clone(),
         ));
 
+        let defers = self
+            .registry
+            .get(&claimed.kind)
+            .is_some_and(|h| h.defers_events());
         let ctx = TaskContext {
             engine: self.clone(),
             task: claimed.clone(),
             job,
             cancel: cancel.clone(),
+            deferred: defers.then(Default::default),
         };
         let result = self.run_handler(&ctx).await;
         stop_beat.cancel();
@@ -319,9 +329,18 @@ impl Engine {
             );
             return Ok(Handled::LostLease);
         }
+        // A run that lost its lease (above) stores none of its deferred events: its
+        // successor tells its own story.
+        let deferred = ctx.take_deferred();
         match result {
-            Ok(out) => self.complete(&claimed, &ctx.job().tenant, out).await,
-            Err(e) => self.fail(&claimed, e, Some(ctx.fence())).await,
+            Ok(out) => {
+                self.complete(&claimed, &ctx.job().tenant, out, deferred)
+                    .await
+            }
+            Err(e) => {
+                self.fail_with(&claimed, e, Some(ctx.fence()), deferred)
+                    .await
+            }
         }
     }
 
@@ -412,6 +431,7 @@ impl Engine {
         claimed: &Task,
         tenant: &tessera_core::TenantId,
         out: TaskOutput,
+        deferred: Vec<(EventKind, Millis)>,
     ) -> Result<Handled, EngineError> {
         let done = lifecycle::succeeded(claimed, out.result.clone(), Millis::now());
         let mut extra = out.writes;
@@ -426,16 +446,22 @@ impl Engine {
             );
         }
         let cache_slots = usize::from(claimed.cache_key.is_some());
-        if extra.len() + 3 > MAX_TRANSACTION_ITEMS {
+        if extra.len() + deferred.len() + 3 > MAX_TRANSACTION_ITEMS {
             let e = TaskError::permanent(format!(
-                "the handler asked for {} writes with its result; at most {} fit",
+                "the handler asked for {} writes with its result and {} events; at most {} fit",
                 extra.len() - cache_slots,
+                deferred.len(),
                 MAX_TRANSACTION_ITEMS - 3 - cache_slots
             ));
-            return self.fail(claimed, e, None).await;
+            return self.fail_with(claimed, e, None, deferred).await;
         }
         match self
-            .commit_terminal(done, records::fenced(claimed.epoch), extra, None)
+            .commit_terminal(
+                done,
+                records::fenced(claimed.epoch),
+                extra,
+                deferred.clone(),
+            )
             .await?
         {
             Ok(()) => {
@@ -448,7 +474,7 @@ impl Engine {
                     "write #{} of the task's result conflicted with stored state",
                     i.saturating_sub(cache_slots)
                 ));
-                self.fail(claimed, e, None).await
+                self.fail_with(claimed, e, None, deferred).await
             }
         }
     }
@@ -461,6 +487,17 @@ impl Engine {
         claimed: &Task,
         err: TaskError,
         fence: Option<Fence>,
+    ) -> Result<Handled, EngineError> {
+        self.fail_with(claimed, err, fence, Vec::new()).await
+    }
+
+    /// [`Self::fail`], storing first the events the run deferred.
+    async fn fail_with(
+        &self,
+        claimed: &Task,
+        err: TaskError,
+        fence: Option<Fence>,
+        deferred: Vec<(EventKind, Millis)>,
     ) -> Result<Handled, EngineError> {
         let now = Millis::now();
         let next = lifecycle::failed(
@@ -506,13 +543,16 @@ impl Engine {
                 (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(&next),
                 _ => Vec::new(),
             };
-            // The fence is the task write's own condition; the reason goes in with it.
+            // The fence is the task write's own condition; the reason goes in with it,
+            // after what the run deferred.
+            let mut events = deferred;
+            events.push((event, now));
             if self
                 .commit_terminal(
                     next.clone(),
                     records::fenced(claimed.epoch),
                     compensations,
-                    Some(event),
+                    events,
                 )
                 .await?
                 .is_err()
@@ -520,15 +560,19 @@ impl Engine {
                 return Ok(Handled::LostLease);
             }
         } else {
-            match self
-                .ports
-                .events
-                .append(claimed.job_id, Some(claimed.id), event, Some(fence))
-                .await
-            {
-                Ok(_) => {}
-                Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
-                Err(e) => return Err(e.into()),
+            // What the run deferred, then why it is tried again (a retry is rare: one
+            // append each).
+            for kind in deferred.into_iter().map(|(k, _)| k).chain([event]) {
+                match self
+                    .ports
+                    .events
+                    .append(claimed.job_id, Some(claimed.id), kind, Some(fence))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
+                    Err(e) => return Err(e.into()),
+                }
             }
             match self
                 .ports

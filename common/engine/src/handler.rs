@@ -128,6 +128,17 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// and runs subprocesses through the context so cancel can stop them.
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError>;
 
+    /// Whether its runs keep their progress events and store them with their end, in
+    /// the transaction that ends the run (after a failure that is tried again, just
+    /// before it). Each event stored alone is a read of the log's last number and a
+    /// transaction with the fence's check, which for a run of a second or two (a photo's)
+    /// cost more than the run's own writes, and shows nothing a watcher could act on
+    /// before the run ends. A run that loses its lease stores none of them. Long work
+    /// (a reconstruction stage, a sweep) shows its events as they happen.
+    fn defers_events(&self) -> bool {
+        false
+    }
+
     /// Writes that undo what must not stay visible when the task ends without success —
     /// failed permanently or dead after its last attempt (for example unpublishing a
     /// photo). They commit in the same transaction as that final state. `task` is the task

@@ -116,6 +116,39 @@ impl TaskHandler for Subprocess {
     }
 }
 
+/// Defers its events; fails its first run (transient) after two of them. Records how
+/// many of the job's events were stored at the middle of each run.
+struct Deferring {
+    runs: Arc<AtomicU32>,
+    stored_mid_run: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+#[async_trait]
+impl TaskHandler for Deferring {
+    fn defers_events(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        let started = ctx.phase_started(Phase::Checksum).await?;
+        ctx.metric("run", f64::from(n), None).await?;
+        let stored = ctx
+            .ports()
+            .events
+            .read_after(ctx.task().job_id, 0, 100)
+            .await
+            .map_err(TaskError::from_classified)?
+            .len();
+        self.stored_mid_run.lock().unwrap().push(stored);
+        if n == 1 {
+            return Err(TaskError::transient("planned failure"));
+        }
+        ctx.phase_completed(Phase::Checksum, started).await?;
+        Ok(TaskOutput::result(json!(n)))
+    }
+}
+
 fn registry_with(kind: &str, h: impl TaskHandler) -> Registry {
     let mut r = Registry::new();
     r.register(kind, h);
@@ -172,6 +205,114 @@ async fn a_dag_runs_in_dependency_order_and_events_have_no_gaps() {
             .all(|(i, e)| e.seq == i as u64 + 1),
         "gap-free from 1"
     );
+}
+
+/// A handler that defers its events (a photo's short runs) stores them with its run's
+/// end: none while it runs, all of them in order and gap-free after, a failed run's
+/// before the warning that it is tried again, and a run that lost its lease none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deferred_events_are_stored_with_the_run_that_ends_and_only_with_it() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let stored_mid_run = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handler = || Deferring {
+        runs: runs.clone(),
+        stored_mid_run: stored_mid_run.clone(),
+    };
+    let engine = h.engine(registry_with("deferring", handler()), LEASE).await;
+    let job = engine
+        .submit(plan(
+            "deferred",
+            vec![TaskPlan::new("x", "deferring", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let done = run_until_done(&engine, job.job_id, WAIT).await;
+    assert_eq!(done.status(), JobStatus::Succeeded);
+    assert_eq!(
+        *stored_mid_run.lock().unwrap(),
+        [0, 3],
+        "nothing while the first run ran; its two events and the warning during the second"
+    );
+    let events = engine
+        .ports()
+        .events
+        .read_after(job.job_id, 0, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match &e.kind {
+            EventKind::PhaseStarted { .. } => "started",
+            EventKind::Metric { .. } => "metric",
+            EventKind::PhaseCompleted { .. } => "completed",
+            EventKind::Warning { .. } => "warning",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "started",
+            "metric",
+            "warning",
+            "started",
+            "metric",
+            "completed"
+        ]
+    );
+    assert!(
+        events
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == i as u64 + 1)
+    );
+    assert!(
+        events.windows(2).all(|w| w[0].at <= w[1].at),
+        "each keeps when it happened"
+    );
+
+    // A run whose lease was taken over stores none of what it deferred.
+    let a = h
+        .engine(
+            registry_with("deferring", handler()),
+            Duration::from_millis(200),
+        )
+        .await;
+    let b = h
+        .engine(
+            registry_with("deferring", handler()),
+            Duration::from_millis(200),
+        )
+        .await;
+    runs.store(1, Ordering::SeqCst);
+    let job = a
+        .submit(plan(
+            "deferred-fence",
+            vec![TaskPlan::new("y", "deferring", json!(null))],
+        ))
+        .await
+        .unwrap();
+    let t = task_named(&a, job.job_id, "y").await;
+    let Claim::Claimed(held_by_a) = a.claim(t.clone()).await.unwrap() else {
+        panic!("a claims")
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Claim::Claimed(held_by_b) = b.claim(held_by_a.clone()).await.unwrap() else {
+        panic!("b claims an expired lease")
+    };
+    assert_eq!(a.execute(held_by_a).await.unwrap(), Handled::LostLease);
+    assert_eq!(
+        b.execute(held_by_b).await.unwrap(),
+        Handled::Ran(TaskState::Succeeded)
+    );
+    let events = a
+        .ports()
+        .events
+        .read_after(job.job_id, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 3, "b's three, none of a's: {events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

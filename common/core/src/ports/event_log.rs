@@ -67,7 +67,23 @@ pub trait EventLog: Send + Sync + 'static {
         job: JobId,
         task: Option<TaskId>,
         kind: EventKind,
-    ) -> Result<StagedEvent, EventLogError>;
+    ) -> Result<StagedEvent, EventLogError> {
+        let mut staged = self
+            .stage_all(job, task, vec![(kind, Millis::now())])
+            .await?;
+        Ok(staged.remove(0))
+    }
+
+    /// `events` (each with when it happened) as the next writes of `job`'s log, in order,
+    /// for a caller that stores them in one transaction of its own: how a task that
+    /// defers its events stores them with its end. A conflict on any of them means
+    /// another writer took a number first: stage again.
+    async fn stage_all(
+        &self,
+        job: JobId,
+        task: Option<TaskId>,
+        events: Vec<(EventKind, Millis)>,
+    ) -> Result<Vec<StagedEvent>, EventLogError>;
 
     /// Store an event and return it with its sequence number. With a fence, nothing is
     /// stored unless the fence holds.
@@ -110,28 +126,37 @@ const APPEND_RACE_LIMIT: usize = 1000;
 
 #[async_trait]
 impl EventLog for StoreEventLog {
-    async fn stage(
+    async fn stage_all(
         &self,
         job: JobId,
         task: Option<TaskId>,
-        kind: EventKind,
-    ) -> Result<StagedEvent, EventLogError> {
-        let seq = self.last_seq(job).await? + 1;
-        let event = ProgressEvent {
-            job_id: job,
-            seq,
-            task_id: task,
-            at: Millis::now(),
-            kind,
+        events: Vec<(EventKind, Millis)>,
+    ) -> Result<Vec<StagedEvent>, EventLogError> {
+        let last = if events.is_empty() {
+            0
+        } else {
+            self.last_seq(job).await?
         };
-        let body = serde_json::to_value(&event).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        Ok(StagedEvent {
-            write: Write::Put {
-                item: Item::new(records::event_key(job, seq), body),
-                condition: Condition::Absent,
-            },
-            event,
-        })
+        let mut out = Vec::with_capacity(events.len());
+        for (seq, (kind, at)) in (last + 1..).zip(events) {
+            let event = ProgressEvent {
+                job_id: job,
+                seq,
+                task_id: task,
+                at,
+                kind,
+            };
+            let body =
+                serde_json::to_value(&event).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            out.push(StagedEvent {
+                write: Write::Put {
+                    item: Item::new(records::event_key(job, seq), body),
+                    condition: Condition::Absent,
+                },
+                event,
+            });
+        }
+        Ok(out)
     }
 
     async fn append(

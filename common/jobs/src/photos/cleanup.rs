@@ -13,6 +13,11 @@ pub struct Cleanup;
 
 #[async_trait]
 impl TaskHandler for Cleanup {
+    /// A run of a second or two: its events go with its end.
+    fn defers_events(&self) -> bool {
+        true
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let id = payload_photo(ctx.task())?;
         let ports = ctx.ports();

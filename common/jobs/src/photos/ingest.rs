@@ -34,6 +34,11 @@ fn refuse(key: &str, why: String) -> TaskError {
 
 #[async_trait]
 impl TaskHandler for Ingest {
+    /// A run of a second or two: its events go with its end.
+    fn defers_events(&self) -> bool {
+        true
+    }
+
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
         let event: ObjectCreated =
             serde_json::from_value(ctx.task().payload.clone()).map_err(|e| {

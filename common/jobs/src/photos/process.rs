@@ -96,6 +96,11 @@ fn migration(photo: &Photo, orientation: Orientation) -> Option<Migration> {
 
 #[async_trait]
 impl TaskHandler for Process {
+    /// A run of a second or two: its events go with its end.
+    fn defers_events(&self) -> bool {
+        true
+    }
+
     /// Every mode may detect: a publish without detection detects after all when someone
     /// opted out meanwhile, and a re-blur re-detects photos whose orientation rules changed.
     fn needs(&self) -> &'static [Need] {
