@@ -546,7 +546,7 @@ fn a_crash_between_upload_and_row_update_leaves_nothing_behind() {
 
     // A newer version was written; the row points at complete files only; every object
     // under the photo's prefix is one the row points at (the crashed attempt's file was
-    // deleted by cleanup), and the upload is intact.
+    // deleted by the run that took over), and the upload is intact.
     assert_eq!(done["variant_version"], 2, "{done}");
     let keys = referenced(&done);
     assert_eq!(

@@ -262,7 +262,12 @@ pub fn ingest_plan(tenant: TenantId, project: ProjectId, event: &ObjectCreated) 
     )
 }
 
-/// The follow-up job ingest chose, for one upload (by its content hash).
+/// The follow-up job ingest chose, for one upload (by its content hash): one task. A
+/// photo's first processing replaces no file, and what a run cut off had staged is
+/// deleted by the run after it, so no cleanup follows it: each photo used to pay for a
+/// task (its records, its index entries, its message, an invocation and a listing of
+/// its prefix) that found nothing to do. A re-blur replaces files and keeps its cleanup
+/// ([`reprocess_plan`]).
 pub fn follow_up_plan(
     tenant: TenantId,
     project: ProjectId,
@@ -278,10 +283,7 @@ pub fn follow_up_plan(
             kinds::FACE_PROCESS_JOB,
             format!("face_process {photo}"),
             spec.clone(),
-            vec![
-                TaskPlan::new("face_process", kinds::FACE_PROCESS, spec.clone()),
-                TaskPlan::new("cleanup", kinds::CLEANUP, spec).after(["face_process"]),
-            ],
+            vec![TaskPlan::new("face_process", kinds::FACE_PROCESS, spec)],
         ),
         tessera_core::photo::Pipeline::ThumbnailDims => job(
             tenant,
@@ -289,10 +291,7 @@ pub fn follow_up_plan(
             kinds::THUMBNAIL_DIMS_JOB,
             format!("thumbnail_dims {photo}"),
             spec.clone(),
-            vec![
-                TaskPlan::new("thumbnail_dims", kinds::THUMBNAIL_DIMS, spec.clone()),
-                TaskPlan::new("cleanup", kinds::CLEANUP, spec).after(["thumbnail_dims"]),
-            ],
+            vec![TaskPlan::new("thumbnail_dims", kinds::THUMBNAIL_DIMS, spec)],
         ),
     }
 }

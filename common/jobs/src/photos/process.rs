@@ -331,6 +331,21 @@ impl TaskHandler for Process {
         if let Some(p) = pending {
             p.store(ports.objects.as_ref()).await?;
         }
+        // Files a run cut off had staged (and maybe stored) for its version, which was
+        // never pointed at: nothing refers to them now that this version is staged in
+        // their place. Deleted here, because a photo's first processing has no cleanup
+        // after it (`super::follow_up_plan`); what a run still going past its lease
+        // stores after this stays under the photo's prefix until the photo is erased
+        // or a later cleanup lists it, never served.
+        for key in photo
+            .staged_keys
+            .iter()
+            .filter(|k| !staged.contains(*k) && !photo.is_protected(k))
+        {
+            if let Err(e) = ports.objects.delete(key).await {
+                tracing::warn!(photo = %id, key, error = %e, "a cut-off run's file was not deleted; it is never served");
+            }
+        }
 
         // 3. Files, stored under the staged keys; the row points at them when it publishes.
         for VariantPlan { variant, blur } in &plans {
