@@ -618,7 +618,7 @@ class Rehearsal(NoticeScenarios):
             self.moto.kill()
         for m in getattr(self, "mounts", []):
             m.__exit__(None, None, None)
-        if self.failures:
+        if self.failures or os.environ.get("TESSERA_REHEARSAL_KEEP") == "1":
             log(f"logs kept in {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
