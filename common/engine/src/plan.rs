@@ -219,8 +219,13 @@ impl Engine {
         }
         let tasks = build_tasks(&plan, job_id, now);
         let mut rest: &[Task] = &tasks;
+        // A job whose tasks all go in the transaction that creates it is whole when it
+        // exists: it is written sealed, which spares every such job (a photo's, a stage's)
+        // a read and a write of its record. A larger one is sealed once its last task is
+        // written.
+        let whole = tasks.len() <= MAX_TRANSACTION_ITEMS - 2;
         if !existing {
-            let job = new_job(&plan, job_id, &fp, tasks.len(), now, false);
+            let job = new_job(&plan, job_id, &fp, tasks.len(), now, whole);
             let first = rest.len().min(MAX_TRANSACTION_ITEMS - 2);
             let mut writes = vec![
                 Write::Put {
@@ -267,7 +272,9 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.seal(job_id).await?;
+        if existing || !whole {
+            self.seal(job_id).await?;
+        }
         for t in tasks.iter().filter(|t| t.state == TaskState::Queued) {
             self.offer(t, std::time::Duration::ZERO).await?;
         }
