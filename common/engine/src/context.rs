@@ -106,6 +106,28 @@ impl TaskContext {
         Ok(self.engine.submit(plan).await?)
     }
 
+    /// Submit many small follow-up jobs in as few transactions as they fit in, each under
+    /// this run's fence ([`Engine::submit_all`]); idempotent as [`Self::submit`] is.
+    pub async fn submit_all(
+        &self,
+        plans: Vec<JobPlan>,
+    ) -> Result<Vec<tessera_core::JobId>, TaskError> {
+        match self
+            .engine
+            .submit_all(plans, Some(self.fence_write()))
+            .await
+        {
+            Ok(ids) => Ok(ids),
+            Err(crate::EngineError::Store(StoreError::Conflict { index: 0, .. })) => {
+                Err(TaskError::cancelled(format!(
+                    "task {} lost its lease (epoch {}); another worker owns it now",
+                    self.task.id, self.task.epoch
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Raise `notices` now (a photo withheld mid-run): one delivery per webhook that
     /// wants each, none for a notice raised before.
     pub async fn raise(

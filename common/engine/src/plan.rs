@@ -394,6 +394,59 @@ impl Engine {
         })
     }
 
+    /// Submit `plans` (small jobs, each at most [`MAX_TRANSACTION_ITEMS`] - 2 -
+    /// [`PREPARED_RESERVE`] tasks) as few transactions as they fit in, each led by
+    /// `guard` (a fence the caller's run must still hold): how a fan-out of many small
+    /// jobs (a re-blur of a project's photos) costs a transaction per batch, not several
+    /// requests per job. A batch in which some job exists already (a retried fan-out) is
+    /// submitted again job by job, each finding its own; a conflict on `guard` is
+    /// returned as it is, with index 0, and nothing of that batch is stored.
+    pub async fn submit_all(
+        &self,
+        plans: Vec<JobPlan>,
+        guard: Option<Write>,
+    ) -> Result<Vec<JobId>, EngineError> {
+        let room = MAX_TRANSACTION_ITEMS - usize::from(guard.is_some());
+        let mut out = Vec::with_capacity(plans.len());
+        let mut batch: Vec<(JobPlan, Prepared)> = Vec::new();
+        let mut used = 0;
+        let mut plans = plans.into_iter().peekable();
+        while let Some(plan) = plans.next() {
+            let prepared = self.prepare(plan.clone())?;
+            used += prepared.writes.len();
+            batch.push((plan, prepared));
+            let next_fits = plans
+                .peek()
+                .is_some_and(|p| used + p.tasks.len() + 2 <= room);
+            if next_fits {
+                continue;
+            }
+            let mut writes: Vec<Write> = guard.iter().cloned().collect();
+            writes.extend(batch.iter().flat_map(|(_, p)| p.writes.iter().cloned()));
+            match self.ports.store.transact(writes).await {
+                Ok(()) => {
+                    futures_util::future::try_join_all(
+                        batch.iter().map(|(_, p)| self.offer_prepared(p)),
+                    )
+                    .await?;
+                    out.extend(batch.iter().map(|(_, p)| p.job_id));
+                }
+                Err(e @ StoreError::Conflict { index: 0, .. }) if guard.is_some() => {
+                    return Err(e.into());
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    for (plan, _) in &batch {
+                        out.push(self.submit(plan.clone()).await?.job_id);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+            batch.clear();
+            used = 0;
+        }
+        Ok(out)
+    }
+
     /// Offer a prepared job's root tasks once its writes are committed.
     pub async fn offer_prepared(&self, p: &Prepared) -> Result<(), EngineError> {
         for t in p.tasks.iter().filter(|t| t.state == TaskState::Queued) {

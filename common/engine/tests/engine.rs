@@ -315,6 +315,64 @@ async fn deferred_events_are_stored_with_the_run_that_ends_and_only_with_it() {
     assert_eq!(events.len(), 3, "b's three, none of a's: {events:?}");
 }
 
+/// A fan-out of small jobs in batches: every job submitted once, sealed, and runnable; a
+/// batch that holds a job submitted before is submitted job by job (the old one found
+/// again); a guard that no longer holds stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_small_jobs_are_submitted_in_batches_and_once_each() {
+    let h = Harness::new();
+    let engine = h.engine(registry_with("concat", Concat), LEASE).await;
+    let two = |label: &str| {
+        plan(
+            label,
+            vec![
+                TaskPlan::new("a", "concat", json!(null)),
+                TaskPlan::new("b", "concat", json!(null)).after(["a"]),
+            ],
+        )
+    };
+    let plans: Vec<_> = (0..45).map(|i| two(&format!("fan {i}"))).collect();
+    let before = engine.submit(plans[30].clone()).await.unwrap().job_id;
+    let ids = engine.submit_all(plans.clone(), None).await.unwrap();
+    assert_eq!(ids.len(), 45);
+    assert_eq!(ids[30], before, "the job submitted before is found again");
+    assert_eq!(
+        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        45,
+        "one job each"
+    );
+    for id in &ids {
+        assert!(engine.job(*id).await.unwrap().sealed, "written whole");
+    }
+    let done = run_until_done(&engine, ids[44], WAIT).await;
+    assert_eq!(done.status(), JobStatus::Succeeded);
+
+    // A guard that fails (a run that lost its fence) stores none of its batch.
+    let guard = Write::Check {
+        key: ItemKey::new("NO#SUCH", "ITEM"),
+        condition: Condition::Exists,
+    };
+    let fresh = two("guarded");
+    let err = engine
+        .submit_all(vec![fresh.clone()], Some(guard))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            tessera_engine::EngineError::Store(
+                tessera_core::ports::state_store::StoreError::Conflict { index: 0, .. }
+            )
+        ),
+        "{err}"
+    );
+    let resubmitted = engine.submit(fresh).await.unwrap();
+    assert!(
+        !resubmitted.existing,
+        "nothing of the guarded batch was stored"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_identical_spec_returns_the_existing_job() {
     let h = Harness::new();

@@ -4,9 +4,9 @@
 //! ([`super::project`]), so an opt-out can never be stored without the work that
 //! applies it. A part pages through the project's photos from its cursor and submits a
 //! `reprocess` job for each photo whose files were decided at an older subject revision
-//! (or under older rules). It does a bounded amount of work — [`PHOTOS_PER_PART`]
-//! photos (checked at page boundaries) or [`TIME_PER_PART`] (checked before every
-//! photo), whichever comes first — and
+//! (or under older rules), [`BATCH`] photos' jobs a transaction. It does a bounded
+//! amount of work — [`PHOTOS_PER_PART`] photos (checked at page boundaries) or
+//! [`TIME_PER_PART`] (checked before every batch), whichever comes first — and
 //! then hands on: it submits the next part with the cursor where it stopped, as a job
 //! of its own, and ends. So a sweep of any size finishes, each run stays far inside
 //! its function's timeout (the ingest function's 120 s on AWS), and a part killed at
@@ -26,12 +26,17 @@ use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, T
 
 /// Photos read per page.
 pub const PAGE: usize = 100;
+/// Photos whose re-blurs are submitted in one transaction (a reprocess job is four
+/// writes: its fingerprint, the job and two tasks; 20 of them and the fence are 81 of a
+/// transaction's 100). One at a time, each was a read and three or four sequential
+/// writes and a seal, and a part spent nearly all of its budget submitting.
+pub const BATCH: usize = 20;
 /// Most photos one part reads before it hands on.
 pub const PHOTOS_PER_PART: u64 = 1_000;
-/// Longest one part runs before it hands on, checked before each photo: a twelfth of the
+/// Longest one part runs before it hands on, checked before each batch: a twelfth of the
 /// ingest function's 120 s timeout. A part ends within the budget plus what follows the
-/// last check — one submission, the page's progress and checkpoint, the hand-on — each a
-/// few sequential writes. The load rehearsal saw one page of 100 slow submissions outlast
+/// last check — one batch's submission, the page's progress and checkpoint, the hand-on —
+/// each a few sequential writes. The load rehearsal saw one page of 100 slow submissions outlast
 /// the timeout when the time was checked between pages, and a part run 50 s with a 30 s
 /// budget. With 10 s and with 5 s its longest parts ran 34.7 s and 34.1 s: that was one
 /// submission taking 8 s and the hand-on after it, while a burst queued on its one shared
@@ -182,7 +187,7 @@ impl TaskHandler for Sweep {
         q.after = start;
         let mut follow_up = None;
         // Where the next part starts, once this one has done its share: the sort key of
-        // the last photo it handled (the time is checked before every photo, since
+        // the last photo it handled (the time is checked before every batch, since
         // one page of slow submissions alone could outlast the function), or the end
         // of the last page it read.
         let mut hand_on: Option<String> = None;
@@ -199,42 +204,50 @@ impl TaskHandler for Sweep {
             let read = Instant::now();
             let page = store.query(&q).await?;
             reading += read.elapsed();
-            for item in &page.items {
+            // The page in batches of [`BATCH`] photos, each batch's re-blurs submitted in
+            // one transaction; the time is checked before every batch.
+            for chunk in page.items.chunks(BATCH) {
                 if let Some(after) = &last
                     && clock.elapsed() >= self.time_per_part
                 {
                     hand_on = Some(after.clone());
                     break 'pages;
                 }
-                last = item.by_parent.as_ref().map(|k| k.sk.clone());
-                seen += 1;
-                // One unreadable row must not stop every other photo's re-blur.
-                let photo: tessera_core::photo::Photo = match records::decode(item) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::error!(project = %project_id, error = %e, "photo row unreadable; skipped by the sweep");
-                        ctx.emit(tessera_core::event::EventKind::Warning {
-                            message: format!("photo row skipped: {e}"),
-                        })
-                        .await?;
-                        continue;
+                let mut plans = Vec::new();
+                for item in chunk {
+                    seen += 1;
+                    // One unreadable row must not stop every other photo's re-blur.
+                    let photo: tessera_core::photo::Photo = match records::decode(item) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::error!(project = %project_id, error = %e, "photo row unreadable; skipped by the sweep");
+                            ctx.emit(tessera_core::event::EventKind::Warning {
+                                message: format!("photo row skipped: {e}"),
+                            })
+                            .await?;
+                            continue;
+                        }
+                    };
+                    if photo.needs_reprocess(target) {
+                        plans.push(reprocess_plan(
+                            p.tenant.clone(),
+                            project_id,
+                            photo.id,
+                            target,
+                            photo.edits_rev,
+                        ));
                     }
-                };
-                if !photo.needs_reprocess(target) {
-                    continue;
                 }
-                let submit = Instant::now();
-                ctx.submit(reprocess_plan(
-                    p.tenant.clone(),
-                    project_id,
-                    photo.id,
-                    target,
-                    photo.edits_rev,
-                ))
-                .await?;
-                submitting += submit.elapsed();
-                slowest_write = slowest_write.max(submit.elapsed());
-                submitted += 1;
+                if !plans.is_empty() {
+                    let submit = Instant::now();
+                    submitted += ctx.submit_all(plans).await?.len() as u64;
+                    submitting += submit.elapsed();
+                    slowest_write = slowest_write.max(submit.elapsed());
+                }
+                last = chunk
+                    .last()
+                    .and_then(|i| i.by_parent.as_ref())
+                    .map(|k| k.sk.clone());
             }
             let write = Instant::now();
             ctx.progress(Phase::Publish, seen, None, None).await?;

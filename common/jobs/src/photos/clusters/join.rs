@@ -368,6 +368,12 @@ fn slices(
                 rev.is_none() || state.reps != views_before || state.leaning != leaning_before;
             let write_head = rev.is_none() || (write_body && state.head_drifted(&head_centroid));
             let after = state.standing(subjects, policy);
+            let redecide =
+                write_body && state.calls_for_redecision(&before, &after, t.own_before + admitted);
+            if redecide {
+                // Why a project is decided again whole, for whoever reads the bill.
+                tracing::info!(photo = %photo.id, cluster = %state.id, ?before, ?after, faces = state.faces, leaning = state.leaning, clear_views = state.clear_views, "a join changes its cluster's standing for members in other photos");
+            }
             unit.push(Slice {
                 cluster: state.clone(),
                 condition: rev.map_or(Condition::Absent, Condition::Rev),
@@ -375,8 +381,7 @@ fn slices(
                 first_in_photo,
                 write_body,
                 write_head,
-                redecide: write_body
-                    && state.calls_for_redecision(&before, &after, t.own_before + admitted),
+                redecide,
                 started: rev.is_none(),
             });
             if write_body {
