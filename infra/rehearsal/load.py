@@ -11,6 +11,9 @@ Phases, as clients would drive them:
   sweep            a second subject enrolled once the burst is done: every photo of the
                    project re-decided by the sweep in parts.
   reconstructions  M reconstructions of a six-photo dataset submitted at once.
+  one_face         one-face photos into the burst's project: the everyday cost.
+  wide_sweep       a project of --sweep-photos published photos (one uploaded, the rest its
+                   row copied) re-decided when a second subject opts out.
   expiry           an erasure and an upload retention expiry, the reaper's clock moved
                    forward (the deploy rehearsal's scenario).
 
@@ -39,7 +42,7 @@ from pricing import AWS_LATENCY_S, LAMBDA_MB_PER_VCPU, S3_FREE, S3_PUT_CLASS, US
 from recorder import Recorder, key_class  # noqa: E402
 from rehearse import REPO, SHARED, Rehearsal, log  # noqa: E402
 from fairness import FairTurns  # noqa: E402
-from workload import STRANGER, SUBJECT, one_face_photos, phone_photos  # noqa: E402
+from workload import STRANGER, SUBJECT, no_face_photo, one_face_photos, phone_photos, ulid  # noqa: E402
 
 # AWS's per-partition throughput (DynamoDB Developer Guide, "Burst and adaptive capacity").
 PARTITION_WRITE_LIMIT = 1000
@@ -332,25 +335,32 @@ class LoadRehearsal(FairTurns, Rehearsal):
     def phase_sweep(self):
         pid = self.burst_project
         n = self.args.photos
-        ingest = self.functions["IngestFunction"]
         self.begin("sweep")
         self.enrol(pid, STRANGER, "astronaut")
         ok = self.wait_servable(pid, self.burst_ids, "sweep", max(900, 4 * n))
         self.end("sweep")
-        t0, t1 = self.phases["sweep"]
+        self.report["sweep"] = self.sweep_parts("sweep", pid, n, ok)
+
+    def sweep_parts(self, phase, pid, n, ok):
+        """What the sweeps of project `pid` did, part by part, checked against each part's
+        own bound; `n` photos re-decided in `phase`."""
+        ingest = self.functions["IngestFunction"]
+        t0, t1 = self.phases[phase]
         # The sweep's parts, the mid-burst one's included. Each part bounds its own work
-        # (reblur::TIME_PER_PART, checked before every photo) and records how long it ran and
+        # (reblur::TIME_PER_PART, checked before every batch) and records how long it ran and
         # its slowest write; the check holds each to the bound below. The invocation
         # that carried a part also ran up to nine other tasks of its batch at once (re-blurs
         # sharing the same cores), so its length is reported, and held only to the timeout
         # itself: an invocation killed at its timeout is counted in `timeouts`.
         carried = list(dict.fromkeys(t for _, _, tasks in ingest.runs for t in tasks if self.task_kind(t) == "photo.reblur"))
         parts = [(self.body(self.item(f"TASK#{t}", "TASK")) or {}).get("result") or {} for t in carried]
+        keep = [k for k, r in enumerate(parts) if r.get("project") == pid]
+        carried, parts = [carried[k] for k in keep], [parts[k] for k in keep]
         part_s = [float(r.get("seconds", 0.0)) for r in parts]
         invocations = [d for started, d, tasks in ingest.runs if any(t in carried for t in tasks)]
-        after_burst = [d for started, d, tasks in ingest.runs if t0 <= started <= t1 and any(t in carried for t in tasks)]
-        self.report["sweep"] = {
-            "photos": n, "seconds": round(t1 - t0, 1), "runs": len(parts), "runs_after_the_burst": len(after_burst),
+        after = [d for started, d, tasks in ingest.runs if t0 <= started <= t1 and any(t in carried for t in tasks)]
+        out = {
+            "photos": n, "seconds": round(t1 - t0, 1), "runs": len(parts), "runs_in_the_phase": len(after),
             "longest_run_s": round(max(part_s, default=0.0), 2),
             "longest_invocation_carrying_a_part_s": round(max(invocations, default=0.0), 2),
             # Where the longest part's time went: reading pages, submitting re-blurs, the rest.
@@ -362,18 +372,63 @@ class LoadRehearsal(FairTurns, Rehearsal):
         }
         # A part superseded by a later change records that instead of its seconds.
         self.check(parts and all("seconds" in r or "superseded_by" in r for r in parts),
-                   f"sweep parts without a recorded result: {[r for r in parts if 'seconds' not in r][:3]}")
+                   f"{phase}: sweep parts without a recorded result: {[r for r in parts if 'seconds' not in r][:3]}")
         # A part's own bound, whatever the store's speed at the moment: its budget, its page
-        # reads and what follows the last check before a photo — one submission, progress
-        # and the checkpoint, the hand-on's progress and submission, the phase's end — at
-        # most six of its own slowest writes. A part checking the time too rarely (between pages) breaks
-        # it; a slow moto under a burst does not (a wall-clock bound failed on that alone).
+        # reads and what follows the last check before a batch — one batch's submission,
+        # progress and the checkpoint, the hand-on's progress and submission, the phase's
+        # end — at most six of its own slowest writes. A part checking the time too rarely
+        # (between pages) breaks it; a slow moto under a burst does not (a wall-clock bound
+        # failed on that alone).
         over = [r for r in parts if "seconds" in r and float(r["seconds"]) > float(r.get("budget_seconds", 0.0))
                 + float(r.get("seconds_reading", 0.0)) + 6 * float(r.get("slowest_write_seconds", 0.0)) + 1.0]
-        self.check(not over, f"sweep parts ran past their budget, reads and six of their slowest writes: {over[:3]}")
+        self.check(not over, f"{phase}: sweep parts ran past their budget, reads and six of their slowest writes: {over[:3]}")
         self.check(ingest.timeouts == 0, f"{ingest.timeouts} ingest invocation(s) killed at the {ingest.timeout_s}s timeout")
-        log(f"sweep: {n} photos re-decided in {t1 - t0:.1f}s, {len(parts)} parts, longest {max(part_s, default=0):.1f}s "
-            f"({self.report['sweep']['longest_run']}; its invocation's longest {max(invocations, default=0):.1f}s)")
+        log(f"{phase}: {n} photos re-decided in {t1 - t0:.1f}s, {len(parts)} parts, longest {max(part_s, default=0):.1f}s "
+            f"({out['longest_run']}; its invocation's longest {max(invocations, default=0):.1f}s)")
+        return out
+
+    def phase_wide_sweep(self):
+        """A re-blur at the size AWS is for (issue 23: 20,000 photos with --full): a project
+        of `--sweep-photos` published photos, one subject opted out, a second one opting out.
+        One photo (no face) goes the whole way through the stack; the others are its row
+        copied under new ids straight into the table (uncounted: what is measured is the
+        sweep, and 20,000 uploads are the burst's business), pointing at its files. Every
+        one of them is then re-decided by the sweep's parts and a reprocess job each, as
+        deployed; none shows the new subject, so each publishes its files again as they
+        are (`photos::republish`), which is what most photos of a real project do."""
+        n = self.args.sweep_photos
+        s, p = self.http("POST", "/v1/projects", {"name": "load-sweep"})
+        assert s == 201, (s, p)
+        pid = self.wide_project = p["project_id"]
+        self.recorder.stats.scopes[pid] = "<project>"
+        s, r = self.http("PUT", f"/v1/x-tessera/projects/{pid}/privacy", {"match_threshold": 0.363, "blur_expand": 0.35})
+        self.check(s in (200, 202), f"privacy settings: {s} {r}")
+        self.enrol(pid, SUBJECT, "grace")
+        first = self.put_bytes(pid, "no-face.jpg", no_face_photo())
+        if not self.wait_servable(pid, [first], "the sweep project's first photo", 900):
+            return
+        template = self.item(f"PHOTO#{first}", "PHOTO")
+        ids = [first]
+        items = []
+        for _ in range(n - 1):
+            new = ulid()
+            item = json.loads(json.dumps(template))
+            item["pk"] = {"S": f"PHOTO#{new}"}
+            item["parent_sk"] = {"S": new}
+            item["body"]["M"]["id"] = {"S": new}
+            ids.append(new)
+            items.append(item)
+        for k in range(0, len(items), 25):
+            ask = {self.table: [{"PutRequest": {"Item": it}} for it in items[k:k + 25]]}
+            while ask:
+                ask = self.op.ddb.batch_write_item(RequestItems=ask).get("UnprocessedItems") or None
+        log(f"wide sweep: {n} published photos in project {pid} ({n - 1} copied rows)")
+        self.begin("wide_sweep")
+        self.enrol(pid, STRANGER, "astronaut")
+        ok = self.wait_servable(pid, ids, "wide sweep", max(900, n // 4))
+        self.end("wide_sweep")
+        self.wide_ids = ids
+        self.report["sweep_wide"] = self.sweep_parts("wide_sweep", pid, n, ok)
 
     def phase_one_face(self):
         """The everyday cost: one-face photos (every third of an opted-out subject) into the
@@ -459,6 +514,9 @@ class LoadRehearsal(FairTurns, Rehearsal):
         for pid in [self.burst_project]:
             ok, total, _ = self.servable(pid)
             photos_not += self.args.photos + getattr(self, "one_face_count", 0) - ok
+        if hasattr(self, "wide_ids"):
+            ok, total, _ = self.servable(self.wide_project)
+            photos_not += len(self.wide_ids) - ok
         states = {}
         start = None
         while True:
@@ -641,6 +699,8 @@ class LoadRehearsal(FairTurns, Rehearsal):
         if hasattr(self, "burst_project"):
             guarded(self.phase_sweep)
             guarded(self.phase_one_face)
+        if self.args.sweep_photos:
+            guarded(self.phase_wide_sweep)
         guarded(self.phase_reconstructions)
         self.begin("expiry")
         guarded(self.scenario_expiry)
@@ -660,6 +720,8 @@ class LoadRehearsal(FairTurns, Rehearsal):
         r["units_per_photo_reblur"] = self.cost(("sweep",), self.args.photos)
         r["units_per_one_face_photo"] = self.cost(("one_face",), self.one_face_count)
         r["units_per_reconstruction"] = self.cost(("reconstructions",), self.args.reconstructions)
+        if hasattr(self, "wide_ids"):
+            r["units_per_photo_redecided_unchanged"] = self.cost(("wide_sweep",), len(self.wide_ids))
         items = sorted(self.recorder.stats.items.items(), key=lambda kv: -kv[1][0])
         r["max_item_bytes"] = items[0][1][0] if items else 0
         r["largest_items"] = [{"key_design": cls, "bytes": size, "example": key} for cls, (size, key) in items[:8]]
@@ -684,6 +746,9 @@ class LoadRehearsal(FairTurns, Rehearsal):
             "usd_per_1000_photos_modelled": round(1000 * per_photo["usd_total_modelled"], 4),
             "usd_per_1000_photos_lambda_modelled": round(1000 * per_photo["usd_lambda_modelled"], 4),
             "usd_per_1000_photos_reblurred_modelled": round(1000 * r["units_per_photo_reblur"]["usd_total_modelled"], 4),
+            "usd_per_1000_photos_redecided_unchanged_modelled": round(
+                1000 * r["units_per_photo_redecided_unchanged"]["usd_total_modelled"], 4)
+            if "units_per_photo_redecided_unchanged" in r else None,
             "usd_per_reconstruction": round(per_recon["usd_total"], 5),
             "usd_per_reconstruction_stages_on_batch_gpu": round(stage_s / 3600 * USD["batch_gpu_hour"], 5),
             "prices": USD,
@@ -739,10 +804,16 @@ def main():
     ap.add_argument("--clients", type=int, default=3, help="clients uploading at once")
     ap.add_argument("--one-face-photos", type=int,
                     help="one-face photos uploaded after the sweep, for the everyday cost (default: a tenth of --photos, 20 to 1,000)")
+    ap.add_argument("--sweep-photos", type=int,
+                    help="published photos in the wide sweep's project (default: twice --photos; --full: 20,000; 0: none)")
     ap.add_argument("--report")
     args = ap.parse_args()
     if args.full:
         args.photos, args.reconstructions = 10_000, 50
+        if args.sweep_photos is None:
+            args.sweep_photos = 20_000
+    if args.sweep_photos is None:
+        args.sweep_photos = 2 * args.photos
     args.photos = max(args.photos, 6)
     if args.one_face_photos is None:
         args.one_face_photos = min(1000, max(20, args.photos // 10))

@@ -6,6 +6,7 @@ do not depend on the pixels, so the photos are small."""
 import io
 import os
 import random
+import time
 
 from rehearse import SHARED
 
@@ -88,3 +89,17 @@ def group_photo(faces, rng):
     for k in range(GROUP_FACES):
         canvas.paste(tile, ((k % 15) * 160, (k // 15) * 160))
     return jpeg(canvas)
+
+
+def no_face_photo(seed=31):
+    """A 640×480 JPEG with no face: the wide sweep's photo."""
+    return jpeg(background(random.Random(seed)))
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid():
+    """A new ULID (48 bits of milliseconds, 80 random), as Tessera's ids are written."""
+    n = (int(time.time() * 1000) << 80) | random.getrandbits(80)
+    return "".join(_CROCKFORD[(n >> (5 * k)) & 31] for k in reversed(range(26)))
