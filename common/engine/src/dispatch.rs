@@ -469,23 +469,6 @@ impl Engine {
                 Ok(Handled::Ran(TaskState::Succeeded))
             }
             Err(Refused::Task) => Ok(Handled::LostLease),
-            Err(Refused::Extra(i))
-                if out
-                    .superseded
-                    .as_ref()
-                    .is_some_and(|s| s.write + cache_slots == i) =>
-            {
-                let superseded = out.superseded.expect("checked above");
-                tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, write = superseded.write, result = %superseded.result, "the run's purpose was taken over meanwhile; it ends without its writes");
-                let done = lifecycle::succeeded(claimed, superseded.result, Millis::now());
-                match self
-                    .commit_terminal(done, records::fenced(claimed.epoch), Vec::new(), deferred)
-                    .await?
-                {
-                    Ok(()) => Ok(Handled::Ran(TaskState::Succeeded)),
-                    Err(_) => Ok(Handled::LostLease),
-                }
-            }
             Err(Refused::Extra(i)) => {
                 let e = TaskError::transient(format!(
                     "write #{} of the task's result conflicted with stored state",

@@ -91,25 +91,6 @@ pub struct TaskOutput {
     /// Extra writes committed in the same transaction as the success, under the fence:
     /// effects that must happen exactly when the task is recorded as done.
     pub writes: Vec<Write>,
-    /// How the run ends when one of its writes conflicts because other work has taken
-    /// over what it was for (see [`Superseded`]); `None`: a conflict is a transient
-    /// failure, and the task is tried again.
-    pub superseded: Option<Superseded>,
-}
-
-/// A run whose purpose other work took over while it ran: when write `write` of its
-/// output conflicts, the task ends succeeded with `result` and none of its writes. A
-/// photo decided at a subject revision that changed meanwhile is the example: the change
-/// committed a sweep that decides the photo again at the new revision, so trying the old
-/// decision again would only spend the photo's few attempts (a burst with an opt-out and
-/// cluster changes in it changed the revision three times under one photo, which then
-/// ended dead and unpublished while the sweep's run published it).
-#[derive(Debug, Clone)]
-pub struct Superseded {
-    /// Which of the output's writes.
-    pub write: usize,
-    /// The result the task ends with instead.
-    pub result: serde_json::Value,
 }
 
 impl TaskOutput {
@@ -118,7 +99,6 @@ impl TaskOutput {
         TaskOutput {
             result,
             writes: Vec::new(),
-            superseded: None,
         }
     }
 }

@@ -149,37 +149,6 @@ impl TaskHandler for Deferring {
     }
 }
 
-/// Ends with a write that conflicts once `MARK` exists; says it was superseded then,
-/// when `superseded`.
-struct TakenOver {
-    superseded: bool,
-}
-
-const MARK: &str = "TAKEN#OVER";
-
-#[async_trait]
-impl TaskHandler for TakenOver {
-    async fn run(&self, _ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
-        Ok(TaskOutput {
-            result: json!("did it"),
-            writes: vec![
-                Write::Put {
-                    item: Item::new(ItemKey::new("EFFECT#1", "X"), json!({})),
-                    condition: Condition::None,
-                },
-                Write::Check {
-                    key: ItemKey::new(MARK, "X"),
-                    condition: Condition::Absent,
-                },
-            ],
-            superseded: self.superseded.then(|| tessera_engine::Superseded {
-                write: 1,
-                result: json!("taken over"),
-            }),
-        })
-    }
-}
-
 fn registry_with(kind: &str, h: impl TaskHandler) -> Registry {
     let mut r = Registry::new();
     r.register(kind, h);
@@ -402,58 +371,6 @@ async fn many_small_jobs_are_submitted_in_batches_and_once_each() {
         !resubmitted.existing,
         "nothing of the guarded batch was stored"
     );
-}
-
-/// A run whose purpose other work took over (its declared write conflicts) ends
-/// succeeded with the result it named and none of its writes, on its first attempt; one
-/// that declares nothing is tried again on the same conflict.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_run_taken_over_ends_succeeded_without_its_writes() {
-    let h = Harness::new();
-    for superseded in [true, false] {
-        let engine = h
-            .engine(registry_with("taken", TakenOver { superseded }), LEASE)
-            .await;
-        engine
-            .ports()
-            .store
-            .put(
-                Item::new(ItemKey::new(MARK, "X"), json!({})),
-                Condition::None,
-            )
-            .await
-            .unwrap();
-        let job = engine
-            .submit(plan(
-                &format!("taken {superseded}"),
-                vec![TaskPlan::new("t", "taken", json!(null))],
-            ))
-            .await
-            .unwrap();
-        let t = task_named(&engine, job.job_id, "t").await;
-        let Claim::Claimed(held) = engine.claim(t).await.unwrap() else {
-            panic!("claims")
-        };
-        let handled = engine.execute(held).await.unwrap();
-        let after = task_named(&engine, job.job_id, "t").await;
-        let effect = engine
-            .ports()
-            .store
-            .get(&ItemKey::new("EFFECT#1", "X"))
-            .await
-            .unwrap();
-        assert!(effect.is_none(), "none of its writes");
-        if superseded {
-            assert_eq!(handled, Handled::Ran(TaskState::Succeeded));
-            assert_eq!(
-                (after.state, after.result, after.attempts),
-                (TaskState::Succeeded, Some(json!("taken over")), 1)
-            );
-        } else {
-            assert_eq!(handled, Handled::Ran(TaskState::Queued), "tried again");
-            assert!(after.last_error.unwrap().message.contains("conflicted"));
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

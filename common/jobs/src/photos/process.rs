@@ -413,7 +413,6 @@ impl TaskHandler for Process {
                 ),
                 privacy_view::still_at(photo.project, id, decided_rev),
             ],
-            superseded: Some(decided_elsewhere(id, decided_rev)),
         })
     }
 
@@ -477,27 +476,6 @@ impl TaskHandler for Process {
             .map(|id| row::fail(id, &reason))
             .into_iter()
             .collect()
-    }
-}
-
-/// How a run that decided photo `id` at `rev` ends when the project's view is no longer
-/// at `rev` as it publishes (its second write, [`privacy_view::still_at`]): the change
-/// that moved the revision committed a sweep, which submits a re-decision of every photo
-/// not published at the new revision, this one included, so this run has nothing left to
-/// do (and trying its old decision again would only spend the photo's attempts). A
-/// conflict on the row itself (a newer version, regions saved) is retried as before.
-///
-/// Safe because the sweep sees this photo: its row was written at ingest, before this
-/// run was submitted and read the view, so before the change committed and its sweep
-/// began paging the project (an index read, which trails the table by well under the
-/// seconds that chain takes); a row not yet re-decided is at an older revision, and the
-/// sweep submits every such row.
-pub(super) fn decided_elsewhere(id: PhotoId, rev: u64) -> tessera_engine::Superseded {
-    tessera_engine::Superseded {
-        write: 1,
-        result: serde_json::json!({
-            "photo": id, "superseded": format!("the project's subjects changed since it was decided at revision {rev}; the sweep of the change decides it again"),
-        }),
     }
 }
 

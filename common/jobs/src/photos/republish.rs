@@ -81,6 +81,5 @@ pub(super) async fn unchanged(
             row::publish(photo.id, photo.variant_version, photo.edits_rev, fields),
             privacy_view::still_at(photo.project, photo.id, decided_rev),
         ],
-        superseded: Some(super::process::decided_elsewhere(photo.id, decided_rev)),
     }))
 }

@@ -156,7 +156,6 @@ impl TaskHandler for StageHandler {
                 .map(|k| super::cache::record(&ctx.job().tenant, &k, run.job, self.stage))
                 .into_iter()
                 .collect(),
-            superseded: None,
         })
     }
 }
