@@ -190,6 +190,12 @@ pub struct Task {
     pub attempts: u32,
     /// The attempt ceiling.
     pub max_attempts: u32,
+    /// Runs that ended because the state they decided from moved on as they committed
+    /// (their handler declared which write says so): each ran again at once with its
+    /// attempt given back, up to the engine's limit. A task is not failing when the
+    /// world changes under it, and its attempts are for failures.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moved_on: u32,
     /// The fencing epoch: increases by one on every claim. Every write a worker makes
     /// is conditioned on it, so a worker whose lease was taken over cannot write.
     pub epoch: u64,
@@ -265,4 +271,8 @@ impl Task {
             _ => None,
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -188,7 +188,8 @@ impl Engine {
                         item: records::task_item(&next),
                         condition: Condition::Rev(task.rev),
                     }];
-                    if task.attempts == 0 {
+                    // Its first claim (a run that gave its attempt back was claimed).
+                    if task.attempts == 0 && task.moved_on == 0 {
                         writes.push(Write::add(records::job_key(task.job_id), "started", 1));
                     }
                     match self.ports.store.transact(writes).await {
@@ -434,6 +435,7 @@ impl Engine {
         deferred: Vec<(EventKind, Millis)>,
     ) -> Result<Handled, EngineError> {
         let done = lifecycle::succeeded(claimed, out.result.clone(), Millis::now());
+        let moved_on = out.moved_on;
         let mut extra = out.writes;
         if let Some(key) = &claimed.cache_key {
             let entry = serde_json::json!({ "result": out.result, "task": claimed.id });
@@ -470,12 +472,92 @@ impl Engine {
             }
             Err(Refused::Task) => Ok(Handled::LostLease),
             Err(Refused::Extra(i)) => {
-                let e = TaskError::transient(format!(
-                    "write #{} of the task's result conflicted with stored state",
-                    i.saturating_sub(cache_slots)
-                ));
-                self.fail_with(claimed, e, None, deferred).await
+                let write = i.saturating_sub(cache_slots);
+                let message =
+                    format!("write #{write} of the task's result conflicted with stored state");
+                if i >= cache_slots
+                    && moved_on.contains(&write)
+                    && let Some(next) = lifecycle::moved_on(
+                        claimed,
+                        &format!("{message}: what the run decided from moved on"),
+                        Millis::now(),
+                        self.backoff(&claimed.kind)
+                            .delay(claimed.moved_on + 1, fastrand::f64()),
+                    )
+                {
+                    return self.run_again(claimed, next, deferred).await;
+                }
+                self.fail_with(claimed, TaskError::transient(message), None, deferred)
+                    .await
             }
+        }
+    }
+
+    /// Store `next`, the queued version [`lifecycle::moved_on`] made of `claimed`, and
+    /// offer it: the run ended because what it decided from moved on.
+    async fn run_again(
+        &self,
+        claimed: &Task,
+        next: Task,
+        deferred: Vec<(EventKind, Millis)>,
+    ) -> Result<Handled, EngineError> {
+        let fence = Fence {
+            task: claimed.id,
+            epoch: claimed.epoch,
+        };
+        let why = EventKind::Warning {
+            message: format!(
+                "task `{}` runs again, its attempt given back ({} of {} such runs): {}",
+                claimed.name,
+                next.moved_on,
+                lifecycle::MOVED_ON_LIMIT,
+                next.last_error.as_ref().map_or("", |e| e.message.as_str())
+            ),
+        };
+        if !self
+            .store_requeued(claimed, &next, fence, why, deferred)
+            .await?
+        {
+            return Ok(Handled::LostLease);
+        }
+        tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, moved_on = next.moved_on, "what the run decided from moved on; it runs again");
+        self.offer(&next, next.not_before.since(Millis::now()))
+            .await?;
+        Ok(Handled::Ran(next.state))
+    }
+
+    /// Store `next`, a queued version of the running `claimed`, under the run's fence:
+    /// first what the run deferred, then `why` it runs again (a retry is rare: one
+    /// append each). `false`: the lease was lost, and nothing of the run's is stored.
+    async fn store_requeued(
+        &self,
+        claimed: &Task,
+        next: &Task,
+        fence: Fence,
+        why: EventKind,
+        deferred: Vec<(EventKind, Millis)>,
+    ) -> Result<bool, EngineError> {
+        for kind in deferred.into_iter().map(|(k, _)| k).chain([why]) {
+            match self
+                .ports
+                .events
+                .append(claimed.job_id, Some(claimed.id), kind, Some(fence))
+                .await
+            {
+                Ok(_) => {}
+                Err(EventLogError::Fenced(_)) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match self
+            .ports
+            .store
+            .put(records::task_item(next), records::fenced(claimed.epoch))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(StoreError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -559,31 +641,11 @@ impl Engine {
             {
                 return Ok(Handled::LostLease);
             }
-        } else {
-            // What the run deferred, then why it is tried again (a retry is rare: one
-            // append each).
-            for kind in deferred.into_iter().map(|(k, _)| k).chain([event]) {
-                match self
-                    .ports
-                    .events
-                    .append(claimed.job_id, Some(claimed.id), kind, Some(fence))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(EventLogError::Fenced(_)) => return Ok(Handled::LostLease),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            match self
-                .ports
-                .store
-                .put(records::task_item(&next), records::fenced(claimed.epoch))
-                .await
-            {
-                Ok(()) => {}
-                Err(StoreError::Conflict { .. }) => return Ok(Handled::LostLease),
-                Err(e) => return Err(e.into()),
-            }
+        } else if !self
+            .store_requeued(claimed, &next, fence, event, deferred)
+            .await?
+        {
+            return Ok(Handled::LostLease);
         }
         tracing::warn!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, class = %err.class, state = %next.state, error = %err.message, "task failed");
         if next.state == TaskState::Queued {

@@ -91,6 +91,12 @@ pub struct TaskOutput {
     /// Extra writes committed in the same transaction as the success, under the fence:
     /// effects that must happen exactly when the task is recorded as done.
     pub writes: Vec<Write>,
+    /// Which of `writes` check the state the run decided from (a version or revision it
+    /// read), where a conflict means only that the state moved on meanwhile: the task
+    /// then runs again at once without spending an attempt (see
+    /// [`crate::lifecycle::moved_on`]). A conflict on any other write is a transient
+    /// failure, retried after a back-off and counted.
+    pub moved_on: Vec<usize>,
 }
 
 impl TaskOutput {
@@ -99,6 +105,7 @@ impl TaskOutput {
         TaskOutput {
             result,
             writes: Vec::new(),
+            moved_on: Vec::new(),
         }
     }
 }

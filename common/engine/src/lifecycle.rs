@@ -147,6 +147,38 @@ pub fn succeeded(task: &Task, result: serde_json::Value, now: Millis) -> Task {
     t
 }
 
+/// How many runs of one task in a row may end with what they decided from moved on
+/// before such an end is an ordinary transient failure: a state that never stops moving
+/// must not keep a task running for ever.
+pub const MOVED_ON_LIMIT: u32 = 20;
+
+/// The version of a running task whose run found, as it committed, that the state it
+/// decided from had moved on (the write its handler names in `TaskOutput::moved_on`
+/// conflicted): queued again after `delay` with its attempt given back, since nothing
+/// failed and a fresh run decides from the new state. The delay is a retry's back-off
+/// all the same: what moved the state often has work of its own on the same item (an
+/// opt-out's re-decision of the photo), and a run started at once races it. `None` once
+/// [`MOVED_ON_LIMIT`] runs ended so: the caller then records a transient failure, which
+/// spends the attempt.
+pub fn moved_on(task: &Task, message: &str, now: Millis, delay: Duration) -> Option<Task> {
+    if task.moved_on >= MOVED_ON_LIMIT || task.state != TaskState::Running {
+        return None;
+    }
+    let mut t = task.clone();
+    t.lease = None;
+    t.state = TaskState::Queued;
+    t.not_before = now.plus(delay);
+    t.attempts = task.attempts.saturating_sub(1);
+    t.moved_on += 1;
+    t.last_error = Some(TaskFailure {
+        class: ErrorClass::Transient,
+        message: message.to_string(),
+        attempt: task.attempts,
+        at: now,
+    });
+    Some(t)
+}
+
 /// The version of a running task after a classified failure. `jitter` in [0, 1).
 pub fn failed(
     task: &Task,
@@ -268,6 +300,7 @@ mod tests {
             state: TaskState::Queued,
             attempts: 0,
             max_attempts,
+            moved_on: 0,
             epoch: 0,
             lease: None,
             heartbeat_at: None,
@@ -461,6 +494,39 @@ mod tests {
                 .unwrap()
                 .message
                 .contains("largest resource class")
+        );
+    }
+
+    #[test]
+    fn a_run_whose_state_moved_on_gives_its_attempt_back_up_to_the_limit() {
+        let mut t = task(2);
+        t.state = TaskState::Running;
+        t.attempts = 2;
+        t.epoch = 7;
+        let now = Millis(1_000);
+        let delay = Duration::from_millis(300);
+        let next = moved_on(&t, "moved", now, delay).expect("under the limit");
+        assert_eq!(
+            (
+                next.state,
+                next.attempts,
+                next.moved_on,
+                next.not_before,
+                next.epoch
+            ),
+            (TaskState::Queued, 1, 1, now.plus(delay), 7)
+        );
+        assert!(next.lease.is_none());
+        t.moved_on = MOVED_ON_LIMIT;
+        assert!(
+            moved_on(&t, "moved", now, delay).is_none(),
+            "past the limit"
+        );
+        t.moved_on = 0;
+        t.state = TaskState::Queued;
+        assert!(
+            moved_on(&t, "moved", now, delay).is_none(),
+            "only a running task"
         );
     }
 }

@@ -535,6 +535,7 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                     .max_attempts
                     .unwrap_or_else(|| attempt_policy(&p.kind).max_attempts)
                     .max(1),
+                moved_on: 0,
                 epoch: 0,
                 lease: None,
                 heartbeat_at: None,

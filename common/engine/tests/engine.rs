@@ -149,6 +149,34 @@ impl TaskHandler for Deferring {
     }
 }
 
+/// Ends with an effect and a check that fails while `MOVED` exists: the state the run
+/// decided from has moved on. Declares `declared` as its `moved_on` writes.
+struct DecidesFrom {
+    declared: Vec<usize>,
+}
+
+const MOVED: &str = "STATE#MOVED";
+
+#[async_trait]
+impl TaskHandler for DecidesFrom {
+    async fn run(&self, _ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        Ok(TaskOutput {
+            result: json!("decided"),
+            writes: vec![
+                Write::Put {
+                    item: Item::new(ItemKey::new("EFFECT#1", "X"), json!({})),
+                    condition: Condition::None,
+                },
+                Write::Check {
+                    key: ItemKey::new(MOVED, "X"),
+                    condition: Condition::Absent,
+                },
+            ],
+            moved_on: self.declared.clone(),
+        })
+    }
+}
+
 fn registry_with(kind: &str, h: impl TaskHandler) -> Registry {
     let mut r = Registry::new();
     r.register(kind, h);
@@ -371,6 +399,90 @@ async fn many_small_jobs_are_submitted_in_batches_and_once_each() {
         !resubmitted.existing,
         "nothing of the guarded batch was stored"
     );
+}
+
+/// A run whose declared write finds the state moved on runs again after a back-off with
+/// its attempt given back, so a task with two attempts outlives many such runs; past the
+/// limit, and for a conflict on a write it did not declare, the conflict is a counted
+/// transient failure. Nothing of a refused run is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_whose_state_moved_on_runs_again_without_spending_an_attempt() {
+    let h = Harness::new();
+    for declared in [vec![1], vec![0], vec![]] {
+        let engine = h
+            .engine(
+                registry_with(
+                    "decides",
+                    DecidesFrom {
+                        declared: declared.clone(),
+                    },
+                ),
+                LEASE,
+            )
+            .await;
+        let store = engine.ports().store.clone();
+        store
+            .put(
+                Item::new(ItemKey::new(MOVED, "X"), json!({})),
+                Condition::None,
+            )
+            .await
+            .unwrap();
+        let mut tp = TaskPlan::new("t", "decides", json!(null));
+        tp.max_attempts = Some(2);
+        let job = engine
+            .submit(plan(&format!("decides {declared:?}"), vec![tp]))
+            .await
+            .unwrap();
+        let run = || async {
+            let t = task_named(&engine, job.job_id, "t").await;
+            let due = t.not_before.since(tessera_core::Millis::now());
+            tokio::time::sleep(due).await;
+            let Claim::Claimed(held) = engine.claim(t).await.unwrap() else {
+                panic!("claims")
+            };
+            let handled = engine.execute(held).await.unwrap();
+            (handled, task_named(&engine, job.job_id, "t").await)
+        };
+        let runs_given_back = if declared == [1] {
+            tessera_engine::lifecycle::MOVED_ON_LIMIT
+        } else {
+            0
+        };
+        for k in 1..=runs_given_back {
+            let (handled, after) = run().await;
+            assert_eq!(handled, Handled::Ran(TaskState::Queued));
+            assert_eq!(
+                (after.attempts, after.moved_on, after.state),
+                (0, k, TaskState::Queued),
+                "run {k} gave its attempt back"
+            );
+            assert!(
+                after.not_before > tessera_core::Millis::now(),
+                "backed off as a retry is"
+            );
+        }
+        // Past the limit, or undeclared: counted, and backed off.
+        let (handled, after) = run().await;
+        assert_eq!(handled, Handled::Ran(TaskState::Queued), "{declared:?}");
+        assert_eq!(after.attempts, 1, "{declared:?}: the attempt is spent");
+        assert!(after.not_before > tessera_core::Millis::now(), "backed off");
+        assert!(
+            after.last_error.unwrap().message.contains("conflicted"),
+            "{declared:?}"
+        );
+        let effect = store.get(&ItemKey::new("EFFECT#1", "X")).await.unwrap();
+        assert!(effect.is_none(), "none of its writes");
+        let counters = engine.job(job.job_id).await.unwrap().counters;
+        assert_eq!(counters.started, 1, "one task started, once");
+        store
+            .transact(vec![Write::Delete {
+                key: ItemKey::new(MOVED, "X"),
+                condition: Condition::None,
+            }])
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -59,6 +59,7 @@ impl TaskHandler for Sleep {
                 item: effect,
                 condition: Condition::Absent,
             }],
+            moved_on: Vec::new(),
         })
     }
 }

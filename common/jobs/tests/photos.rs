@@ -151,7 +151,11 @@ async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
     r.ingest(&p, &event).await;
     r.settle().await;
     let first = r.photo(alone).await;
-    assert_eq!(first.variant_version, 1);
+    // Version 1, or 2 when the group photo's faces changed a cluster's standing while the
+    // portrait was being decided (that re-decides the project).
+    let v = first.variant_version;
+    assert!(first.published_at.is_some() && v >= 1, "{first:?}");
+    let group_before = r.photo(group).await.variant_version;
     assert!(
         first.rendered.is_some(),
         "the digest is kept with the files"
@@ -167,7 +171,7 @@ async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
         same.servable(cur.subjects_rev),
         "published at the new revision"
     );
-    assert_eq!(same.variant_version, 1, "the same files: nothing drawn");
+    assert_eq!(same.variant_version, v, "the same files: nothing drawn");
     assert_eq!(same.renditions, first.renditions);
     assert_eq!(same.rendered, first.rendered);
     assert!(r.faces(&same).await[0].decision.blurred_in(None));
@@ -187,7 +191,8 @@ async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
     let redrawn = r.photo(group).await;
     assert!(redrawn.servable(cur.subjects_rev));
     assert_eq!(
-        redrawn.variant_version, 2,
+        redrawn.variant_version,
+        group_before + 1,
         "the group photo shows her: drawn"
     );
     assert_eq!(redrawn.renditions.len(), 3);
@@ -206,8 +211,12 @@ async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
     r.settle().await;
     let cur = project::load(r.store(), p.id).await.unwrap();
     let legacy = r.photo(alone).await;
-    assert!(legacy.servable(cur.subjects_rev));
-    assert_eq!(legacy.variant_version, 2, "no digest: drawn again");
+    assert!(
+        legacy.servable(cur.subjects_rev),
+        "at rev {}: {legacy:?}",
+        cur.subjects_rev
+    );
+    assert_eq!(legacy.variant_version, v + 1, "no digest: drawn again");
     assert_eq!(
         legacy.rendered, first.rendered,
         "the same plans, the same digest"

@@ -67,6 +67,7 @@ impl TaskHandler for Cleanup {
                 photo.variant_version,
                 vec![("replaced_keys", row::json(&remaining))],
             )],
+            moved_on: Vec::new(),
         })
     }
 }

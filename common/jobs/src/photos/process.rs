@@ -413,6 +413,7 @@ impl TaskHandler for Process {
                 ),
                 privacy_view::still_at(photo.project, id, decided_rev),
             ],
+            moved_on: DECIDED_FROM.to_vec(),
         })
     }
 
@@ -478,6 +479,21 @@ impl TaskHandler for Process {
             .collect()
     }
 }
+
+/// The write of a publishing run's output that checks the subjects it decided against
+/// ([`privacy_view::still_at`], its second). When it conflicts, a subject change (an
+/// opt-out, a cluster's change) committed while the run decided: the run holds an old
+/// decision, and running it again (after the usual back-off) decides at the new
+/// revision, with no attempt spent. A burst with an opt-out and cluster changes in it moved the revision three
+/// times under one photo, which ended dead: its attempts went to the world changing.
+///
+/// A conflict on the row ([`row::publish`]: another run's newer version, saved regions)
+/// stays a counted failure with a back-off: two runs of one photo (its first processing
+/// and an opt-out's re-decision) each bump the version as they start, and with row
+/// conflicts refunded the race test's held first processing conflicted on the row every
+/// run until the limit (tried: 20 runs, then its three attempts), so a row conflict has
+/// a cause that retrying alone does not remove; counted, it ends the task.
+pub(super) const DECIDED_FROM: [usize; 1] = [1];
 
 /// `photo.failed` for photo `id` whose task `task` of `job` ended without success,
 /// for `reason`: one notice per time its job ends so (a resumed job that fails again is

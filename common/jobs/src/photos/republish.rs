@@ -81,5 +81,6 @@ pub(super) async fn unchanged(
             row::publish(photo.id, photo.variant_version, photo.edits_rev, fields),
             privacy_view::still_at(photo.project, photo.id, decided_rev),
         ],
+        moved_on: super::process::DECIDED_FROM.to_vec(),
     }))
 }

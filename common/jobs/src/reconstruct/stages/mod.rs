@@ -156,6 +156,7 @@ impl TaskHandler for StageHandler {
                 .map(|k| super::cache::record(&ctx.job().tenant, &k, run.job, self.stage))
                 .into_iter()
                 .collect(),
+            moved_on: Vec::new(),
         })
     }
 }
