@@ -102,23 +102,7 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
     assert_eq!(r.status(), 202);
 
     // A photo with a region: adding one is anyone's, removing it an admin's.
-    let photo = upload(
-        &viewer,
-        &s.base,
-        &face_photo("composite_pd_1280x896.jpg"),
-        1 << 20,
-    )
-    .await;
-    let r = viewer
-        .post(format!("{x}/photos"))
-        .json(&json!({ "blob_sha": photo, "name": "group.jpg" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let id = json_of(r).await["photo_id"].as_str().unwrap().to_string();
-    let url = format!("{}/v1/x-tessera/photos/{id}", s.base);
-    photo_when(&viewer, &url, |p| p["status"] == "published").await;
+    let url = published_group_photo(&viewer, &s.base, &x).await;
     let region = json!({ "x": 0.0, "y": 0.68, "w": 0.3, "h": 0.3 });
     let r = viewer
         .put(format!("{url}/blur-regions"))
@@ -285,23 +269,7 @@ async fn a_subjects_own_variant_and_whom_a_face_matched_are_an_admins_to_see() {
         .unwrap();
     assert_eq!(r.status(), 201);
     let sid = json_of(r).await["subject_id"].as_str().unwrap().to_string();
-    let group = upload(
-        &viewer,
-        &s.base,
-        &face_photo("composite_pd_1280x896.jpg"),
-        1 << 20,
-    )
-    .await;
-    let r = viewer
-        .post(format!("{x}/photos"))
-        .json(&json!({ "blob_sha": group, "name": "group.jpg" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let id = json_of(r).await["photo_id"].as_str().unwrap().to_string();
-    let url = format!("{}/v1/x-tessera/photos/{id}", s.base);
-    photo_when(&viewer, &url, |p| p["status"] == "published").await;
+    let url = published_group_photo(&viewer, &s.base, &x).await;
 
     // An admin sees the astronaut's own copy and whom her faces matched, and reads it
     // (on record).
@@ -678,4 +646,20 @@ async fn an_enrolment_refuses_reference_photos_that_will_not_work_and_says_how_m
         sub["warnings"][0].as_str().unwrap().contains("2 or more"),
         "{sub}"
     );
+}
+
+/// The shared group photo added to the project at `x` by `key`, once published: its URL.
+async fn published_group_photo(key: &reqwest::Client, base: &str, x: &str) -> String {
+    let blob = upload(key, base, &face_photo("composite_pd_1280x896.jpg"), 1 << 20).await;
+    let r = key
+        .post(format!("{x}/photos"))
+        .json(&json!({ "blob_sha": blob, "name": "group.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = json_of(r).await["photo_id"].as_str().unwrap().to_string();
+    let url = format!("{base}/v1/x-tessera/photos/{id}");
+    photo_when(key, &url, |p| p["status"] == "published").await;
+    url
 }
