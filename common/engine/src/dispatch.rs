@@ -436,6 +436,7 @@ impl Engine {
     ) -> Result<Handled, EngineError> {
         let done = lifecycle::succeeded(claimed, out.result.clone(), Millis::now());
         let moved_on = out.moved_on;
+        let taken_over = out.taken_over;
         let mut extra = out.writes;
         if let Some(key) = &claimed.cache_key {
             let entry = serde_json::json!({ "result": out.result, "task": claimed.id });
@@ -473,6 +474,12 @@ impl Engine {
             Err(Refused::Task) => Ok(Handled::LostLease),
             Err(Refused::Extra(i)) => {
                 let write = i.saturating_sub(cache_slots);
+                if i >= cache_slots
+                    && let Some(t) = taken_over
+                    && t.shown_by(self.ports.store.get(&t.key).await?.as_ref())
+                {
+                    return self.stand_down(claimed, t, write, deferred).await;
+                }
                 let message =
                     format!("write #{write} of the task's result conflicted with stored state");
                 if i >= cache_slots
@@ -490,6 +497,26 @@ impl Engine {
                 self.fail_with(claimed, TaskError::transient(message), None, deferred)
                     .await
             }
+        }
+    }
+
+    /// End `claimed` succeeded with `taken`'s result and none of its writes (write
+    /// `write` conflicted): a newer run owns what it was for ([`crate::TakenOver`]).
+    async fn stand_down(
+        &self,
+        claimed: &Task,
+        taken: crate::TakenOver,
+        write: usize,
+        deferred: Vec<(EventKind, Millis)>,
+    ) -> Result<Handled, EngineError> {
+        tracing::info!(task_id = %claimed.id, job_id = %claimed.job_id, epoch = claimed.epoch, write, owner = %taken.key.pk, counter = %taken.field, mine = taken.mine, "a newer run took over what this one was for; it ends without its writes");
+        let done = lifecycle::succeeded(claimed, taken.result, Millis::now());
+        match self
+            .commit_terminal(done, records::fenced(claimed.epoch), Vec::new(), deferred)
+            .await?
+        {
+            Ok(()) => Ok(Handled::Ran(TaskState::Succeeded)),
+            Err(_) => Ok(Handled::LostLease),
         }
     }
 

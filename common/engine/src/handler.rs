@@ -4,7 +4,7 @@ use crate::context::TaskContext;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tessera_core::ports::state_store::Write;
+use tessera_core::ports::state_store::{ItemKey, Write};
 use tessera_core::task::Task;
 use tessera_core::{Classify, ErrorClass};
 
@@ -97,6 +97,45 @@ pub struct TaskOutput {
     /// [`crate::lifecycle::moved_on`]). A conflict on any other write is a transient
     /// failure, retried after a back-off and counted.
     pub moved_on: Vec<usize>,
+    /// How to tell, when one of `writes` conflicts, that a newer run has taken over what
+    /// this one was for (see [`TakenOver`]); `None`: it never does.
+    pub taken_over: Option<TakenOver>,
+}
+
+/// A counter that says whether a newer run has taken a run's place. Some state has one
+/// owner at a time, and each new owner raises a counter on it as it takes over: a
+/// photo's variant version, which every run that decides the photo raises as it stages
+/// its files, and only the run whose version the row holds may publish. When a write of
+/// a run's output conflicts and the counter at `key`'s `field` is above `mine`, a newer
+/// owner took over, and the task ends succeeded with `result` and none of its writes,
+/// instead of running again to take the state back. (Two runs of one photo, its first
+/// processing and an opt-out's re-decision, did that to each other, each bump undoing
+/// the other's, until one ended dead and its compensation unpublished the photo the
+/// other had just published.)
+///
+/// What the owner of the counter keeps true: it only grows, so once read above `mine`
+/// it stays so and the read needs no condition; and every run that raised it ends by
+/// publishing, by a failure its compensation records, or by a newer run raising it
+/// again, so a run that stands down leaves nothing without an owner.
+#[derive(Debug, Clone)]
+pub struct TakenOver {
+    /// The item holding the counter.
+    pub key: ItemKey,
+    /// The counter: a non-negative integer field of the item's body.
+    pub field: String,
+    /// The value this run owns (wrote, or read as the current owner's).
+    pub mine: u64,
+    /// The result the task ends with when it stands down.
+    pub result: serde_json::Value,
+}
+
+impl TakenOver {
+    /// Whether `item` (the counter's item as stored now) shows a newer owner.
+    pub fn shown_by(&self, item: Option<&tessera_core::ports::state_store::Item>) -> bool {
+        item.and_then(|i| i.body.get(&self.field))
+            .and_then(|v| v.as_u64())
+            .is_some_and(|v| v > self.mine)
+    }
 }
 
 impl TaskOutput {
@@ -106,6 +145,7 @@ impl TaskOutput {
             result,
             writes: Vec::new(),
             moved_on: Vec::new(),
+            taken_over: None,
         }
     }
 }

@@ -39,7 +39,7 @@ use tessera_core::ports::{Compute, EventLog, ObjectStore, Queue, StateStore};
 
 pub use context::TaskContext;
 pub use error::EngineError;
-pub use handler::{Need, Registry, TaskError, TaskHandler, TaskOutput};
+pub use handler::{Need, Registry, TakenOver, TaskError, TaskHandler, TaskOutput};
 pub use plan::{JobPlan, PREPARED_RESERVE, Prepared, Submitted, TaskPlan};
 pub use retry::RetryPolicy;
 pub use worker::{LoopHealth, LoopState, Worker};

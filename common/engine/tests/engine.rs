@@ -173,6 +173,46 @@ impl TaskHandler for DecidesFrom {
                 },
             ],
             moved_on: self.declared.clone(),
+            taken_over: None,
+        })
+    }
+}
+
+/// Owns version `mine` of `OWNER`: ends with an effect, publishing only while `OWNER`'s
+/// version is still `mine` and `MOVED` is absent, and stands down when a newer owner
+/// raised the version.
+struct Owns {
+    mine: u64,
+}
+
+const OWNER: &str = "STATE#OWNER";
+
+#[async_trait]
+impl TaskHandler for Owns {
+    async fn run(&self, _ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        Ok(TaskOutput {
+            result: json!("published"),
+            writes: vec![
+                Write::Put {
+                    item: Item::new(ItemKey::new("EFFECT#2", "X"), json!({})),
+                    condition: Condition::None,
+                },
+                Write::Check {
+                    key: ItemKey::new(OWNER, "X"),
+                    condition: Condition::field_eq("version", self.mine),
+                },
+                Write::Check {
+                    key: ItemKey::new(MOVED, "X"),
+                    condition: Condition::Absent,
+                },
+            ],
+            moved_on: Vec::new(),
+            taken_over: Some(tessera_engine::TakenOver {
+                key: ItemKey::new(OWNER, "X"),
+                field: "version".into(),
+                mine: self.mine,
+                result: json!("stood down"),
+            }),
         })
     }
 }
@@ -482,6 +522,76 @@ async fn a_run_whose_state_moved_on_runs_again_without_spending_an_attempt() {
             }])
             .await
             .unwrap();
+    }
+}
+
+/// A run whose write conflicts because a newer owner raised the counter it owned ends
+/// succeeded with its stand-down result, none of its writes and no second run; a
+/// conflict while the counter is still its own (or lower) is a counted failure as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_a_newer_owner_took_over_stands_down_and_any_other_conflict_is_retried() {
+    let h = Harness::new();
+    // (version stored, MOVED stored, how the run ends)
+    let cases = [
+        (4, false, TaskState::Succeeded),
+        (4, true, TaskState::Succeeded),
+        (3, true, TaskState::Queued),
+        (2, true, TaskState::Queued),
+    ];
+    for (stored, moved, ends) in cases {
+        let engine = h
+            .engine(registry_with("owns", Owns { mine: 3 }), LEASE)
+            .await;
+        let store = engine.ports().store.clone();
+        let mut setup = vec![Write::Put {
+            item: Item::new(ItemKey::new(OWNER, "X"), json!({ "version": stored })),
+            condition: Condition::None,
+        }];
+        setup.push(if moved {
+            Write::Put {
+                item: Item::new(ItemKey::new(MOVED, "X"), json!({})),
+                condition: Condition::None,
+            }
+        } else {
+            Write::Delete {
+                key: ItemKey::new(MOVED, "X"),
+                condition: Condition::None,
+            }
+        });
+        store.transact(setup).await.unwrap();
+        let job = engine
+            .submit(plan(
+                &format!("owns at {stored} {moved}"),
+                vec![TaskPlan::new("t", "owns", json!(null))],
+            ))
+            .await
+            .unwrap();
+        let t = task_named(&engine, job.job_id, "t").await;
+        let Claim::Claimed(held) = engine.claim(t).await.unwrap() else {
+            panic!("claims")
+        };
+        let handled = engine.execute(held).await.unwrap();
+        let after = task_named(&engine, job.job_id, "t").await;
+        let case = format!("stored {stored}, moved {moved}");
+        assert_eq!(handled, Handled::Ran(ends), "{case}");
+        assert_eq!(after.state, ends, "{case}");
+        let effect = store.get(&ItemKey::new("EFFECT#2", "X")).await.unwrap();
+        assert!(effect.is_none(), "{case}: none of its writes");
+        if ends == TaskState::Succeeded {
+            assert_eq!(after.result, Some(json!("stood down")), "{case}");
+            assert_eq!((after.attempts, after.moved_on), (1, 0), "{case}: one run");
+            assert_eq!(
+                engine.job(job.job_id).await.unwrap().status(),
+                JobStatus::Succeeded,
+                "{case}"
+            );
+        } else {
+            assert_eq!(after.attempts, 1, "{case}: the attempt is spent");
+            assert!(
+                after.last_error.unwrap().message.contains("conflicted"),
+                "{case}"
+            );
+        }
     }
 }
 

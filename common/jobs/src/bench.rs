@@ -60,6 +60,7 @@ impl TaskHandler for Sleep {
                 condition: Condition::Absent,
             }],
             moved_on: Vec::new(),
+            taken_over: None,
         })
     }
 }

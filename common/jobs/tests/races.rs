@@ -2,7 +2,8 @@
 //! task is held at the racy moment while the test enrols someone, then let go. Either
 //! way the photo must end decided at the new subjects, the new subject blurred — never
 //! published raw. The same for blur regions saved while a render runs: the render that
-//! lacks them never publishes. (One test: pause points are per process.)
+//! lacks them never publishes. And two runs of one photo at once: the older stands
+//! down, whichever write finds the newer out. (One test: pause points are per process.)
 
 mod support;
 
@@ -11,6 +12,7 @@ use support::{detail, rig};
 use tessera_core::geometry::FracRect;
 use tessera_core::job::JobStatus;
 use tessera_core::photo::Pipeline;
+use tessera_core::task::TaskState;
 use tessera_engine::Worker;
 use tessera_jobs::photos::{self, fault, project};
 use tokio_util::sync::CancellationToken;
@@ -69,24 +71,7 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     //    so that nothing but the held render's retry can re-blur the photo.)
     // Every job so far ends first: the pause point is armed for whichever task reaches
     // it next, and that must be this photo's render.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let jobs = r
-            .engine
-            .list_jobs(&tessera_core::TenantId::local(), None, 1000)
-            .await
-            .unwrap()
-            .0;
-        let running = jobs.iter().filter(|j| !j.is_over()).count();
-        if running == 0 && jobs.iter().any(|j| j.id == change2.reblur_job) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{running} jobs still running before the edit race"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    all_over(&r, change2.reblur_job, "before the edit race").await;
     let (reached, release) = fault::hold(fault::BEFORE_PUBLISH);
     let (photo3, event3) = r.upload(&q, "composite_pd_1280x896.jpg").await;
     r.ingest(&q, &event3).await;
@@ -99,6 +84,75 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     };
     let edits = r.set_regions(photo3, &[region]).await;
     release.notify_one();
+
+    // 4. Two runs of one photo at once: its first processing is held before publishing
+    //    (its version 1 staged), a re-decision submitted meanwhile stages version 2 and
+    //    is held too; the first is let go before the second. The first finds a newer
+    //    version staged and stands down: it neither publishes version 1 nor runs again
+    //    to stage a third over the second's, which publishes.
+    all_over(&r, change2.reblur_job, "before the two runs").await;
+    let (reached, release_first) = fault::hold(fault::BEFORE_PUBLISH);
+    let (photo4, event4) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event4).await;
+    wait("publish of a first processing", reached).await;
+    let (reached, release_second) = fault::hold(fault::BEFORE_PUBLISH);
+    let now = project::load(r.store(), q.id).await.unwrap();
+    let redecision = r
+        .engine
+        .submit(photos::reprocess_plan(
+            now.tenant.clone(),
+            now.id,
+            photo4,
+            now.subjects_rev,
+            r.photo(photo4).await.edits_rev,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    wait("publish of the re-decision", reached).await;
+    release_first.notify_one();
+    let first = over(
+        &r,
+        photos::kinds::FACE_PROCESS_JOB,
+        photos::kinds::FACE_PROCESS,
+        photo4,
+    )
+    .await;
+    release_second.notify_one();
+
+    // 5. The same found out one write earlier: a first processing held after deciding,
+    //    before staging its version, while a re-decision stages and publishes version 1.
+    all_over(&r, redecision, "before the staging race").await;
+    let (reached, release) = fault::hold(fault::BEFORE_STAGING);
+    let (photo5, event5) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event5).await;
+    wait("staging of a first processing", reached).await;
+    let row = r.photo(photo5).await;
+    let redecided = r
+        .engine
+        .submit(photos::reprocess_plan(
+            now.tenant.clone(),
+            now.id,
+            photo5,
+            now.subjects_rev,
+            row.edits_rev,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !r.engine.job(redecided).await.unwrap().is_over() {
+        assert!(tokio::time::Instant::now() < deadline, "no re-decision");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    release.notify_one();
+    let late = over(
+        &r,
+        photos::kinds::FACE_PROCESS_JOB,
+        photos::kinds::FACE_PROCESS,
+        photo5,
+    )
+    .await;
 
     stop.cancel();
     running.await.unwrap();
@@ -162,9 +216,9 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
 
     // The held thumbnail_dims could not publish: its publication was refused by the
     // subject revision it no longer matched, and it ran again with that attempt given
-    // back. (Its later runs meet the sweep's re-decision of the same photo, which
-    // publishes it, as checked above; those row conflicts are counted, and the held task
-    // may end dead after them: a known fight between two runs of one photo.)
+    // back. (Its later run may meet the sweep's re-decision of the same photo, which
+    // publishes it, as checked above: whichever of the two staged its version first
+    // stands down, so neither ends failed.)
     let held = tasks_of(
         &r,
         photos::kinds::THUMBNAIL_DIMS_JOB,
@@ -173,11 +227,115 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     )
     .await;
     assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].state, TaskState::Succeeded, "{:?}", held[0]);
     assert!(
         held[0].moved_on >= 1,
         "the held publication was refused and run again, its attempt given back: {:?}",
         held[0]
     );
+
+    // The two runs: the first stood down at once, the second published its version 2.
+    assert_eq!(first.state, TaskState::Succeeded, "{first:?}");
+    assert_eq!(
+        (first.attempts, first.moved_on),
+        (1, 0),
+        "one run, not run again: {first:?}"
+    );
+    assert!(
+        first
+            .result
+            .as_ref()
+            .is_some_and(|r| r["taken_over"].is_string()),
+        "{first:?}"
+    );
+    let row = r.photo(photo4).await;
+    assert!(row.published_at.is_some(), "{row:?}");
+    assert!(row.failure.is_none(), "{row:?}");
+    assert_eq!(
+        row.variant_version, 2,
+        "no third version staged over the second"
+    );
+    assert_eq!(
+        r.engine.job(redecision).await.unwrap().status(),
+        JobStatus::Succeeded
+    );
+    for rendition in &row.renditions {
+        assert!(rendition.key.contains("/v2/"), "{}", rendition.key);
+    }
+    // The first run's files were taken away by the run that staged over them.
+    let (v1, _) = tessera_core::photo::keys::rendition(q.id, photo4, 1, None);
+    assert!(
+        r.engine.ports().objects.head(&v1).await.unwrap().is_none(),
+        "{v1} left behind"
+    );
+
+    // The late first processing stood down before staging anything.
+    assert_eq!(late.state, TaskState::Succeeded, "{late:?}");
+    assert_eq!((late.attempts, late.moved_on), (1, 0), "{late:?}");
+    assert!(
+        late.result
+            .as_ref()
+            .is_some_and(|r| r["taken_over"].is_string()),
+        "{late:?}"
+    );
+    let row = r.photo(photo5).await;
+    assert!(
+        row.published_at.is_some() && row.failure.is_none(),
+        "{row:?}"
+    );
+    assert_eq!(row.variant_version, 1, "published by the re-decision alone");
+    assert_eq!(
+        r.engine.job(redecided).await.unwrap().status(),
+        JobStatus::Succeeded
+    );
+}
+
+/// Wait (at most two minutes) until every job so far has ended, `last` among them, so
+/// that a pause point armed next is reached by the task the test starts next.
+async fn all_over(r: &support::Rig, last: tessera_core::JobId, before: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let jobs = r
+            .engine
+            .list_jobs(&tessera_core::TenantId::local(), None, 1000)
+            .await
+            .unwrap()
+            .0;
+        let running = jobs.iter().filter(|j| !j.is_over()).count();
+        if running == 0 && jobs.iter().any(|j| j.id == last) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{running} jobs still running {before}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The one `task_kind` task of `photo`'s `job_kind` job, once it has ended (at most a
+/// minute), or as it is once queued to run again.
+async fn over(
+    r: &support::Rig,
+    job_kind: &str,
+    task_kind: &str,
+    photo: tessera_core::PhotoId,
+) -> tessera_core::task::Task {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let tasks = tasks_of(r, job_kind, task_kind, photo).await;
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        let t = &tasks[0];
+        // Held running until now: queued again means it is to run again.
+        if t.state.is_terminal() || t.state == TaskState::Queued {
+            return t.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task did not end: {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The `task_kind` tasks of `photo`'s `job_kind` job.

@@ -68,6 +68,7 @@ impl TaskHandler for Cleanup {
                 vec![("replaced_keys", row::json(&remaining))],
             )],
             moved_on: Vec::new(),
+            taken_over: None,
         })
     }
 }

@@ -26,6 +26,10 @@ pub const AFTER_ERASURE_COMMIT: &str = "after-erasure-commit";
 /// After a photo's files are stored and its decision made, before the task's success
 /// publishes them.
 pub const BEFORE_PUBLISH: &str = "before-publish";
+/// After a photo is decided, before the run stages its new version (the row's version
+/// it read then still unchanged by this run).
+pub const BEFORE_STAGING: &str = "before-staging";
+
 /// In ingest, after the project was read and the follow-up chosen, before the photo's
 /// row is written.
 pub const INGEST_BEFORE_ROW: &str = "ingest-before-row";

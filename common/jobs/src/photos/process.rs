@@ -47,7 +47,7 @@ use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
 use tessera_core::privacy_view::{self, PrivacyView};
 use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
-use tessera_core::{Millis, PhotoId, ProjectId};
+use tessera_core::{ErrorClass, Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
@@ -327,7 +327,19 @@ impl TaskHandler for Process {
             )])
             .await?;
         }
-        ctx.commit(vec![bump_write]).await?;
+        fault::pause_point(fault::BEFORE_STAGING).await;
+        if let Err(e) = ctx.commit(vec![bump_write]).await {
+            // Staged over by a newer run since this one read the row: the same stand-down
+            // as at publication, found out one write earlier.
+            let taken = row::taken_over(id, photo.variant_version);
+            if e.class != ErrorClass::Cancelled
+                && taken.shown_by(store.get(&taken.key).await?.as_ref())
+            {
+                tracing::info!(photo = %id, version = photo.variant_version, "a newer run staged a version first; it publishes the photo");
+                return Ok(TaskOutput::result(taken.result));
+            }
+            return Err(e);
+        }
         if let Some(p) = pending {
             p.store(ports.objects.as_ref()).await?;
         }
@@ -414,6 +426,7 @@ impl TaskHandler for Process {
                 privacy_view::still_at(photo.project, id, decided_rev),
             ],
             moved_on: DECIDED_FROM.to_vec(),
+            taken_over: Some(row::taken_over(id, version)),
         })
     }
 
@@ -487,12 +500,12 @@ impl TaskHandler for Process {
 /// revision, with no attempt spent. A burst with an opt-out and cluster changes in it moved the revision three
 /// times under one photo, which ended dead: its attempts went to the world changing.
 ///
-/// A conflict on the row ([`row::publish`]: another run's newer version, saved regions)
-/// stays a counted failure with a back-off: two runs of one photo (its first processing
-/// and an opt-out's re-decision) each bump the version as they start, and with row
-/// conflicts refunded the race test's held first processing conflicted on the row every
-/// run until the limit (tried: 20 runs, then its three attempts), so a row conflict has
-/// a cause that retrying alone does not remove; counted, it ends the task.
+/// A conflict on the row ([`row::publish`]) has two causes. A newer run of the photo
+/// staged a version over this one's (its first processing and an opt-out's re-decision
+/// at once): the run stands down ([`row::taken_over`]), since running it again only
+/// staged a third version over the other's, and the two undid each other until one
+/// ended dead. Regions saved meanwhile (the version still this run's): a counted
+/// failure with a back-off, and the next run renders with them.
 pub(super) const DECIDED_FROM: [usize; 1] = [1];
 
 /// `photo.failed` for photo `id` whose task `task` of `job` ended without success,

@@ -82,5 +82,6 @@ pub(super) async fn unchanged(
             privacy_view::still_at(photo.project, photo.id, decided_rev),
         ],
         moved_on: super::process::DECIDED_FROM.to_vec(),
+        taken_over: Some(row::taken_over(photo.id, photo.variant_version)),
     }))
 }

@@ -32,6 +32,24 @@ pub fn erased(id: PhotoId) -> tessera_engine::TaskOutput {
     }))
 }
 
+/// How a run that owns `version` of photo `id` (staged it, or publishes it again as it
+/// is) tells that a newer run took the photo over: the row holds a higher version,
+/// staged by a run that decides the photo from what is stored at least as late as this
+/// one read it, and publishes only under the same conditions. That run publishes the
+/// photo or its failure says why, so this one stands down instead of staging a version
+/// of its own over it ([`tessera_engine::TakenOver`]; only processing raises the version).
+pub fn taken_over(id: PhotoId, version: u64) -> tessera_engine::TakenOver {
+    tessera_engine::TakenOver {
+        key: records::photo_key(id),
+        field: "variant_version".into(),
+        mine: version,
+        result: serde_json::json!({
+            "photo": id,
+            "taken_over": format!("a newer run of the photo staged a version above {version}; that run publishes it"),
+        }),
+    }
+}
+
 /// Set `fields` of the row while its variant version is `version`.
 pub fn set(id: PhotoId, version: u64, fields: Vec<(&str, Value)>) -> Write {
     set_if(id, fields, Condition::field_eq("variant_version", version))

@@ -157,6 +157,7 @@ impl TaskHandler for StageHandler {
                 .into_iter()
                 .collect(),
             moved_on: Vec::new(),
+            taken_over: None,
         })
     }
 }
