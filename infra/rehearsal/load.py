@@ -518,6 +518,10 @@ class LoadRehearsal(FairTurns, Rehearsal):
             ok, total, _ = self.servable(self.wide_project)
             photos_not += len(self.wide_ids) - ok
         states = {}
+        # Runs that ended without their writes because the world changed under them:
+        # given back (what they decided from moved on) and stood down (a newer run of
+        # the photo took over). Neither is a loss; both are work done twice.
+        runs = {"moved_on": 0, "stood_down": 0}
         start = None
         while True:
             kw = dict(TableName=self.table, FilterExpression="begins_with(pk, :t)", ExpressionAttributeValues={":t": {"S": "TASK#"}})
@@ -525,15 +529,18 @@ class LoadRehearsal(FairTurns, Rehearsal):
                 kw["ExclusiveStartKey"] = start
             page = self.op.ddb.scan(**kw)
             for i in page["Items"]:
-                st = self.body(i).get("state")
+                body = self.body(i)
+                st = body.get("state")
                 states[st] = states.get(st, 0) + 1
+                runs["moved_on"] += int(body.get("moved_on", 0))
+                runs["stood_down"] += int(isinstance(body.get("result"), dict) and "taken_over" in body["result"])
             start = page.get("LastEvaluatedKey")
             if not start:
                 break
         unfinished = sum(v for k, v in states.items() if k in ("waiting", "queued", "running"))
         failed = sum(v for k, v in states.items() if k in ("failed", "dead"))
         return {"photos_not_published": photos_not, "tasks_unfinished": unfinished, "tasks_failed_or_dead": failed,
-                "total": photos_not + unfinished + failed, "task_states": states}
+                "total": photos_not + unfinished + failed, "task_states": states, "runs_redone": runs}
 
     def function_seconds(self, phases):
         """Per function: invocations and GB-seconds of the invocations started in `phases`."""
