@@ -92,12 +92,30 @@ impl TaskContext {
         writes.insert(0, self.fence_write());
         match self.engine.ports.store.transact(writes).await {
             Ok(()) => Ok(()),
-            Err(StoreError::Conflict { index: 0, .. }) => Err(TaskError::cancelled(format!(
-                "task {} lost its lease (epoch {}); another worker owns it now",
-                self.task.id, self.task.epoch
-            ))),
+            Err(StoreError::Conflict { index: 0, .. }) => Err(self.lease_lost()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// [`Self::commit`], telling a conflict of one of `writes` apart from every other
+    /// failure: `Ok(Some(i))` when write `i` found its condition false, so that nothing
+    /// was committed and the stored state is other than the run read it. (A store that
+    /// timed out may have committed; that stays an error, never a conflict.)
+    pub async fn try_commit(&self, mut writes: Vec<Write>) -> Result<Option<usize>, TaskError> {
+        writes.insert(0, self.fence_write());
+        match self.engine.ports.store.transact(writes).await {
+            Ok(()) => Ok(None),
+            Err(StoreError::Conflict { index: 0, .. }) => Err(self.lease_lost()),
+            Err(StoreError::Conflict { index, .. }) => Ok(Some(index - 1)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn lease_lost(&self) -> TaskError {
+        TaskError::cancelled(format!(
+            "task {} lost its lease (epoch {}); another worker owns it now",
+            self.task.id, self.task.epoch
+        ))
     }
 
     /// Submit a follow-up job (idempotent: an identical plan is the same job, so a
@@ -119,10 +137,7 @@ impl TaskContext {
         {
             Ok(ids) => Ok(ids),
             Err(crate::EngineError::Store(StoreError::Conflict { index: 0, .. })) => {
-                Err(TaskError::cancelled(format!(
-                    "task {} lost its lease (epoch {}); another worker owns it now",
-                    self.task.id, self.task.epoch
-                )))
+                Err(self.lease_lost())
             }
             Err(e) => Err(e.into()),
         }

@@ -154,6 +154,40 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     )
     .await;
 
+    // 6. Regions saved while a run is held after deciding, before staging, and a
+    //    re-decision with them (as the API submits one) has read the row when the held
+    //    run is let go: the held run lacks the regions, so its staging is refused and the
+    //    re-decision, the run that read the row later, stages and publishes them.
+    all_over(&r, redecided, "before the regions race").await;
+    let (reached, release_stale) = fault::hold(fault::BEFORE_STAGING);
+    let (photo6, event6) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event6).await;
+    wait("staging of a run without the regions", reached).await;
+    let edits6 = r.set_regions(photo6, &[region]).await;
+    let (reached, release_with) = fault::hold(fault::BEFORE_STAGING);
+    let with_regions = r
+        .engine
+        .submit(photos::reprocess_plan(
+            now.tenant.clone(),
+            now.id,
+            photo6,
+            now.subjects_rev,
+            edits6,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    wait("staging of the run with the regions", reached).await;
+    release_stale.notify_one();
+    let stale = over(
+        &r,
+        photos::kinds::FACE_PROCESS_JOB,
+        photos::kinds::FACE_PROCESS,
+        photo6,
+    )
+    .await;
+    release_with.notify_one();
+
     stop.cancel();
     running.await.unwrap();
     r.settle().await;
@@ -288,6 +322,45 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
         r.engine.job(redecided).await.unwrap().status(),
         JobStatus::Succeeded
     );
+
+    // The run without the regions staged nothing (refused, to run again); the run with
+    // them did not stand down to it, and published them.
+    assert!(
+        stale
+            .result
+            .as_ref()
+            .is_none_or(|r| r.get("taken_over").is_none()),
+        "{stale:?}"
+    );
+    let published = tasks_of(
+        &r,
+        photos::kinds::REPROCESS_JOB,
+        photos::kinds::REPROCESS,
+        photo6,
+    )
+    .await
+    .into_iter()
+    .find(|t| t.job_id == with_regions)
+    .expect("the re-decision's task");
+    assert_eq!(published.state, TaskState::Succeeded, "{published:?}");
+    assert_eq!(
+        published
+            .result
+            .as_ref()
+            .and_then(|r| r.get("variant_version")),
+        Some(&serde_json::json!(1)),
+        "the run with the regions staged and published version 1: {published:?}"
+    );
+    let row = r.photo(photo6).await;
+    assert!(
+        row.published_at.is_some() && row.failure.is_none(),
+        "{row:?}"
+    );
+    assert_eq!(row.edits_rev, edits6);
+    let upload = r.image(&row.upload_key).await;
+    let public = r.image(&row.public().unwrap().key).await;
+    let (before, after) = (detail(&upload, &region), detail(&public, &region));
+    assert!(after < before / 3.0, "the region: {after} vs {before}");
 }
 
 /// Wait (at most two minutes) until every job so far has ended, `last` among them, so

@@ -42,12 +42,11 @@ use tessera_core::geometry::FracRect;
 use tessera_core::job::Job;
 use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
-use tessera_core::ports::state_store::{Condition, Write};
+use tessera_core::ports::state_store::Write;
 use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
 use tessera_core::privacy_view::{self, PrivacyView};
-use tessera_core::records;
 use tessera_core::task::{Task, TaskState};
-use tessera_core::{ErrorClass, Millis, PhotoId, ProjectId};
+use tessera_core::{Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
@@ -294,9 +293,7 @@ impl TaskHandler for Process {
         if let Some(d) = detected_by {
             bump.push(("detector", row::json(&d)));
         }
-        let bump_write = if migrate.is_none() {
-            row::set(id, photo.variant_version, bump)
-        } else {
+        if migrate.is_some() {
             bump.extend([
                 ("blur_regions", row::json(&regions)),
                 ("width", row::json(&img.width())),
@@ -304,16 +301,10 @@ impl TaskHandler for Process {
                 ("orientation", row::json(&decoded.orientation.exif())),
                 ("rules", row::json(&RULES)),
             ]);
-            // Regions edited meanwhile were drawn on the old frame: decide again.
-            Write::Set {
-                key: records::photo_key(id),
-                fields: bump.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-                condition: Condition::All(vec![
-                    Condition::field_eq("variant_version", photo.variant_version),
-                    Condition::field_eq("edits_rev", photo.edits_rev),
-                ]),
-            }
-        };
+        }
+        // Regions edited since the row was read are not in this decision (and a migrated
+        // row's were drawn on the old frame): staged only while they are the ones read.
+        let bump_write = row::stage(id, photo.variant_version, photo.edits_rev, bump);
         let started = ctx.phase_started(Phase::Blur).await?;
         if photo.published_at.is_some() {
             // Whoever copied the served version should take it down now, not after
@@ -328,17 +319,18 @@ impl TaskHandler for Process {
             .await?;
         }
         fault::pause_point(fault::BEFORE_STAGING).await;
-        if let Err(e) = ctx.commit(vec![bump_write]).await {
+        if ctx.try_commit(vec![bump_write]).await?.is_some() {
             // Staged over by a newer run since this one read the row: the same stand-down
-            // as at publication, found out one write earlier.
+            // as at publication, found out one write earlier. Otherwise regions were saved
+            // meanwhile (or the photo erased): tried again, reading them.
             let taken = row::taken_over(id, photo.variant_version);
-            if e.class != ErrorClass::Cancelled
-                && taken.shown_by(store.get(&taken.key).await?.as_ref())
-            {
+            if taken.shown_by(store.get(&taken.key).await?.as_ref()) {
                 tracing::info!(photo = %id, version = photo.variant_version, "a newer run staged a version first; it publishes the photo");
                 return Ok(TaskOutput::result(taken.result));
             }
-            return Err(e);
+            return Err(TaskError::transient(format!(
+                "photo {id} changed after it was read (regions saved, or erased); it is decided again"
+            )));
         }
         if let Some(p) = pending {
             p.store(ports.objects.as_ref()).await?;
@@ -500,13 +492,14 @@ impl TaskHandler for Process {
 /// revision, with no attempt spent. A burst with an opt-out and cluster changes in it moved the revision three
 /// times under one photo, which ended dead: its attempts went to the world changing.
 ///
-/// A conflict on the row ([`row::publish`]) has two causes. A newer run of the photo
-/// staged a version over this one's (its first processing and an opt-out's re-decision
-/// at once): the run stands down ([`row::taken_over`]), since running it again only
-/// staged a third version over the other's, and the two undid each other until one
-/// ended dead. Regions saved meanwhile (the version still this run's): a counted
-/// failure with a back-off, and the next run renders with them.
-pub(super) const DECIDED_FROM: [usize; 1] = [1];
+/// A conflict on the row ([`row::publish`], its first) has two causes. A newer run of
+/// the photo staged a version over this one's (its first processing and an opt-out's
+/// re-decision at once): the engine ends the run stood down ([`row::taken_over`]),
+/// before it looks here, since running it again only staged a third version over the
+/// other's, and the two undid each other until one ended dead. Otherwise the version is
+/// still this run's and regions were saved meanwhile (or the photo erased): what it
+/// decided from moved on as well, and the run that reads them is this one, again.
+pub(super) const DECIDED_FROM: [usize; 2] = [0, 1];
 
 /// `photo.failed` for photo `id` whose task `task` of `job` ended without success,
 /// for `reason`: one notice per time its job ends so (a resumed job that fails again is

@@ -70,6 +70,22 @@ fn set_if(id: PhotoId, fields: Vec<(&str, Value)>, condition: Condition) -> Writ
 /// blur regions are still those of `edits_rev`. Regions saved while a render runs bump
 /// `edits_rev`, so the render that lacks them can never publish.
 pub fn publish(id: PhotoId, version: u64, edits_rev: u64, fields: Vec<(&str, Value)>) -> Write {
+    at_version_and_edits(id, version, edits_rev, fields)
+}
+
+/// Stage a new version: set `fields` (the new `variant_version` among them) while the
+/// row is still at the `version` and `edits_rev` the run read, so that a run staging
+/// over another is always the one that read the row later, regions included.
+pub fn stage(id: PhotoId, version: u64, edits_rev: u64, fields: Vec<(&str, Value)>) -> Write {
+    at_version_and_edits(id, version, edits_rev, fields)
+}
+
+fn at_version_and_edits(
+    id: PhotoId,
+    version: u64,
+    edits_rev: u64,
+    fields: Vec<(&str, Value)>,
+) -> Write {
     set_if(
         id,
         fields,
