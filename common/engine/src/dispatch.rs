@@ -650,6 +650,9 @@ impl Engine {
         if next.state.is_terminal() {
             let compensations = match (next.state, self.registry.get(&claimed.kind)) {
                 (TaskState::Dead | TaskState::Failed, Some(h)) => h.compensate(&next),
+                (TaskState::Cancelled, Some(h)) if h.compensates_cancellation() => {
+                    h.compensate(&next)
+                }
                 _ => Vec::new(),
             };
             // The fence is the task write's own condition; the reason goes in with it,

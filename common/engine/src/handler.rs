@@ -194,6 +194,15 @@ pub trait TaskHandler: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether [`Self::compensate`] also runs when the task ends cancelled (its job
+    /// cancelled by someone, while the task waited, was queued or ran). For a kind whose
+    /// run can leave state half-done that only its own success would finish: a photo's
+    /// run stages a version (unpublishing the photo) that only its publication ends, and
+    /// an older run of the photo stood down to it.
+    fn compensates_cancellation(&self) -> bool {
+        false
+    }
+
     /// Whether [`Self::notices`] may return any: the engine looks at the end of a task
     /// that does not end its job only for handlers that say so.
     fn raises_notices(&self) -> bool {

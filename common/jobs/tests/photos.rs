@@ -1,6 +1,7 @@
 //! Photo jobs on the real embedded adapters and the real models: duplicate and
 //! reordered events, thumbnail_dims versus face_process, reprocess without
-//! re-detection, replaced files deleted, and unpublishing on a final failure.
+//! re-detection, replaced files deleted, and unpublishing on a final failure (or a
+//! cancellation after the run staged a version).
 
 mod support;
 
@@ -632,6 +633,43 @@ async fn a_photos_jobs_queued_before_its_erasure_end_without_acting() {
         "no row written back"
     );
     assert!(r.objects(&prefix).await.is_empty(), "no file written back");
+}
+
+/// Cancelling a photo's re-decision before it ran leaves the photo as it was: the run
+/// staged nothing, so there is nothing to fail (a run cancelled after it staged fails
+/// the photo with the reason: `races.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_decision_cancelled_before_it_ran_leaves_the_photo_as_it_was() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (photo, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let before = r.photo(photo).await;
+    assert!(before.published_at.is_some(), "{before:?}");
+    let p = project::load(r.store(), p.id).await.unwrap();
+    let job = r
+        .engine
+        .submit(photos::reprocess_plan(
+            p.tenant.clone(),
+            p.id,
+            photo,
+            p.subjects_rev,
+            before.edits_rev,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    r.engine
+        .cancel(job, tessera_core::job::CancelMode::Cooperative)
+        .await
+        .unwrap();
+    r.settle().await;
+    assert_eq!(r.photo(photo).await, before);
+    assert_eq!(
+        r.engine.job(job).await.unwrap().status(),
+        tessera_core::job::JobStatus::Cancelled
+    );
 }
 
 /// Every run of `photo`'s jobs, for a failure message: which job, how each task ended,

@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 use support::{detail, rig};
 use tessera_core::geometry::FracRect;
-use tessera_core::job::JobStatus;
+use tessera_core::job::{CancelMode, JobStatus};
 use tessera_core::photo::Pipeline;
 use tessera_core::task::TaskState;
 use tessera_engine::Worker;
@@ -188,6 +188,24 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     .await;
     release_with.notify_one();
 
+    // 7. A run whose job is cancelled (forced) after it staged its version, which
+    //    unpublished the photo: the photo is failed with the reason, not left withheld
+    //    with nobody to publish it or say why.
+    all_over(&r, with_regions, "before the cancelled run").await;
+    let (reached, release_cancelled) = fault::hold(fault::BEFORE_PUBLISH);
+    let (photo7, event7) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event7).await;
+    wait("publish of a run to be cancelled", reached).await;
+    let cancelled = r
+        .jobs_of_kind(photos::kinds::FACE_PROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo7.to_string())
+        .unwrap()
+        .id;
+    r.engine.cancel(cancelled, CancelMode::Force).await.unwrap();
+    release_cancelled.notify_one();
+
     stop.cancel();
     running.await.unwrap();
     r.settle().await;
@@ -323,14 +341,17 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
         JobStatus::Succeeded
     );
 
-    // The run without the regions staged nothing (refused, to run again); the run with
-    // them did not stand down to it, and published them.
+    // The run without the regions staged nothing: its staging was refused, and it ran
+    // again reading them (it may have by now). The run with them staged and published,
+    // or stood down to that second run, which read them too; either way the region is
+    // in the file. (Staged without them, its publication is what is refused instead.)
+    assert_eq!(stale.moved_on, 0, "{stale:?}");
     assert!(
         stale
-            .result
+            .last_error
             .as_ref()
-            .is_none_or(|r| r.get("taken_over").is_none()),
-        "{stale:?}"
+            .is_some_and(|e| e.message.contains("changed after it was read")),
+        "refused at staging, not at publication: {stale:?}"
     );
     let published = tasks_of(
         &r,
@@ -343,14 +364,6 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     .find(|t| t.job_id == with_regions)
     .expect("the re-decision's task");
     assert_eq!(published.state, TaskState::Succeeded, "{published:?}");
-    assert_eq!(
-        published
-            .result
-            .as_ref()
-            .and_then(|r| r.get("variant_version")),
-        Some(&serde_json::json!(1)),
-        "the run with the regions staged and published version 1: {published:?}"
-    );
     let row = r.photo(photo6).await;
     assert!(
         row.published_at.is_some() && row.failure.is_none(),
@@ -361,6 +374,19 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     let public = r.image(&row.public().unwrap().key).await;
     let (before, after) = (detail(&upload, &region), detail(&public, &region));
     assert!(after < before / 3.0, "the region: {after} vs {before}");
+
+    let row = r.photo(photo7).await;
+    assert!(row.published_at.is_none(), "{row:?}");
+    assert!(
+        row.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("cancelled")),
+        "{row:?}"
+    );
+    assert_eq!(
+        r.engine.job(cancelled).await.unwrap().status(),
+        JobStatus::Cancelled
+    );
 }
 
 /// Wait (at most two minutes) until every job so far has ended, `last` among them, so

@@ -476,7 +476,18 @@ impl TaskHandler for Process {
         )]
     }
 
+    /// A run cancelled after it staged a version leaves the photo unpublished, and an
+    /// older run of the photo may have stood down to it: the photo is failed with the
+    /// reason, so that it is not left withheld with nobody to publish it or say why. A
+    /// task cancelled before it ever ran staged nothing, and the photo is left as it is.
+    fn compensates_cancellation(&self) -> bool {
+        true
+    }
+
     fn compensate(&self, task: &Task) -> Vec<Write> {
+        if task.state == TaskState::Cancelled && task.attempts == 0 && task.moved_on == 0 {
+            return Vec::new();
+        }
         let reason = task.failure_message(&format!("task `{}` ended without success", task.name));
         payload_photo(task)
             .map(|id| row::fail(id, &reason))
