@@ -1,7 +1,6 @@
 //! Reading jobs and tasks, and the people's levers: cancel (cooperative or forced) and
 //! resume.
 
-use crate::dag::Refused;
 use crate::lifecycle;
 use crate::{Engine, EngineError};
 use serde::Serialize;
@@ -186,32 +185,13 @@ impl Engine {
                     Some(h) if h.compensates_cancellation() => h.compensate(&next),
                     _ => Vec::new(),
                 };
-                let undo = !compensations.is_empty();
                 match self
-                    .commit_terminal(
-                        next.clone(),
-                        Condition::Rev(task.rev),
-                        compensations,
-                        Vec::new(),
-                    )
+                    .commit_compensated(next, Condition::Rev(task.rev), compensations, Vec::new())
                     .await?
                 {
                     Ok(()) => {
                         report.cancelled += 1;
                         break;
-                    }
-                    // What the compensation would undo is gone (a photo erased): the
-                    // task ends without it.
-                    Err(Refused::Extra(_)) if undo => {
-                        if self
-                            .commit_terminal(next, Condition::Rev(task.rev), Vec::new(), Vec::new())
-                            .await?
-                            .is_ok()
-                        {
-                            report.cancelled += 1;
-                            break;
-                        }
-                        task = self.task(task.id).await?;
                     }
                     Err(_) => {
                         task = self.task(task.id).await?;

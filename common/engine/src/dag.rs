@@ -90,6 +90,41 @@ impl Engine {
         Ok(fan)
     }
 
+    /// [`Self::commit_terminal`] with a handler's `compensations` as its extra writes. A
+    /// compensation may be conditioned on what it undoes (a photo's version the task
+    /// staged), or find it gone (the photo erased): when one is refused, the task ends
+    /// without them, rather than not at all (its lease would lapse, it would end dead and
+    /// be refused the same way at every try).
+    pub(crate) async fn commit_compensated(
+        &self,
+        next: Task,
+        condition: Condition,
+        compensations: Vec<Write>,
+        events: Vec<(EventKind, Millis)>,
+    ) -> Result<Result<(), Refused>, EngineError> {
+        if compensations.is_empty() {
+            return self
+                .commit_terminal(next, condition, Vec::new(), events)
+                .await;
+        }
+        match self
+            .commit_terminal(
+                next.clone(),
+                condition.clone(),
+                compensations,
+                events.clone(),
+            )
+            .await?
+        {
+            Err(Refused::Extra(write)) => {
+                tracing::info!(task_id = %next.id, job_id = %next.job_id, write, state = %next.state, "a compensation's condition no longer holds; the task ends without its compensations");
+                self.commit_terminal(next, condition, Vec::new(), events)
+                    .await
+            }
+            done => Ok(done),
+        }
+    }
+
     /// Commit `next`, a terminal version of a task, under `condition`, together with
     /// `extra` writes, the job counter for its state, the event that says why it ended
     /// (`reason`, when there is one) and the first dependents it fits; then finish the

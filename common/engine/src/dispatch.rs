@@ -261,7 +261,7 @@ impl Engine {
             message: format!("task `{}` is {}: {message}", dead.name, dead.state),
         };
         if self
-            .commit_terminal(
+            .commit_compensated(
                 dead.clone(),
                 condition,
                 compensations,
@@ -660,7 +660,7 @@ impl Engine {
             let mut events = deferred;
             events.push((event, now));
             if self
-                .commit_terminal(
+                .commit_compensated(
                     next.clone(),
                     records::fenced(claimed.epoch),
                     compensations,

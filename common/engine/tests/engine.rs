@@ -525,6 +525,55 @@ async fn a_run_whose_state_moved_on_runs_again_without_spending_an_attempt() {
     }
 }
 
+/// Fails every run; its compensation sets a field of an item that is gone.
+struct UndoesWhatIsGone;
+
+#[async_trait]
+impl TaskHandler for UndoesWhatIsGone {
+    async fn run(&self, _ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        Err(TaskError::transient("planned failure"))
+    }
+
+    fn compensate(&self, _task: &Task) -> Vec<Write> {
+        vec![Write::Set {
+            key: ItemKey::new("GONE#1", "X"),
+            fields: vec![("undone".into(), json!(true))],
+            condition: Condition::None,
+        }]
+    }
+}
+
+/// A task whose compensation is refused (what it undoes is gone: a photo erased) still
+/// ends, without it, instead of lapsing and being refused the same way at every try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_whose_compensation_is_refused_ends_without_it() {
+    let h = Harness::new();
+    let engine = h
+        .engine(registry_with("undoes", UndoesWhatIsGone), LEASE)
+        .await;
+    let mut tp = TaskPlan::new("t", "undoes", json!(null));
+    tp.max_attempts = Some(1);
+    let job = engine.submit(plan("undoes", vec![tp])).await.unwrap();
+    let t = task_named(&engine, job.job_id, "t").await;
+    let Claim::Claimed(held) = engine.claim(t).await.unwrap() else {
+        panic!("claims")
+    };
+    assert_eq!(
+        engine.execute(held).await.unwrap(),
+        Handled::Ran(TaskState::Dead)
+    );
+    assert_eq!(
+        task_named(&engine, job.job_id, "t").await.state,
+        TaskState::Dead
+    );
+    assert!(engine.job(job.job_id).await.unwrap().is_over());
+    let gone = engine.ports().store.get(&ItemKey::new("GONE#1", "X")).await;
+    assert!(
+        gone.unwrap().is_none(),
+        "nothing was created by the refused write"
+    );
+}
+
 /// A run whose write conflicts because a newer owner raised the counter it owned ends
 /// succeeded with its stand-down result, none of its writes and no second run; a
 /// conflict while the counter is still its own (or lower) is a counted failure as before.

@@ -3,7 +3,8 @@
 //! way the photo must end decided at the new subjects, the new subject blurred — never
 //! published raw. The same for blur regions saved while a render runs: the render that
 //! lacks them never publishes. And two runs of one photo at once: the older stands
-//! down, whichever write finds the newer out. (One test: pause points are per process.)
+//! down, whichever write finds the newer out; and a cancelled run fails the photo only
+//! if the version it staged is still the row's. (One test: pause points are per process.)
 
 mod support;
 
@@ -206,6 +207,40 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     r.engine.cancel(cancelled, CancelMode::Force).await.unwrap();
     release_cancelled.notify_one();
 
+    // 8. An older run cancelled after a newer one staged over it and published: what
+    //    its cancellation undoes is no longer its own, and the photo stays published.
+    all_over(&r, cancelled, "before the older run's cancellation").await;
+    let (reached, release_older) = fault::hold(fault::BEFORE_PUBLISH);
+    let (photo8, event8) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event8).await;
+    wait("publish of the older run", reached).await;
+    let newer = r
+        .engine
+        .submit(photos::reprocess_plan(
+            now.tenant.clone(),
+            now.id,
+            photo8,
+            now.subjects_rev,
+            r.photo(photo8).await.edits_rev,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !r.engine.job(newer).await.unwrap().is_over() {
+        assert!(tokio::time::Instant::now() < deadline, "no newer run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let older = r
+        .jobs_of_kind(photos::kinds::FACE_PROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo8.to_string())
+        .unwrap()
+        .id;
+    r.engine.cancel(older, CancelMode::Force).await.unwrap();
+    release_older.notify_one();
+
     stop.cancel();
     running.await.unwrap();
     r.settle().await;
@@ -386,6 +421,21 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     assert_eq!(
         r.engine.job(cancelled).await.unwrap().status(),
         JobStatus::Cancelled
+    );
+
+    let row = r.photo(photo8).await;
+    assert!(
+        row.published_at.is_some() && row.failure.is_none(),
+        "the newer run's publication stands: {row:?}"
+    );
+    assert_eq!(row.variant_version, 2, "{row:?}");
+    assert_eq!(
+        r.engine.job(older).await.unwrap().status(),
+        JobStatus::Cancelled
+    );
+    assert_eq!(
+        r.engine.job(newer).await.unwrap().status(),
+        JobStatus::Succeeded
     );
 }
 

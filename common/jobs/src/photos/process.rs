@@ -276,6 +276,7 @@ impl TaskHandler for Process {
             .collect();
         let mut bump = vec![
             ("variant_version", row::json(&version)),
+            (row::STAGED_BY, row::json(&ctx.task().id)),
             ("published_at", serde_json::Value::Null),
             ("failure", serde_json::Value::Null),
             ("staged_keys", row::json(&staged)),
@@ -478,21 +479,24 @@ impl TaskHandler for Process {
 
     /// A run cancelled after it staged a version leaves the photo unpublished, and an
     /// older run of the photo may have stood down to it: the photo is failed with the
-    /// reason, so that it is not left withheld with nobody to publish it or say why. A
-    /// task cancelled before it ever ran staged nothing, and the photo is left as it is.
+    /// reason, so that it is not left withheld with nobody to publish it or say why.
     fn compensates_cancellation(&self) -> bool {
         true
     }
 
+    /// At a final failure the photo is failed whatever its version (fail closed). At a
+    /// cancellation only while the row holds the version this task staged
+    /// ([`row::fail_staged_by`]): a task cancelled before it staged, or after a newer run
+    /// staged over it, leaves the photo to what it is or to that run.
     fn compensate(&self, task: &Task) -> Vec<Write> {
-        if task.state == TaskState::Cancelled && task.attempts == 0 && task.moved_on == 0 {
-            return Vec::new();
-        }
         let reason = task.failure_message(&format!("task `{}` ended without success", task.name));
-        payload_photo(task)
-            .map(|id| row::fail(id, &reason))
-            .into_iter()
-            .collect()
+        let Ok(id) = payload_photo(task) else {
+            return Vec::new();
+        };
+        if task.state == TaskState::Cancelled {
+            return vec![row::fail_staged_by(id, task.id, &reason)];
+        }
+        vec![row::fail(id, &reason)]
     }
 }
 

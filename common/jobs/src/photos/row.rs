@@ -10,7 +10,7 @@ use tessera_core::embeddings;
 use tessera_core::photo::{Face, Photo};
 use tessera_core::ports::state_store::{Condition, StateStore, Write};
 use tessera_core::ports::{ObjectStore, ObjectStoreError};
-use tessera_core::{PhotoId, records};
+use tessera_core::{PhotoId, TaskId, records};
 use tessera_engine::TaskError;
 
 /// The photo's row, or `None` when there is none. A task of a photo's own jobs
@@ -104,6 +104,25 @@ pub fn unpublish(id: PhotoId) -> Write {
         condition: Condition::None,
     }
 }
+
+/// Unpublish and say why, only while the version the row holds is the one `task`
+/// staged ([`STAGED_BY`]): what a run cancelled by a person commits. A run that never
+/// staged, or that a newer run staged over (which publishes the photo or fails it
+/// itself), leaves the photo as it is: the write is refused, and the task ends without it.
+pub fn fail_staged_by(id: PhotoId, task: TaskId, reason: &str) -> Write {
+    Write::Set {
+        key: records::photo_key(id),
+        fields: vec![
+            ("published_at".into(), Value::Null),
+            ("failure".into(), Value::String(reason.to_string())),
+        ],
+        condition: Condition::field_eq(STAGED_BY, json(&task)),
+    }
+}
+
+/// The row field naming the task whose run staged the version the row holds; written
+/// with each staging, read only by conditions.
+pub const STAGED_BY: &str = "staged_by";
 
 /// Unpublish and say why, whatever the version: what a final failure of the photo's
 /// processing commits with the job's end.
