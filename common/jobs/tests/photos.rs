@@ -647,19 +647,7 @@ async fn a_re_decision_cancelled_before_it_ran_leaves_the_photo_as_it_was() {
     r.settle().await;
     let before = r.photo(photo).await;
     assert!(before.published_at.is_some(), "{before:?}");
-    let p = project::load(r.store(), p.id).await.unwrap();
-    let job = r
-        .engine
-        .submit(photos::reprocess_plan(
-            p.tenant.clone(),
-            p.id,
-            photo,
-            p.subjects_rev,
-            before.edits_rev,
-        ))
-        .await
-        .unwrap()
-        .job_id;
+    let job = r.redecide(photo).await;
     r.engine
         .cancel(job, tessera_core::job::CancelMode::Cooperative)
         .await

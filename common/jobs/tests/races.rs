@@ -97,19 +97,7 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     r.ingest(&q, &event4).await;
     wait("publish of a first processing", reached).await;
     let (reached, release_second) = fault::hold(fault::BEFORE_PUBLISH);
-    let now = project::load(r.store(), q.id).await.unwrap();
-    let redecision = r
-        .engine
-        .submit(photos::reprocess_plan(
-            now.tenant.clone(),
-            now.id,
-            photo4,
-            now.subjects_rev,
-            r.photo(photo4).await.edits_rev,
-        ))
-        .await
-        .unwrap()
-        .job_id;
+    let redecision = r.redecide(photo4).await;
     wait("publish of the re-decision", reached).await;
     release_first.notify_one();
     let first = over(
@@ -128,24 +116,8 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     let (photo5, event5) = r.upload(&q, "composite_pd_1280x896.jpg").await;
     r.ingest(&q, &event5).await;
     wait("staging of a first processing", reached).await;
-    let row = r.photo(photo5).await;
-    let redecided = r
-        .engine
-        .submit(photos::reprocess_plan(
-            now.tenant.clone(),
-            now.id,
-            photo5,
-            now.subjects_rev,
-            row.edits_rev,
-        ))
-        .await
-        .unwrap()
-        .job_id;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !r.engine.job(redecided).await.unwrap().is_over() {
-        assert!(tokio::time::Instant::now() < deadline, "no re-decision");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let redecided = r.redecide(photo5).await;
+    r.wait_over(redecided).await;
     release.notify_one();
     let late = over(
         &r,
@@ -166,18 +138,7 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     wait("staging of a run without the regions", reached).await;
     let edits6 = r.set_regions(photo6, &[region]).await;
     let (reached, release_with) = fault::hold(fault::BEFORE_STAGING);
-    let with_regions = r
-        .engine
-        .submit(photos::reprocess_plan(
-            now.tenant.clone(),
-            now.id,
-            photo6,
-            now.subjects_rev,
-            edits6,
-        ))
-        .await
-        .unwrap()
-        .job_id;
+    let with_regions = r.redecide(photo6).await;
     wait("staging of the run with the regions", reached).await;
     release_stale.notify_one();
     let stale = over(
@@ -214,23 +175,8 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     let (photo8, event8) = r.upload(&q, "composite_pd_1280x896.jpg").await;
     r.ingest(&q, &event8).await;
     wait("publish of the older run", reached).await;
-    let newer = r
-        .engine
-        .submit(photos::reprocess_plan(
-            now.tenant.clone(),
-            now.id,
-            photo8,
-            now.subjects_rev,
-            r.photo(photo8).await.edits_rev,
-        ))
-        .await
-        .unwrap()
-        .job_id;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !r.engine.job(newer).await.unwrap().is_over() {
-        assert!(tokio::time::Instant::now() < deadline, "no newer run");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let newer = r.redecide(photo8).await;
+    r.wait_over(newer).await;
     let older = r
         .jobs_of_kind(photos::kinds::FACE_PROCESS_JOB)
         .await

@@ -207,6 +207,38 @@ impl Rig {
             .job_id
     }
 
+    /// Submit a re-decision of `photo` at its project's subjects and its own regions as
+    /// they are now (what the API's reprocess action submits).
+    pub async fn redecide(&self, photo: PhotoId) -> JobId {
+        let row = self.photo(photo).await;
+        let p = photos::project::load(self.store(), row.project)
+            .await
+            .unwrap();
+        self.engine
+            .submit(photos::reprocess_plan(
+                p.tenant.clone(),
+                p.id,
+                photo,
+                p.subjects_rev,
+                row.edits_rev,
+            ))
+            .await
+            .unwrap()
+            .job_id
+    }
+
+    /// Wait (at most a minute, while a worker runs elsewhere) until `job` has ended.
+    pub async fn wait_over(&self, job: JobId) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !self.engine.job(job).await.unwrap().is_over() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {job} did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Run workers until every job in the store has ended.
     pub async fn settle(&self) {
         let stop = CancellationToken::new();
