@@ -200,6 +200,14 @@ impl Expr {
                 let (b, f, v) = (self.name(BODY), self.name(f), self.value(attr::to_attr(v)));
                 Some(format!("{b}.{f} = {v}"))
             }
+            Condition::FieldAtMost(f, n) => {
+                let (k, b, f, v) = (self.name(PK), self.name(BODY), self.name(f), self.num(n));
+                // `attribute_not_exists` alone holds on a missing item too, and an update
+                // that holds creates the item: an erased row would come back.
+                Some(format!(
+                    "attribute_exists({k}) AND (attribute_not_exists({b}.{f}) OR {b}.{f} <= {v})"
+                ))
+            }
             Condition::All(cs) => {
                 let parts: Vec<String> = cs
                     .iter()

@@ -67,6 +67,50 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         "FieldEq on a missing item fails"
     );
 
+    // An ordering field: absent or no greater than the value.
+    let o = ItemKey::new(unique("conf#"), "A");
+    let ordered = |body| Item::new(o.clone(), body);
+    store
+        .put(ordered(json!({"at": 1})), Condition::Absent)
+        .await
+        .unwrap();
+    let at_most = |n| Condition::field_at_most("written_at", n);
+    store
+        .put(ordered(json!({"at": 2})), at_most(-5))
+        .await
+        .expect("FieldAtMost on an absent field holds");
+    store
+        .put(
+            ordered(json!({"at": 3, "written_at": 1_700_000_000_000_i64})),
+            at_most(0),
+        )
+        .await
+        .unwrap();
+    store
+        .put(
+            ordered(json!({"at": 4, "written_at": 1_700_000_000_000_i64})),
+            at_most(1_700_000_000_000),
+        )
+        .await
+        .expect("FieldAtMost holds on an equal value");
+    let e = store
+        .put(ordered(json!({"at": 5})), at_most(1_699_999_999_999))
+        .await
+        .expect_err("FieldAtMost fails on a greater value");
+    assert!(e.is_conflict(), "{e}");
+    assert_eq!(store.get(&o).await.unwrap().unwrap().body["at"], 4);
+    assert!(
+        store
+            .put(
+                Item::new(ItemKey::new(unique("conf#"), "A"), json!({})),
+                at_most(i64::MAX)
+            )
+            .await
+            .unwrap_err()
+            .is_conflict(),
+        "FieldAtMost on a missing item fails"
+    );
+
     // All or nothing, and the conflict names the failing write.
     let (a, b) = (
         ItemKey::new(unique("conf#"), "A"),

@@ -88,6 +88,11 @@ pub enum Condition {
     Rev(u64),
     /// The item exists and its top-level body field equals the value.
     FieldEq(String, Value),
+    /// The item exists and its top-level body field is absent, or an integer no greater
+    /// than the value. For a field that orders writers (a submission time): "nobody
+    /// later than this one wrote it". A field holding anything else (null, text, a
+    /// fraction) fails the condition, as DynamoDB's `<=` fails across types.
+    FieldAtMost(String, i64),
     /// All of these hold.
     All(Vec<Condition>),
 }
@@ -96,6 +101,11 @@ impl Condition {
     /// `field == value` on an existing item.
     pub fn field_eq(field: &str, value: impl Into<Value>) -> Self {
         Condition::FieldEq(field.to_string(), value.into())
+    }
+
+    /// `field` absent or `<= n` on an existing item.
+    pub fn field_at_most(field: &str, n: i64) -> Self {
+        Condition::FieldAtMost(field.to_string(), n)
     }
 
     /// Evaluate against the current item (or its absence). Adapters that cannot push a
@@ -107,6 +117,10 @@ impl Condition {
             Condition::Exists => current.is_some(),
             Condition::Rev(r) => current.is_some_and(|i| i.rev == *r),
             Condition::FieldEq(f, v) => current.is_some_and(|i| i.body.get(f) == Some(v)),
+            Condition::FieldAtMost(f, n) => current.is_some_and(|i| match i.body.get(f) {
+                None => true,
+                Some(v) => v.as_i64().is_some_and(|x| x <= *n),
+            }),
             Condition::All(cs) => cs.iter().all(|c| c.holds(current)),
         }
     }
