@@ -145,7 +145,9 @@ async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
     let cur = project::load(r.store(), p.id).await.unwrap();
     assert!(
         row.servable(cur.subjects_rev),
-        "decided again and published"
+        "decided again and published: {row:?} at {}\n{}",
+        cur.subjects_rev,
+        r.story(hard_id).await
     );
     let blurred_detail = public_face_detail(&r, hard_id).await;
     assert!(
@@ -179,7 +181,9 @@ async fn a_person_opted_out_from_one_photo_is_blurred_in_their_hard_views() {
     let cur = project::load(r.store(), p.id).await.unwrap();
     assert!(
         row.servable(cur.subjects_rev),
-        "decided again and published"
+        "decided again and published: {row:?} at {}\n{}",
+        cur.subjects_rev,
+        r.story(hard_id).await
     );
     let after = r.faces(&row).await;
     assert!(

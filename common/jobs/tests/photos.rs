@@ -172,7 +172,7 @@ async fn a_re_decision_that_changes_no_file_publishes_the_same_files_again() {
         same.servable(cur.subjects_rev),
         "published at the new revision {}: {same:?}\n{}",
         cur.subjects_rev,
-        story(&r, alone).await
+        r.story(alone).await
     );
     assert_eq!(same.variant_version, v, "the same files: nothing drawn");
     assert_eq!(same.renditions, first.renditions);
@@ -658,32 +658,4 @@ async fn a_re_decision_cancelled_before_it_ran_leaves_the_photo_as_it_was() {
         r.engine.job(job).await.unwrap().status(),
         tessera_core::job::JobStatus::Cancelled
     );
-}
-
-/// Every run of `photo`'s jobs, for a failure message: which job, how each task ended,
-/// after how many runs, with what result or error.
-async fn story(r: &support::Rig, photo: tessera_core::PhotoId) -> String {
-    let jobs = r
-        .engine
-        .list_jobs(&tessera_core::TenantId::local(), None, 1000)
-        .await
-        .unwrap()
-        .0;
-    let mut lines = Vec::new();
-    for job in jobs.iter().filter(|j| j.spec["photo"] == photo.to_string()) {
-        for t in r.engine.job_tasks(job.id).await.unwrap() {
-            lines.push(format!(
-                "{} {} {:?}: {:?} attempts {} moved_on {} result {:?} error {:?}",
-                job.kind,
-                t.name,
-                job.spec.get("subjects_rev"),
-                t.state,
-                t.attempts,
-                t.moved_on,
-                t.result,
-                t.last_error.map(|e| e.message)
-            ));
-        }
-    }
-    lines.join("\n")
 }

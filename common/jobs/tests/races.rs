@@ -4,7 +4,8 @@
 //! published raw. The same for blur regions saved while a render runs: the render that
 //! lacks them never publishes. And two runs of one photo at once: the older stands
 //! down, whichever write finds the newer out; and a cancelled run fails the photo only
-//! if the version it staged is still the row's. (One test: pause points are per process.)
+//! if the version it staged is still the row's; a run that fails for good, only if no
+//! run submitted after it staged since. (One test: pause points are per process.)
 
 mod support;
 
@@ -186,6 +187,48 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
         .id;
     r.engine.cancel(older, CancelMode::Force).await.unwrap();
     release_older.notify_one();
+
+    // 9. An older run that fails for good after a newer one staged over it and
+    //    published (its attempts spent on errors, say): the newer run was submitted
+    //    after it and decided later, so the photo stays published.
+    all_over(&r, older, "before the older run's failure").await;
+    let (reached, release_failing) = fault::hold_then_fail(fault::BEFORE_STAGING);
+    let (photo9, event9) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    r.ingest(&q, &event9).await;
+    wait("staging of the older run to fail", reached).await;
+    let newer9 = r.redecide(photo9).await;
+    r.wait_over(newer9).await;
+    release_failing.notify_one();
+    let failed9 = over(
+        &r,
+        photos::kinds::FACE_PROCESS_JOB,
+        photos::kinds::FACE_PROCESS,
+        photo9,
+    )
+    .await;
+
+    // 10. An opt-out's re-decision that fails for good while the photo's earlier
+    //     version, decided before the opt-out, is published: that version shows the
+    //     person unblurred, so the photo is withdrawn with the reason (fail closed).
+    //     A project of its own, so that the sweep re-decides this photo alone.
+    let w = project::create(
+        r.store(),
+        tessera_core::TenantId::local(),
+        "third",
+        Some(0.363),
+        0.35,
+    )
+    .await
+    .unwrap();
+    let (photo10, event10) = r.upload(&w, "composite_pd_1280x896.jpg").await;
+    let ingested10 = r.ingest(&w, &event10).await;
+    all_over(&r, ingested10, "before the re-decision to fail").await;
+    assert!(r.photo(photo10).await.published_at.is_some());
+    let (reached, release_failing) = fault::hold_then_fail(fault::BEFORE_STAGING);
+    let (_, change10) = r.enrol(&w, "astronaut", "astronaut.png").await;
+    wait("staging of the re-decision to fail", reached).await;
+    release_failing.notify_one();
+    all_over(&r, change10.reblur_job, "after the re-decision's failure").await;
 
     stop.cancel();
     running.await.unwrap();
@@ -382,6 +425,36 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     assert_eq!(
         r.engine.job(newer).await.unwrap().status(),
         JobStatus::Succeeded
+    );
+
+    assert_eq!(failed9.state, TaskState::Failed, "{failed9:?}");
+    let row = r.photo(photo9).await;
+    assert!(
+        row.published_at.is_some() && row.failure.is_none(),
+        "the newer run's publication stands: {row:?}"
+    );
+    assert_eq!(row.variant_version, 1, "{row:?}");
+    assert_eq!(
+        r.engine.job(newer9).await.unwrap().status(),
+        JobStatus::Succeeded
+    );
+
+    let failed10 = tasks_of(
+        &r,
+        photos::kinds::REPROCESS_JOB,
+        photos::kinds::REPROCESS,
+        photo10,
+    )
+    .await;
+    assert_eq!(failed10.len(), 1, "{failed10:?}");
+    assert_eq!(failed10[0].state, TaskState::Failed, "{:?}", failed10[0]);
+    let row = r.photo(photo10).await;
+    assert!(row.published_at.is_none(), "{row:?}");
+    assert!(
+        row.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("injected failure")),
+        "{row:?}"
     );
 }
 

@@ -46,7 +46,18 @@ pub struct Held {
     pub reached: std::sync::Arc<tokio::sync::Notify>,
     /// Notify to let the task go on.
     pub release: std::sync::Arc<tokio::sync::Notify>,
+    /// Whether the task, once released, fails there for good instead of going on: a
+    /// run that ends failed at a chosen moment (its attempts spent by errors a test
+    /// cannot cause on cue), so that what its failure commits meets the world the test
+    /// set up meanwhile.
+    pub fails: bool,
 }
+
+/// What arming a pause point gives the test: (reached, release) of [`Held`].
+pub type Hold = (
+    std::sync::Arc<tokio::sync::Notify>,
+    std::sync::Arc<tokio::sync::Notify>,
+);
 
 type Armed = std::collections::HashMap<&'static str, Held>;
 
@@ -56,15 +67,20 @@ fn armed() -> &'static std::sync::Mutex<Armed> {
 }
 
 /// Arm `point` for the next task that reaches it (once); returns (reached, release).
-pub fn hold(
-    point: &'static str,
-) -> (
-    std::sync::Arc<tokio::sync::Notify>,
-    std::sync::Arc<tokio::sync::Notify>,
-) {
+pub fn hold(point: &'static str) -> Hold {
+    arm(point, false)
+}
+
+/// [`hold`], and once released the task fails at `point` with a permanent error.
+pub fn hold_then_fail(point: &'static str) -> Hold {
+    arm(point, true)
+}
+
+fn arm(point: &'static str, fails: bool) -> Hold {
     let held = Held {
         reached: Default::default(),
         release: Default::default(),
+        fails,
     };
     let pair = (held.reached.clone(), held.release.clone());
     armed()
@@ -74,8 +90,9 @@ pub fn hold(
     pair
 }
 
-/// Wait here if a test armed `point` (disarming it), else go on at once.
-pub async fn pause_point(point: &'static str) {
+/// Wait here if a test armed `point` (disarming it), else go on at once; the error is
+/// the failure [`hold_then_fail`] asked for.
+pub async fn pause_point(point: &'static str) -> Result<(), tessera_engine::TaskError> {
     let held = armed()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -84,6 +101,13 @@ pub async fn pause_point(point: &'static str) {
         tracing::warn!(point, "held at a test pause point");
         h.reached.notify_one();
         h.release.notified().await;
+        if h.fails {
+            tracing::error!(point, "injected failure");
+            return Err(tessera_engine::TaskError::permanent(format!(
+                "injected failure at `{point}`"
+            )));
+        }
     }
     crash_point(point);
+    Ok(())
 }

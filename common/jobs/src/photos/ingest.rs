@@ -168,7 +168,7 @@ impl TaskHandler for Ingest {
                     failure: None,
                     created_at: Millis::now(),
                 };
-                super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await;
+                super::fault::pause_point(super::fault::INGEST_BEFORE_ROW).await?;
                 // An erased photo stays erased, whatever event arrives late.
                 let mut writes = vec![
                     Write::Put {

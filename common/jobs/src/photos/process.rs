@@ -277,6 +277,7 @@ impl TaskHandler for Process {
         let mut bump = vec![
             ("variant_version", row::json(&version)),
             (row::STAGED_BY, row::json(&ctx.task().id)),
+            (row::STAGED_BY_SUBMITTED, row::json(&ctx.task().created_at)),
             ("published_at", serde_json::Value::Null),
             ("failure", serde_json::Value::Null),
             ("staged_keys", row::json(&staged)),
@@ -319,7 +320,7 @@ impl TaskHandler for Process {
             )])
             .await?;
         }
-        fault::pause_point(fault::BEFORE_STAGING).await;
+        fault::pause_point(fault::BEFORE_STAGING).await?;
         if ctx.try_commit(vec![bump_write]).await?.is_some() {
             // Staged over by a newer run since this one read the row: the same stand-down
             // as at publication, found out one write earlier. Otherwise regions were saved
@@ -389,7 +390,7 @@ impl TaskHandler for Process {
             keep
         });
         ctx.phase_completed(Phase::Blur, started).await?;
-        fault::pause_point(fault::BEFORE_PUBLISH).await;
+        fault::pause_point(fault::BEFORE_PUBLISH).await?;
 
         // 4. Publish: with the task's success, after every file is stored, while the
         //    project's subjects are still the ones decided against.
@@ -484,7 +485,8 @@ impl TaskHandler for Process {
         true
     }
 
-    /// At a final failure the photo is failed whatever its version (fail closed). At a
+    /// At a final failure the photo is failed unless a run submitted later has staged
+    /// a version since ([`row::fail`]): that run publishes it or fails it itself. At a
     /// cancellation only while the row holds the version this task staged
     /// ([`row::fail_staged_by`]): a task cancelled before it staged, or after a newer run
     /// staged over it, leaves the photo to what it is or to that run.
@@ -496,7 +498,7 @@ impl TaskHandler for Process {
         if task.state == TaskState::Cancelled {
             return vec![row::fail_staged_by(id, task.id, &reason)];
         }
-        vec![row::fail(id, &reason)]
+        vec![row::fail(id, task, &reason)]
     }
 }
 

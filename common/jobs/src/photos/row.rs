@@ -10,6 +10,7 @@ use tessera_core::embeddings;
 use tessera_core::photo::{Face, Photo};
 use tessera_core::ports::state_store::{Condition, StateStore, Write};
 use tessera_core::ports::{ObjectStore, ObjectStoreError};
+use tessera_core::task::Task;
 use tessera_core::{PhotoId, TaskId, records};
 use tessera_engine::TaskError;
 
@@ -124,16 +125,28 @@ pub fn fail_staged_by(id: PhotoId, task: TaskId, reason: &str) -> Write {
 /// with each staging, read only by conditions.
 pub const STAGED_BY: &str = "staged_by";
 
-/// Unpublish and say why, whatever the version: what a final failure of the photo's
-/// processing commits with the job's end.
-pub fn fail(id: PhotoId, reason: &str) -> Write {
+/// The row field holding when the task whose run staged the row's version was
+/// submitted (its [`tessera_core::Millis`], in ms): written with each staging beside [`STAGED_BY`], read
+/// only by [`fail`]'s condition.
+pub const STAGED_BY_SUBMITTED: &str = "staged_by_submitted_ms";
+
+/// Unpublish and say why: what a final failure (failed or dead) of `task`, a run of the
+/// photo's processing, commits with the job's end, unless a run submitted after it has
+/// staged a version since. That run was submitted after whatever this one was submitted
+/// for (an upload, an opt-out, regions saved), read the row and the subjects later, and
+/// publishes the photo or fails it itself; failing the photo here would only withhold
+/// its publication. Every other row fails closed: one never staged, staged by this run
+/// or by one submitted no later (its version may be the decision this run was to
+/// replace), and rows staged before the submission time was kept. The refused write
+/// ends the task without it ([`tessera_engine::Engine::commit_compensated`]).
+pub fn fail(id: PhotoId, task: &Task, reason: &str) -> Write {
     Write::Set {
         key: records::photo_key(id),
         fields: vec![
             ("published_at".into(), Value::Null),
             ("failure".into(), Value::String(reason.to_string())),
         ],
-        condition: Condition::None,
+        condition: Condition::field_at_most(STAGED_BY_SUBMITTED, task.created_at.0),
     }
 }
 

@@ -266,6 +266,34 @@ impl Rig {
         h.await.unwrap();
     }
 
+    /// Every run of `photo`'s jobs, for a failure message: which job, how each task ended,
+    /// after how many runs, with what result or error.
+    pub async fn story(&self, photo: PhotoId) -> String {
+        let jobs = self
+            .engine
+            .list_jobs(&TenantId::local(), None, 1000)
+            .await
+            .unwrap()
+            .0;
+        let mut lines = Vec::new();
+        for job in jobs.iter().filter(|j| j.spec["photo"] == photo.to_string()) {
+            for t in self.engine.job_tasks(job.id).await.unwrap() {
+                lines.push(format!(
+                    "{} {} {:?}: {:?} attempts {} moved_on {} result {:?} error {:?}",
+                    job.kind,
+                    t.name,
+                    job.spec.get("subjects_rev"),
+                    t.state,
+                    t.attempts,
+                    t.moved_on,
+                    t.result,
+                    t.last_error.map(|e| e.message)
+                ));
+            }
+        }
+        lines.join("\n")
+    }
+
     pub async fn photo(&self, id: PhotoId) -> Photo {
         records::decode(
             &self
