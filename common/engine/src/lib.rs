@@ -22,6 +22,7 @@ pub mod context;
 pub mod control;
 pub mod dag;
 pub mod dispatch;
+pub mod ending;
 pub mod error;
 pub mod handler;
 pub mod lifecycle;
