@@ -219,7 +219,7 @@ impl TaskHandler for Ingest {
         let Some((project, photo_id, name, reason)) = refused_upload(task) else {
             return Vec::new();
         };
-        vec![super::process::failed_notice(
+        vec![super::notices::failed(
             photo_id,
             project,
             task,

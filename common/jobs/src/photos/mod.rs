@@ -17,6 +17,7 @@
 //! invariants (versioned keys, staged before upload, published last) are in
 //! [`tessera_core::photo`].
 
+mod against;
 pub mod cleanup;
 pub mod clusters;
 pub mod decide;
@@ -25,6 +26,7 @@ pub mod faces;
 pub mod fault;
 pub mod ingest;
 pub mod intake;
+mod notices;
 pub mod process;
 pub mod project;
 pub mod reblur;

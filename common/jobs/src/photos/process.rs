@@ -30,23 +30,25 @@
 //! used: bytes swapped under an ingested key are never blurred with another photo's face
 //! boxes, the task fails permanently and the photo is unpublished.
 
+use super::against::Against;
 use super::render::{self, FileMeta, VariantPlan};
 use super::{
-    FaceService, clusters, decide, faces, fault, payload_photo, republish, row, upload, view,
+    FaceService, clusters, decide, faces, fault, notices, payload_photo, republish, row, upload,
+    view,
 };
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use tessera_core::Millis;
 use tessera_core::event::Phase;
 use tessera_core::geometry::FracRect;
 use tessera_core::job::Job;
 use tessera_core::notify::{Notice, NoticeType};
 use tessera_core::photo::{Face, Photo, RULES, Rendition, keys};
 use tessera_core::ports::state_store::Write;
-use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
-use tessera_core::privacy_view::{self, PrivacyView};
+use tessera_core::privacy::MatchPolicy;
+use tessera_core::privacy_view;
 use tessera_core::task::{Task, TaskState};
-use tessera_core::{Millis, PhotoId, ProjectId};
 use tessera_engine::{Need, TaskContext, TaskError, TaskHandler, TaskOutput};
 use tessera_imaging::Orientation;
 
@@ -313,7 +315,7 @@ impl TaskHandler for Process {
             // the new one is ready (or never, if deciding again fails). Raised before
             // the write that unpublishes: a crash between the two must not lose it (a
             // repeat is the same notice, delivered once).
-            ctx.raise(&[unpublished_notice(
+            ctx.raise(&[notices::unpublished(
                 &photo,
                 &ctx.job().tenant,
                 "it is being decided again (subjects, settings or regions changed)",
@@ -457,7 +459,7 @@ impl TaskHandler for Process {
                 )
             }
             TaskState::Failed | TaskState::Dead => {
-                return vec![failed_notice(
+                return vec![notices::failed(
                     id,
                     project,
                     task,
@@ -517,106 +519,6 @@ impl TaskHandler for Process {
 /// still this run's and regions were saved meanwhile (or the photo erased): what it
 /// decided from moved on as well, and the run that reads them is this one, again.
 pub(super) const DECIDED_FROM: [usize; 2] = [0, 1];
-
-/// `photo.failed` for photo `id` whose task `task` of `job` ended without success,
-/// for `reason`: one notice per time its job ends so (a resumed job that fails again is
-/// news).
-pub(crate) fn failed_notice(
-    id: PhotoId,
-    project: ProjectId,
-    task: &Task,
-    job: &Job,
-    reason: String,
-    file_name: Option<&str>,
-) -> Notice {
-    let mut data = serde_json::json!({ "photo_id": id, "reason": reason });
-    if let Some(name) = file_name {
-        data["file_name"] = name.into();
-    }
-    Notice::new(
-        NoticeType::PhotoFailed,
-        &format!(
-            "photo/{id}/failed/{}/{}",
-            task.job_id, job.counters.requeued
-        ),
-        job.tenant.clone(),
-        Some(project),
-        task.finished_at.unwrap_or_else(Millis::now),
-        data,
-    )
-}
-
-/// `photo.unpublished` for the version of `photo` served now: one notice per version
-/// withheld, whatever withholds it (a re-decision, a regions edit).
-pub(crate) fn unpublished_notice(
-    photo: &Photo,
-    tenant: &tessera_core::TenantId,
-    reason: &str,
-) -> Notice {
-    let version = photo.variant_version;
-    Notice::new(
-        NoticeType::PhotoUnpublished,
-        &format!(
-            "photo/{}/{}/{version}",
-            photo.id,
-            NoticeType::PhotoUnpublished.as_str()
-        ),
-        tenant.clone(),
-        Some(photo.project),
-        Millis::now(),
-        serde_json::json!({
-            "photo_id": photo.id, "variant_version": version,
-            "file_name": photo.file_name, "reason": reason,
-        }),
-    )
-}
-
-/// What a photo is decided against: its shard of the project's privacy view, the
-/// subjects that view names, and the policy its threshold makes.
-pub(super) struct Against {
-    pub(super) view: PrivacyView,
-    pub(super) subjects: Arc<Vec<SubjectEmbeddings>>,
-    pub(super) policy: MatchPolicy,
-}
-
-impl Against {
-    /// `faces` (each decided on its own evidence) joined to their project's clusters,
-    /// then decided by their clusters' standing where it says more
-    /// (`tessera_core::clusters`). A join committed with a re-decision of every photo
-    /// moves this to the new revision and decides the faces again against it, or the
-    /// photo's publication would be refused. Faces joined and faces ruled.
-    pub(super) async fn clustered(
-        &mut self,
-        ctx: &TaskContext,
-        photo: &Photo,
-        faces: &mut [Face],
-    ) -> Result<(clusters::Joined, usize), TaskError> {
-        let ports = ctx.ports();
-        let store = ports.store.as_ref();
-        let joined = clusters::join(ctx, photo, faces, &self.subjects, self.policy).await?;
-        if joined.redecided.is_some() {
-            self.view = view::for_photo(store, ports.objects.as_ref(), photo.project, photo.id)
-                .await
-                .map_err(TaskError::from_classified)?;
-            self.subjects = view::subjects(store, ports.objects.as_ref(), &self.view)
-                .await
-                .map_err(TaskError::from_classified)?;
-            self.policy = MatchPolicy::from_threshold(self.view.match_threshold);
-            for f in faces.iter_mut() {
-                f.redecide(&self.subjects, self.policy);
-            }
-        }
-        // The clusters as they are now, read after the view: a cluster change that
-        // re-decided the project up to the view's revision is in them (one after it
-        // fails this photo's publication, which is then decided again).
-        let known = clusters::of_faces(store, faces).await?;
-        let ruled = tessera_core::clusters::apply(faces, &known, &self.subjects, self.policy);
-        if joined.joined > 0 || ruled > 0 {
-            tracing::info!(photo = %photo.id, joined = joined.joined, started = joined.started, ruled, "faces joined their clusters");
-        }
-        Ok((joined, ruled))
-    }
-}
 
 /// Whether the row should hold `faces` after this run: it had faces and keeps them, or
 /// detection ran now.

@@ -66,7 +66,7 @@ pub async fn set_regions(
             // the write that withholds it, as a render does (the same notice: one
             // delivery however many edits or re-decisions withhold this version).
             engine
-                .raise(&[super::process::unpublished_notice(
+                .raise(&[super::notices::unpublished(
                     &row,
                     &actor.tenant,
                     "its blur regions changed",

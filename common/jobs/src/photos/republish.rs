@@ -19,7 +19,7 @@
 //! [`RULES`], files not all published (a render cut off, regions saved, a failure), and a
 //! digest that differs or was never kept. Fail closed: in doubt, draw.
 
-use super::process::Against;
+use super::against::Against;
 use super::{decide, render, row};
 use tessera_core::photo::{Photo, RULES};
 use tessera_core::privacy_view;
