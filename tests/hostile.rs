@@ -139,9 +139,11 @@ async fn hostile_requests_get_clear_4xx_store_nothing_and_bounded_memory() {
     use reqwest::Method as M;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
-    let server = serve(state, "none", &[]);
+    // Keyed, as production's callers are: every hostile request passes authentication
+    // and meets the handler behind it.
+    let server = serve(state, "api_key", &[]);
     let base = server.base.clone();
-    let c = reqwest::Client::new();
+    let c = server.admin_client();
     let pid_of_server = server.child.id();
     let idle_mib = vm_hwm_mib(pid_of_server);
 

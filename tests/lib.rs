@@ -169,6 +169,33 @@ pub struct Served {
     pub first_key: Option<String>,
 }
 
+impl Served {
+    /// A client carrying the first admin key: how a test calls an `api_key` server, as
+    /// production's callers do.
+    pub fn admin_client(&self) -> reqwest::Client {
+        keyed_client(
+            self.first_key
+                .as_deref()
+                .expect("a server started with --auth api_key prints its first key"),
+        )
+    }
+}
+
+/// A client that sends `key` as its bearer token.
+pub fn keyed_client(key: &str) -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}")
+            .parse()
+            .expect("a key is a header value"),
+    );
+    reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .expect("a client")
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();

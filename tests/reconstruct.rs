@@ -1087,19 +1087,7 @@ async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_
     );
 
     let server = tessera_tests::serve(&dir.path().join("state-api"), "api_key", &[]);
-    let key = server
-        .first_key
-        .clone()
-        .expect("an api_key server prints its first key");
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {key}").parse().unwrap(),
-    );
-    let c = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap();
+    let c = server.admin_client();
     let base = &server.base;
     let project = tessera_tests::post_json(
         &c,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_core::catalog::api_keys;
 use tessera_core::notify::verify;
-use tessera_tests::{blob, get_json, post_json, repo_root, serve};
+use tessera_tests::{blob, get_json, keyed_client, post_json, repo_root, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One request the receiver got, and the status it answered.
@@ -82,15 +82,6 @@ async fn receive(listener: tokio::net::TcpListener, log: Arc<Mutex<Vec<Received>
     }
 }
 
-fn client(key: &str) -> reqwest::Client {
-    let mut h = reqwest::header::HeaderMap::new();
-    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
-    reqwest::Client::builder()
-        .default_headers(h)
-        .build()
-        .unwrap()
-}
-
 /// A project of the caller's tenant and one photo added to it; the photo's id.
 async fn project_with_photo(c: &reqwest::Client, base: &str, name: &str) -> (String, String) {
     let p = post_json(
@@ -137,12 +128,12 @@ async fn notices_arrive_signed_with_stable_ids_through_an_outage_and_only_for_th
     let (_, key_b) = api_keys::create(&store, &"tenant-b".parse().unwrap(), true)
         .await
         .unwrap();
-    let (a, b) = (client(&key_a), client(&key_b));
+    let (a, b) = (keyed_client(&key_a), keyed_client(&key_b));
     // A webhook outlives the key that made it: a key that is not an admin's makes none.
     let (_, plain) = api_keys::create(&store, &tessera_core::TenantId::local(), false)
         .await
         .unwrap();
-    let r = client(&plain)
+    let r = keyed_client(&plain)
         .post(format!("{base}/v1/x-tessera/webhooks"))
         .json(&serde_json::json!({ "url": "https://example.com/h" }))
         .send()

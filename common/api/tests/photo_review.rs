@@ -169,8 +169,8 @@ async fn photos_are_listed_with_states_and_reasons_and_originals_are_for_admins(
 /// The console's map and photo details read parsed EXIF, not display strings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exif_gives_the_camera_focal_length_and_gps_parsed() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let (_, did) = dataset_of_samples(&c, &s.base, "exif", 1, 1 << 20).await;
     let images: Value = c
         .get(format!("{}/v1/datasets/{did}/images", s.base))

@@ -66,8 +66,8 @@ fn is_sha256(v: &Value) -> bool {
 /// instance (the request's path) — from a handler and from the router itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_4_errors_are_problems_with_an_instance() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     for path in [
         "/v1/nothing-here".to_string(),
         format!("/v1/projects/{}", ulid_like()),
@@ -88,8 +88,8 @@ async fn s3_4_errors_are_problems_with_an_instance() {
 /// §3.6: lists are `Page<T>`: `items`, `next_page_token` (string or null), `total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_6_lists_are_pages() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     project(&c, &s.base, "paged").await;
     for path in ["/v1/projects", "/v1/jobs", "/v1/camera-models"] {
         let page = get(&c, format!("{}{path}", s.base)).await;
@@ -106,8 +106,8 @@ async fn s3_6_lists_are_pages() {
 /// answered exactly as the first time (status, Location, body), creating nothing new.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_7_an_idempotent_replay_answers_as_the_first_request() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     for (path, body) in [
         ("/v1/projects", json!({ "name": "once" })),
         ("/v1/uploads", json!({ "expected_size": 10 })),
@@ -141,8 +141,8 @@ async fn s3_7_an_idempotent_replay_answers_as_the_first_request() {
 /// this API sends, and the headers it must read exposed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_10_cors_preflight() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let r = c
         .request(
             reqwest::Method::OPTIONS,
@@ -194,8 +194,8 @@ async fn s3_10_cors_preflight() {
 /// where a request can use it, and what is not advertised answers 501 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_11_capabilities_are_core_and_only_what_is_served() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let caps = get(&c, format!("{}/v1/capabilities", s.base)).await;
     for core in [
         "projects.crud",
@@ -366,8 +366,8 @@ async fn answers_come_in_the_order_auth_ownership_capability_validation() {
 /// `Page<CameraModel>` of the models a dataset may use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_1_spec_and_camera_models() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let spec = get(&c, format!("{}/spec", s.base)).await;
     assert_eq!(spec["spec"], "sfmapi");
     assert!(spec["spec_version"].as_str().unwrap().starts_with("v1"));
@@ -407,8 +407,8 @@ async fn s6_1_spec_and_camera_models() {
 /// 204, then gone; an unknown dataset 404; never through another project.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_4_datasets_are_deleted_only_through_their_project() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "del", 1, 1 << 20).await;
     let other = project(&c, &s.base, "other").await;
     let del = |p: &str, d: &str| {
@@ -439,8 +439,8 @@ async fn s6_4_datasets_are_deleted_only_through_their_project() {
 /// capped at 1000 and registers nothing when one request is bad.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_5_images_by_id_and_registration_rules() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let pid = project(&c, &s.base, "imgs").await;
     let did = dataset(&c, &s.base, &pid, "imgs").await;
     let photos = sample_photos(2);
@@ -659,8 +659,8 @@ async fn s6_5_images_by_id_and_registration_rules() {
 /// carries every Job and Task field, and `:resume` answers 202 with the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s4_7_a_default_recipe_is_the_four_node_dag_with_every_field() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "dag", 4, 1 << 20).await;
     let r = c
         .post(format!(
@@ -1053,8 +1053,8 @@ async fn patch_json(c: &reqwest::Client, url: String, body: Value) -> (StatusCod
 /// (spherical photos 501 `map.spherical`, rigs and masksets 422).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_2_s6_4_update_masks_and_the_dataset_shape() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let pid = project(&c, &s.base, "masks").await;
     let purl = format!("{}/v1/projects/{pid}", s.base);
     let (st, p) = patch_json(
@@ -1191,8 +1191,8 @@ async fn s6_2_s6_4_update_masks_and_the_dataset_shape() {
 /// merge and localize routes (501 before any lookup: never offered here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
-    let s = serve(AuthMode::None, true).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "run", 4, 1 << 20).await;
     let (other_pid, _) = dataset_of_samples(&c, &s.base, "elsewhere", 1, 1 << 20).await;
     let engine = get(&c, format!("{}/v1/capabilities", s.base)).await["backend"]["name"]
@@ -1470,8 +1470,8 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
 /// georeferencing and exports, offered only where the engine lists them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_tessera_finishing_options_reach_the_reconstruction_spec() {
-    let s = serve(AuthMode::None, false).await;
-    let c = client();
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = admin_client(&s).await;
     let (pid, did) = dataset_of_samples(&c, &s.base, "finish", 3, 1 << 20).await;
     let recipe = format!("{}/v1/projects/{pid}/pipelines/incremental", s.base);
     let (st, lro) = post_json(
