@@ -7,7 +7,7 @@ use super::CatalogError;
 use super::uploads::{Upload, UploadState, blob_key, check_sha, chunks_prefix, release_blob};
 use crate::Millis;
 use crate::ids::TenantId;
-use crate::ports::state_store::{Condition, Index, Item, Query, Write};
+use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
 use crate::ports::{ObjectStore, StateStore};
 use serde::Serialize;
 use std::time::Duration;
@@ -72,6 +72,33 @@ pub async fn collect_expired(
     Ok(done)
 }
 
+/// The kinds of record the expiry index holds, each told by the key prefix its own
+/// module gives it: renaming a prefix there renames it here, and an item of no kind is
+/// an error the collector reports (counted in `failed`), never one it skips in silence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expiring {
+    Upload,
+    Blob,
+    Refusal,
+    Original,
+    Erasure,
+}
+
+impl Expiring {
+    fn of(key: &ItemKey) -> Option<Self> {
+        [
+            (super::uploads::UPLOAD_PREFIX, Expiring::Upload),
+            (super::uploads::BLOB_PREFIX, Expiring::Blob),
+            (super::refusals::KEY_PREFIX, Expiring::Refusal),
+            (super::retention::KEY_PREFIX, Expiring::Original),
+            (super::erasure::KEY_PREFIX, Expiring::Erasure),
+        ]
+        .into_iter()
+        .find(|(prefix, _)| key.pk.starts_with(prefix))
+        .map(|(_, kind)| kind)
+    }
+}
+
 /// How long an item that could not be collected waits before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(3600);
 
@@ -81,68 +108,122 @@ async fn collect_one(
     item: &Item,
     done: &mut Collected,
 ) -> Result<(), CatalogError> {
-    if item.key.pk.starts_with("UPLOAD#") {
-        let u: Upload = crate::records::decode(item)?;
-        if u.state != UploadState::Finalized {
-            super::delete_prefix(objects, &chunks_prefix(&u.upload_id)).await?;
-            done.uploads += 1;
-            // Still open when it expired: no longer counted against the quota.
-            super::quotas::ensure_usage(store, &u.tenant).await?;
-            match store
+    let Some(kind) = Expiring::of(&item.key) else {
+        return Err(CatalogError::Invalid(format!(
+            "no collector knows items like {} / {}; it stays in the expiry index",
+            item.key.pk, item.key.sk
+        )));
+    };
+    match kind {
+        Expiring::Upload => {
+            let u: Upload = crate::records::decode(item)?;
+            if u.state != UploadState::Finalized {
+                super::delete_prefix(objects, &chunks_prefix(&u.upload_id)).await?;
+                done.uploads += 1;
+                // Still open when it expired: no longer counted against the quota.
+                super::quotas::ensure_usage(store, &u.tenant).await?;
+                match store
+                    .transact(vec![
+                        Write::Delete {
+                            key: item.key.clone(),
+                            condition: Condition::Rev(item.rev),
+                        },
+                        super::quotas::add(&u.tenant, super::quotas::counters::OPEN_UPLOADS, -1),
+                    ])
+                    .await
+                {
+                    Err(e) if e.is_conflict() => {}
+                    other => other?,
+                }
+            } else {
+                done.records += 1;
+                super::drop_if_unchanged(store, item).await?;
+            }
+        }
+        Expiring::Refusal => {
+            super::refusals::collect(store, objects, item).await?;
+            done.refusals += 1;
+        }
+        Expiring::Original => {
+            super::retention::expire_original(store, objects, item).await?;
+            done.originals += 1;
+        }
+        Expiring::Erasure => {
+            super::erasure::final_sweep(store, objects, item).await?;
+            done.erasures += 1;
+        }
+        Expiring::Blob => {
+            let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
+                .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
+            let sha = check_sha("blob record", item.body["sha"].as_str().unwrap_or_default())?;
+            // Mark first: a finalize that comes now is told to retry, and one that marked
+            // the blob after this page was read makes this condition fail.
+            let marked = store
+                .transact(vec![Write::Set {
+                    key: item.key.clone(),
+                    fields: vec![("state".into(), "collecting".into())],
+                    condition: Condition::Rev(item.rev),
+                }])
+                .await;
+            match marked {
+                Err(e) if e.is_conflict() => return Ok(()),
+                other => other?,
+            };
+            objects.delete(&blob_key(&tenant, &sha)).await?;
+            super::quotas::ensure_usage(store, &tenant).await?;
+            store
                 .transact(vec![
                     Write::Delete {
                         key: item.key.clone(),
-                        condition: Condition::Rev(item.rev),
+                        condition: Condition::field_eq("state", "collecting"),
                     },
-                    super::quotas::add(&u.tenant, super::quotas::counters::OPEN_UPLOADS, -1),
+                    release_blob(&tenant, item),
                 ])
-                .await
-            {
-                Err(e) if e.is_conflict() => {}
-                other => other?,
-            }
-        } else {
-            done.records += 1;
-            super::drop_if_unchanged(store, item).await?;
+                .await?;
+            done.blobs += 1;
         }
-    } else if item.key.pk.starts_with("REFUSED#") {
-        super::refusals::collect(store, objects, item).await?;
-        done.refusals += 1;
-    } else if item.key.pk.starts_with("RETAIN#") {
-        super::retention::expire_original(store, objects, item).await?;
-        done.originals += 1;
-    } else if item.key.pk.starts_with("ERASED#") {
-        super::erasure::final_sweep(store, objects, item).await?;
-        done.erasures += 1;
-    } else if item.key.pk.starts_with("BLOB#") {
-        let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
-            .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
-        let sha = check_sha("blob record", item.body["sha"].as_str().unwrap_or_default())?;
-        // Mark first: a finalize that comes now is told to retry, and one that marked
-        // the blob after this page was read makes this condition fail.
-        let marked = store
-            .transact(vec![Write::Set {
-                key: item.key.clone(),
-                fields: vec![("state".into(), "collecting".into())],
-                condition: Condition::Rev(item.rev),
-            }])
-            .await;
-        match marked {
-            Err(e) if e.is_conflict() => return Ok(()),
-            other => other?,
-        };
-        objects.delete(&blob_key(&tenant, &sha)).await?;
-        super::quotas::ensure_usage(store, &tenant).await?;
-        store
-            .transact(vec![
-                Write::Delete {
-                    key: item.key.clone(),
-                    condition: Condition::field_eq("state", "collecting"),
-                },
-                release_blob(&tenant, item),
-            ])
-            .await?;
-        done.blobs += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PhotoId, ProjectId};
+
+    /// Every kind is told from the key its own module writes, so a prefix renamed there
+    /// cannot stop its collection here.
+    #[test]
+    fn each_expiring_record_is_told_by_the_key_its_module_writes() {
+        let tenant = TenantId::local();
+        let photo = PhotoId::new();
+        for (key, kind) in [
+            (
+                super::super::uploads::upload_key(&tenant, "u1"),
+                Expiring::Upload,
+            ),
+            (
+                super::super::uploads::blob_record_key(&tenant, &"ab".repeat(32)),
+                Expiring::Blob,
+            ),
+            (
+                super::super::refusals::refusal_key(photo),
+                Expiring::Refusal,
+            ),
+            (
+                super::super::retention::marker_key(photo),
+                Expiring::Original,
+            ),
+            (
+                super::super::erasure::marker_key(&format!("project/{}", ProjectId::new())),
+                Expiring::Erasure,
+            ),
+        ] {
+            assert_eq!(Expiring::of(&key), Some(kind), "{key:?}");
+        }
+        assert_eq!(
+            Expiring::of(&ItemKey::new(format!("PHOTO#{photo}"), "PHOTO")),
+            None
+        );
+    }
 }

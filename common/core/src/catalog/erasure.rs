@@ -36,9 +36,12 @@ pub struct Erasure {
     pub swept: bool,
 }
 
+/// How an erasure marker's key begins (the collector tells its items by it).
+pub(super) const KEY_PREFIX: &str = "ERASED#";
+
 /// The marker's key.
 pub fn marker_key(target: &str) -> ItemKey {
-    ItemKey::new(format!("ERASED#{target}"), "ERASED")
+    ItemKey::new(format!("{KEY_PREFIX}{target}"), "ERASED")
 }
 
 /// The write that makes a transaction fail if `target` was erased (ingest uses it so a

@@ -46,9 +46,12 @@ pub fn refused_partition(project: ProjectId) -> String {
     format!("PROJECT#{project}#REFUSED")
 }
 
+/// How a refusal record's key begins (the collector tells its items by it).
+pub(super) const KEY_PREFIX: &str = "REFUSED#";
+
 /// The key of `photo`'s refusal record.
 pub fn refusal_key(photo: PhotoId) -> ItemKey {
-    ItemKey::new(format!("REFUSED#{photo}"), "REFUSED")
+    ItemKey::new(format!("{KEY_PREFIX}{photo}"), "REFUSED")
 }
 
 /// The write that records a refusal (replacing an earlier one for the same photo),

@@ -13,8 +13,11 @@ use crate::ports::state_store::{Condition, Item, ItemKey, Write};
 use crate::ports::{ObjectStore, StateStore};
 use crate::{Millis, PhotoId, records};
 
-fn marker_key(photo: PhotoId) -> ItemKey {
-    ItemKey::new(format!("RETAIN#{photo}"), "RETAIN")
+/// How a retention marker's key begins (the collector tells its items by it).
+pub(super) const KEY_PREFIX: &str = "RETAIN#";
+
+pub(super) fn marker_key(photo: PhotoId) -> ItemKey {
+    ItemKey::new(format!("{KEY_PREFIX}{photo}"), "RETAIN")
 }
 
 /// The marker for `row`, due `days` after now.

@@ -72,12 +72,17 @@ pub struct Upload {
     pub expires_at: String,
 }
 
-fn upload_key(tenant: &TenantId, id: &str) -> ItemKey {
-    ItemKey::new(format!("UPLOAD#{tenant}#{id}"), "UPLOAD")
+/// How an upload record's key begins (the collector tells its items by it).
+pub(super) const UPLOAD_PREFIX: &str = "UPLOAD#";
+/// How a blob record's key begins.
+pub(super) const BLOB_PREFIX: &str = "BLOB#";
+
+pub(super) fn upload_key(tenant: &TenantId, id: &str) -> ItemKey {
+    ItemKey::new(format!("{UPLOAD_PREFIX}{tenant}#{id}"), "UPLOAD")
 }
 
-fn blob_record_key(tenant: &TenantId, sha: &str) -> ItemKey {
-    ItemKey::new(format!("BLOB#{tenant}#{sha}"), "BLOB")
+pub(super) fn blob_record_key(tenant: &TenantId, sha: &str) -> ItemKey {
+    ItemKey::new(format!("{BLOB_PREFIX}{tenant}#{sha}"), "BLOB")
 }
 
 /// Object key of a tenant's blob.
