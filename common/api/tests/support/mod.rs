@@ -404,3 +404,44 @@ pub fn ws_request(
         .insert("authorization", format!("Bearer {key}").parse().unwrap());
     r
 }
+
+/// Parse SSE frames from a byte stream until `stop` frames or the stream ends.
+pub async fn read_events(r: reqwest::Response, stop_after: Option<usize>) -> Vec<(u64, String)> {
+    use futures_util::StreamExt;
+    let mut stream = r.bytes_stream();
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("id:"))
+                .map(|v| v.trim().parse::<u64>().unwrap());
+            let event = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("event:"))
+                .map(|v| v.trim().to_string());
+            if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data:")) {
+                let v: Value = serde_json::from_str(data.trim()).unwrap();
+                assert_eq!(v["schema_version"], 1);
+                assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+                assert_eq!(Some(v["kind"].as_str().unwrap().to_string()), event);
+                // Every event, and the id-less `stream_end` notice, is sfmapi's v1.
+                let wrong = tessera_conformance::sfmapi_event::violations(&v);
+                assert!(wrong.is_empty(), "{v}: {wrong:?}");
+                if id.is_some() {
+                    assert_eq!(Some(v["seq"].as_u64().unwrap()), id);
+                }
+            }
+            if let (Some(id), Some(event)) = (id, event) {
+                out.push((id, event));
+                if stop_after.is_some_and(|n| out.len() >= n) {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}

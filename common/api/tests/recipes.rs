@@ -1,0 +1,234 @@
+//! A reconstruction recipe over real HTTP on the real embedded adapters, from upload to
+//! a sealed snapshot whose points parse.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tessera_api::AuthMode;
+
+mod support;
+use support::*;
+
+/// Parse `application/x-sfm-points-v1`: the count and the ids, checking the layout.
+fn parse_points(b: &[u8]) -> Vec<u64> {
+    assert_eq!(&b[..8], b"SFMP3D\0\0");
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+    let n = u64::from_le_bytes(b[12..20].try_into().unwrap()) as usize;
+    assert_eq!(b.len(), 44 + 26 * n);
+    (0..n)
+        .map(|i| u64::from_le_bytes(b[44 + 26 * i + 18..44 + 26 * i + 26].try_into().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_parse() {
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
+    let (pid, did) = dataset_of_samples(&c, &s.base, "recipe", 6, 64 * 1024).await;
+    let (pid, did) = (pid.as_str(), did.as_str());
+    problem(
+        c.post(format!(
+            "{}/v1/projects/{pid}/pipelines/incremental",
+            s.base
+        ))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "global"}}))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let r = c
+        .post(format!("{}/v1/projects/{pid}/pipelines/incremental", s.base))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}, "matches": {"pairs": {"strategy": "exhaustive"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let lro: Value = r.json().await.unwrap();
+    let job = lro["job_id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/v1/jobs/{job}"));
+    assert!(!lro["task_ids"].as_array().unwrap().is_empty());
+    // Watch it to the end over SSE.
+    let events = read_events(
+        c.get(format!("{}/v1/jobs/{job}/events", s.base))
+            .send()
+            .await
+            .unwrap(),
+        None,
+    )
+    .await;
+    assert!(events.iter().any(|e| e.1 == "phase_completed"));
+    let detail: Value = c
+        .get(format!("{}{location}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    let recon: Value = c
+        .get(format!("{}/v1/reconstructions/{job}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(recon["dataset_id"], did);
+    let snaps: Value = c
+        .get(format!("{}/v1/reconstructions/{job}/snapshots", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seq = snaps["seqs"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    let file = |name: &str| format!("{}/v1/reconstructions/{job}/snapshots/{seq}/{name}", s.base);
+    let points = c.get(file("points.bin")).send().await.unwrap();
+    assert_eq!(
+        points.headers()["content-type"],
+        "application/x-sfm-points-v1"
+    );
+    assert!(
+        points.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("immutable")
+    );
+    let etag = points.headers()["etag"].to_str().unwrap().to_string();
+    let body = points.bytes().await.unwrap();
+    let ids = parse_points(&body);
+    assert!(ids.len() > 100, "a real model: {} points", ids.len());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted by id");
+    assert_eq!(
+        c.get(file("points.bin"))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        304
+    );
+    let rec = c
+        .get(file("points.bin"))
+        .header("range", "bytes=44-69")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rec.status(), 206);
+    assert_eq!(
+        rec.bytes().await.unwrap().as_ref(),
+        &body[44..70],
+        "one fixed-stride record"
+    );
+    let summary: Value = c
+        .get(file("summary.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        summary["models"][0]["num_points3D"].as_u64().unwrap() as usize,
+        ids.len()
+    );
+    let images: Value = c
+        .get(file("images.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(images["images"].as_array().unwrap().len() >= 4);
+    let cams: Value = c
+        .get(file("cameras.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cams["cameras"][0]["model"], "SIMPLE_RADIAL");
+    assert!(
+        parse_points(
+            &c.get(file("points_preview.bin"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap()
+        )
+        .len()
+            <= ids.len()
+    );
+    problem(
+        c.get(file("database.db")).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    problem(
+        c.get(format!(
+            "{}/v1/reconstructions/{job}/snapshots/9999/points.bin",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    // The sub-model: the model as of the latest sealed snapshot, with its summary.
+    let subs: Value = c
+        .get(format!("{}/v1/reconstructions/{job}/submodels", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(subs["total"], 1, "{subs}");
+    let sub = &subs["items"][0];
+    assert_eq!(sub["snapshot_seq"], seq);
+    assert_eq!(sub["idx"], 0);
+    assert!(
+        sub["summary"]["num_points3D"].as_u64().unwrap() > 0,
+        "{sub}"
+    );
+    assert!(
+        sub["summary"]["num_reg_images"].as_u64().unwrap() >= 3,
+        "{sub}"
+    );
+    let one: Value = c
+        .get(format!(
+            "{}/v1/submodels/{}",
+            s.base,
+            sub["submodel_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(&one, sub);
+    problem(
+        c.get(format!("{}/v1/submodels/{job}-1", s.base))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}
