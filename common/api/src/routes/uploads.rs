@@ -109,19 +109,11 @@ pub async fn chunk(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::body::Body,
 ) -> Result<Json<serde_json::Value>, Problem> {
     // Ownership before validation: another tenant's upload is a 404 whatever the range.
     uploads::get(s.engine.ports().store.as_ref(), &caller.tenant, &id).await?;
-    let body = body.map_err(|e| {
-        Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "quota_exceeded",
-            format!(
-                "the chunk body could not be read ({e}); send chunks of at most {MAX_CHUNK} bytes"
-            ),
-        )
-    })?;
+    let body = read_chunk(body).await?;
     let range = headers
         .get(header::CONTENT_RANGE)
         .ok_or_else(|| Problem::bad_request("a chunk needs `Content-Range: bytes A-B/TOTAL`"))?
@@ -139,6 +131,50 @@ pub async fn chunk(
     )
     .await?;
     Ok(Json(view(&u)))
+}
+
+/// How much of a chunk over [`MAX_CHUNK`] is read and thrown away before the refusal is
+/// sent. A server that answers before the body is read closes the connection under a
+/// client still sending it, and most clients then report the reset, not the answer; a
+/// client sending more than this gets the reset all the same.
+pub const OVERSIZE_DRAIN: u64 = 4 * MAX_CHUNK;
+
+/// A chunk's body, at most [`MAX_CHUNK`] bytes held; one over that is a 413, sent once
+/// the body is read to its end or [`OVERSIZE_DRAIN`] bytes, whichever comes first, with
+/// nothing past [`MAX_CHUNK`] kept.
+async fn read_chunk(body: axum::body::Body) -> Result<Bytes, Problem> {
+    use futures_util::StreamExt;
+    let refused = |why: String| {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "quota_exceeded",
+            format!("{why}; send chunks of at most {MAX_CHUNK} bytes"),
+        )
+    };
+    let mut stream = body.into_data_stream();
+    let mut kept = Vec::new();
+    let mut seen: u64 = 0;
+    while let Some(frame) = stream.next().await {
+        let frame =
+            frame.map_err(|e| refused(format!("the chunk body could not be read ({e})")))?;
+        seen += frame.len() as u64;
+        if seen <= MAX_CHUNK {
+            kept.extend_from_slice(&frame);
+        } else if seen > OVERSIZE_DRAIN {
+            break;
+        }
+    }
+    if seen > MAX_CHUNK {
+        return Err(refused(format!(
+            "the chunk body is over {MAX_CHUNK} bytes ({} read)",
+            if seen > OVERSIZE_DRAIN {
+                format!("more than {OVERSIZE_DRAIN}")
+            } else {
+                seen.to_string()
+            }
+        )));
+    }
+    Ok(Bytes::from(kept))
 }
 
 /// `POST /v1/uploads/{id}:finalize` (routed through the `{id}:action` path).
