@@ -2,14 +2,6 @@
 
 pub mod aws;
 pub mod bench;
-mod bench_curve;
-mod bench_fairness;
-pub mod bench_handlers;
-mod bench_photos;
-mod bench_privacy;
-mod bench_queue;
-mod bench_reconstruct;
-mod bench_scenes;
 pub mod blur;
 mod chaos;
 pub mod clusters;

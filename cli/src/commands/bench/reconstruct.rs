@@ -3,7 +3,7 @@
 //! line and on COLMAP 4 through pycolmap (incremental and global) — with each run's wall
 //! and CPU time, peak memory, per-stage figures and what it produced.
 
-use super::bench::Scratch;
+use super::Scratch;
 use crate::output::emit;
 use anyhow::Context;
 use serde::Serialize;
@@ -16,8 +16,8 @@ pub struct ReconstructBench {
     /// Folder of photos.
     pub images: PathBuf,
     /// Pairs for both runs.
-    #[arg(long, value_enum, default_value_t = super::reconstruct::Pairs::Auto)]
-    pub pairs: super::reconstruct::Pairs,
+    #[arg(long, value_enum, default_value_t = crate::commands::reconstruct::Pairs::Auto)]
+    pub pairs: crate::commands::reconstruct::Pairs,
     /// Sequential overlap.
     #[arg(long, default_value_t = 8)]
     pub overlap: u32,
@@ -241,7 +241,7 @@ fn bare_run(
 
 /// One Tessera run with `args`, in its own state folder.
 async fn tessera_run(
-    args: &super::reconstruct::Args,
+    args: &crate::commands::reconstruct::Args,
     state: &Path,
     default: bool,
 ) -> anyhow::Result<EngineRun> {
@@ -249,7 +249,7 @@ async fn tessera_run(
     let (self0, _) = usage(libc::RUSAGE_SELF);
     let (cpu0, _) = children_usage();
     let t0 = Instant::now();
-    let report = super::reconstruct::reconstruct(state, args, false).await?;
+    let report = crate::commands::reconstruct::reconstruct(state, args, false).await?;
     let wall_s = t0.elapsed().as_secs_f64();
     let (self1, _) = usage(libc::RUSAGE_SELF);
     let (cpu1, _) = children_usage();
@@ -284,7 +284,7 @@ async fn tessera_run(
 }
 
 pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
-    use super::reconstruct::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
+    use crate::commands::reconstruct::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
     let files = crate::photos::list_images(&b.images)?;
     let scratch = Scratch::new("bench-reconstruct")?;
     if matches!(b.pairs, Pairs::Vocabtree) {
@@ -314,10 +314,10 @@ pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
         memory_limit: Vec::new(),
         dry_run: false,
     };
-    let folder = super::reconstruct::Folder::read(&files)?;
+    let folder = crate::commands::reconstruct::Folder::read(&files)?;
     let default_engine = EngineArg::Auto.resolve()?.name;
     // The very spec Tessera runs, so the bare run uses the same COLMAP options.
-    let prepared = super::reconstruct::prepare(
+    let prepared = crate::commands::reconstruct::prepare(
         &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
         &folder,
         tessera_core::spec::BackendSpec {

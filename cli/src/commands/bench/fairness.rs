@@ -115,9 +115,13 @@ async fn one_run(state: &Path, args: &Args, own_lane: bool) -> anyhow::Result<Ru
     let b = projects::create(store.as_ref(), b_tenant, "single", Some(0.363), expand).await?;
     let mut a_photos = Vec::with_capacity(args.photos as usize);
     for _ in 0..args.photos {
-        a_photos.push(super::photos::upload(&engine, &a, &args.photo).await?.0);
+        a_photos.push(
+            crate::commands::photos::upload(&engine, &a, &args.photo)
+                .await?
+                .0,
+        );
     }
-    let (b_photo, _) = super::photos::upload(&engine, &b, &args.photo).await?;
+    let (b_photo, _) = crate::commands::photos::upload(&engine, &b, &args.photo).await?;
 
     let stop = CancellationToken::new();
     let worker = Worker::new(engine.clone(), args.concurrency as usize, None);

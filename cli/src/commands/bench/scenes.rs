@@ -14,7 +14,7 @@ use tessera_faces::{DetectorKind, FaceModels};
 use tessera_jobs::photos::FaceService;
 use tessera_jobs::photos::scenes::{self, Portrait, SceneSpec, Stored};
 
-use super::bench_privacy::Args;
+use super::privacy::Args;
 
 #[derive(Debug, Clone)]
 pub(super) struct Case {

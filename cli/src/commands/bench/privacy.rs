@@ -16,7 +16,7 @@
 //! Tessera did before orientation and the turn/tile search) are reported beside, and
 //! time per photo as a ratio to a bare decode + encode measured in the same run.
 
-use super::bench_scenes::{Bench, Case, Tally, cases, judge};
+use super::scenes::{Bench, Case, Tally, cases, judge};
 use crate::output::emit;
 use anyhow::Context;
 use image::RgbImage;
@@ -148,7 +148,7 @@ fn save_scene(dir: &std::path::Path, case: &Case, i: u32, bytes: &[u8]) -> anyho
 
 pub async fn run(json: bool, a: Args) -> anyhow::Result<ExitCode> {
     if a.curve {
-        return super::bench_curve::run(json, a).await;
+        return super::curve::run(json, a).await;
     }
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
         let bench = Bench::prepare(&a, false)?;

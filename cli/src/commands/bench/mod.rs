@@ -1,6 +1,15 @@
 //! `tessera bench …`: the benchmarks, one sub-command each (most in their own module),
 //! and the engine's claim-and-complete throughput on embedded SQLite.
 
+mod curve;
+mod fairness;
+pub mod handlers;
+mod photos;
+mod privacy;
+mod queue;
+mod reconstruct;
+mod scenes;
+
 use crate::output::emit;
 use anyhow::Context;
 use serde::Serialize;
@@ -25,22 +34,22 @@ pub enum BenchCommand {
         workers: u32,
     },
     /// SIGKILL worker processes at random while tasks run, then check the invariants.
-    Chaos(super::chaos::Args),
+    Chaos(crate::commands::chaos::Args),
     /// The engines a user would pick, on the same photos in one run: bare COLMAP, and
     /// Tessera on the COLMAP command line and on COLMAP 4 (incremental and global).
-    Reconstruct(super::bench_reconstruct::ReconstructBench),
+    Reconstruct(reconstruct::ReconstructBench),
     /// Face processing per photo on one core: decode, detect, embed, match, blur,
     /// encode variants and thumbnails.
-    Photos(super::bench_photos::PhotosBench),
+    Photos(photos::PhotosBench),
     /// Recall, over-blur and leaks of the privacy pipeline on phone-shaped photos
     /// (rotated, tagged and untagged, tilted heads, small faces, HEIC).
-    Privacy(super::bench_privacy::Args),
+    Privacy(privacy::Args),
     /// Size and start-to-ready time of each Lambda handler binary.
-    Handlers(super::bench_handlers::Args),
+    Handlers(handlers::Args),
     /// How long one tenant's single photo waits behind another tenant's burst.
-    Fairness(super::bench_fairness::Args),
+    Fairness(fairness::Args),
     /// What one receive from the embedded queue costs as the backlog grows.
-    Queue(super::bench_queue::Args),
+    Queue(queue::Args),
 }
 
 pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -48,13 +57,13 @@ pub async fn run(json: bool, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Engine { tasks, workers } => {
             engine(json, tasks as usize, workers as usize).await
         }
-        BenchCommand::Chaos(args) => super::chaos::run(json, args).await,
-        BenchCommand::Reconstruct(b) => super::bench_reconstruct::run(json, b).await,
-        BenchCommand::Photos(b) => super::bench_photos::bench(json, b).await,
-        BenchCommand::Handlers(a) => super::bench_handlers::run(json, a).await,
-        BenchCommand::Privacy(a) => super::bench_privacy::run(json, a).await,
-        BenchCommand::Fairness(a) => super::bench_fairness::run(json, a).await,
-        BenchCommand::Queue(a) => super::bench_queue::run(json, a).await,
+        BenchCommand::Chaos(args) => crate::commands::chaos::run(json, args).await,
+        BenchCommand::Reconstruct(b) => reconstruct::run(json, b).await,
+        BenchCommand::Photos(b) => photos::bench(json, b).await,
+        BenchCommand::Handlers(a) => handlers::run(json, a).await,
+        BenchCommand::Privacy(a) => privacy::run(json, a).await,
+        BenchCommand::Fairness(a) => fairness::run(json, a).await,
+        BenchCommand::Queue(a) => queue::run(json, a).await,
     }
 }
 

@@ -3,7 +3,7 @@
 //! encode, all in the same run; and, with `--against-deface`, `tessera blur` against
 //! `deface` as whole processes on one core, side by side over the same photos.
 
-use super::blur::{Privacy, reference_sets};
+use crate::commands::blur::{Privacy, reference_sets};
 use crate::output::emit;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};

@@ -7,13 +7,13 @@
 //! once per distinct set of blurred faces.
 //!
 //! The opted-out people are enrolled from another picture of them than the one in the
-//! scenes ([`super::bench_scenes::another_picture`]), as a real enrolment would be.
+//! scenes ([`super::scenes::another_picture`]), as a real enrolment would be.
 //!
 //! Beside the curve it prints the similarity of the same and of different people per
 //! case, with each face's size and roll: the measurements the rule's losses come from.
 
-use super::bench_privacy::Args;
-use super::bench_scenes::{Bench, Case, Tally, cases, judge};
+use super::privacy::Args;
+use super::scenes::{Bench, Case, Tally, cases, judge};
 use crate::output::emit;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -109,7 +109,7 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
             let Some(f) = found
                 .faces
                 .iter()
-                .find(|f| super::bench_scenes::overlaps(&f.bbox, r))
+                .find(|f| super::scenes::overlaps(&f.bbox, r))
             else {
                 continue;
             };
