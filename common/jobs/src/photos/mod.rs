@@ -27,6 +27,7 @@ pub mod fault;
 pub mod ingest;
 pub mod intake;
 mod notices;
+pub mod privacy_status;
 pub mod process;
 pub mod project;
 pub mod reblur;
