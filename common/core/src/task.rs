@@ -241,6 +241,11 @@ pub struct Task {
     /// `advance` due index while it is set).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub notify_pending: bool,
+    /// Set when the task ended without the compensations its handler gave, because one
+    /// of their conditions no longer held (what they would undo is gone, or now another
+    /// run's): its end undid nothing, and its notices must not say it did.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compensation_refused: bool,
     /// When the task was created.
     pub created_at: Millis,
     /// When the task reached a terminal state.

@@ -118,6 +118,8 @@ impl Engine {
         {
             Err(Refused::Extra(write)) => {
                 tracing::info!(task_id = %next.id, job_id = %next.job_id, write, state = %next.state, "a compensation's condition no longer holds; the task ends without its compensations");
+                let mut next = next;
+                next.compensation_refused = true;
                 self.commit_terminal(next, condition, Vec::new(), events)
                     .await
             }

@@ -316,6 +316,7 @@ mod tests {
             advance_pending: Vec::new(),
             reoffered: None,
             notify_pending: false,
+            compensation_refused: false,
             created_at: Millis(0),
             finished_at: None,
             rev: 1,

@@ -551,6 +551,7 @@ fn build_tasks(plan: &JobPlan, job_id: JobId, now: Millis) -> Vec<Task> {
                 advance_pending: Vec::new(),
                 reoffered: None,
                 notify_pending: false,
+                compensation_refused: false,
                 created_at: now,
                 finished_at: None,
                 rev: 0,

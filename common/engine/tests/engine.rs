@@ -544,7 +544,8 @@ impl TaskHandler for UndoesWhatIsGone {
 }
 
 /// A task whose compensation is refused (what it undoes is gone: a photo erased) still
-/// ends, without it, instead of lapsing and being refused the same way at every try.
+/// ends, without it, instead of lapsing and being refused the same way at every try,
+/// and its record says so (its notices must not claim what it did not undo).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_whose_compensation_is_refused_ends_without_it() {
     let h = Harness::new();
@@ -562,9 +563,11 @@ async fn a_task_whose_compensation_is_refused_ends_without_it() {
         engine.execute(held).await.unwrap(),
         Handled::Ran(TaskState::Dead)
     );
-    assert_eq!(
-        task_named(&engine, job.job_id, "t").await.state,
-        TaskState::Dead
+    let ended = task_named(&engine, job.job_id, "t").await;
+    assert_eq!(ended.state, TaskState::Dead);
+    assert!(
+        ended.compensation_refused,
+        "the task says it ended without its compensation: {ended:?}"
     );
     assert!(engine.job(job.job_id).await.unwrap().is_over());
     let gone = engine.ports().store.get(&ItemKey::new("GONE#1", "X")).await;

@@ -188,9 +188,10 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     r.engine.cancel(older, CancelMode::Force).await.unwrap();
     release_older.notify_one();
 
-    // 9. An older run that fails for good after a newer one staged over it and
-    //    published (its attempts spent on errors, say): the newer run was submitted
-    //    after it and decided later, so the photo stays published.
+    // 9. An older run that fails for good before staging, after a re-decision submitted
+    //    later staged and published the photo (its attempts spent on errors, say): the
+    //    later run decided from what was stored after the older one's reason, so the
+    //    photo stays published, and no notice says it failed.
     all_over(&r, older, "before the older run's failure").await;
     let (reached, release_failing) = fault::hold_then_fail(fault::BEFORE_STAGING);
     let (photo9, event9) = r.upload(&q, "composite_pd_1280x896.jpg").await;
@@ -428,6 +429,18 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     );
 
     assert_eq!(failed9.state, TaskState::Failed, "{failed9:?}");
+    assert!(failed9.compensation_refused, "{failed9:?}");
+    let handlers = tessera_jobs::registry_with(std::sync::Arc::new(
+        photos::FaceService::with_models(support::models()),
+    ));
+    let notices_of = |t: &tessera_core::task::Task, job: &tessera_core::job::Job| {
+        handlers.get(&t.kind).unwrap().notices(t, job)
+    };
+    let job9 = r.engine.job(failed9.job_id).await.unwrap();
+    assert!(
+        notices_of(&failed9, &job9).is_empty(),
+        "a refused failure raises no photo.failed"
+    );
     let row = r.photo(photo9).await;
     assert!(
         row.published_at.is_some() && row.failure.is_none(),
@@ -448,6 +461,15 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     .await;
     assert_eq!(failed10.len(), 1, "{failed10:?}");
     assert_eq!(failed10[0].state, TaskState::Failed, "{:?}", failed10[0]);
+    assert!(!failed10[0].compensation_refused, "{:?}", failed10[0]);
+    let job10 = r.engine.job(failed10[0].job_id).await.unwrap();
+    let raised = notices_of(&failed10[0], &job10);
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(
+        raised[0].kind,
+        tessera_core::notify::NoticeType::PhotoFailed,
+        "{raised:?}"
+    );
     let row = r.photo(photo10).await;
     assert!(row.published_at.is_none(), "{row:?}");
     assert!(

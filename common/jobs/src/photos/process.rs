@@ -431,7 +431,7 @@ impl TaskHandler for Process {
     }
 
     /// Published when the task succeeded (its success wrote `published_at`), failed
-    /// when it ended failed or dead (its compensation wrote the reason).
+    /// when it ended failed or dead and its compensation wrote the reason.
     fn notices(&self, task: &Task, job: &Job) -> Vec<Notice> {
         let Ok(id) = payload_photo(task) else {
             return Vec::new();
@@ -457,6 +457,11 @@ impl TaskHandler for Process {
                     format!("photo/{id}/published/{version}"),
                     serde_json::json!({ "photo_id": id, "variant_version": version }),
                 )
+            }
+            // A failure whose compensation was refused failed nothing: a run submitted
+            // later staged the photo and says how it ends ([`row::fail`]).
+            TaskState::Failed | TaskState::Dead if task.compensation_refused => {
+                return Vec::new();
             }
             TaskState::Failed | TaskState::Dead => {
                 return vec![notices::failed(
