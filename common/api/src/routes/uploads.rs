@@ -162,6 +162,9 @@ async fn read_chunk(body: axum::body::Body) -> Result<Bytes, Problem> {
             kept.extend_from_slice(&frame);
         } else if seen > OVERSIZE_DRAIN {
             break;
+        } else if !kept.is_empty() {
+            // Refused whatever follows: nothing kept while the rest drains.
+            kept = Vec::new();
         }
     }
     if seen > MAX_CHUNK {

@@ -111,14 +111,7 @@ pub fn unpublish(id: PhotoId) -> Write {
 /// staged, or that a newer run staged over (which publishes the photo or fails it
 /// itself), leaves the photo as it is: the write is refused, and the task ends without it.
 pub fn fail_staged_by(id: PhotoId, task: TaskId, reason: &str) -> Write {
-    Write::Set {
-        key: records::photo_key(id),
-        fields: vec![
-            ("published_at".into(), Value::Null),
-            ("failure".into(), Value::String(reason.to_string())),
-        ],
-        condition: Condition::field_eq(STAGED_BY, json(&task)),
-    }
+    fail_if(id, reason, Condition::field_eq(STAGED_BY, json(&task)))
 }
 
 /// The row field naming the task whose run staged the version the row holds; written
@@ -126,8 +119,8 @@ pub fn fail_staged_by(id: PhotoId, task: TaskId, reason: &str) -> Write {
 pub const STAGED_BY: &str = "staged_by";
 
 /// The row field holding when the task whose run staged the row's version was
-/// submitted (its [`tessera_core::Millis`], in ms): written with each staging beside [`STAGED_BY`], read
-/// only by [`fail`]'s condition.
+/// submitted (its [`tessera_core::Millis`], in ms): written with each staging beside
+/// [`STAGED_BY`], read only by [`fail`]'s condition.
 pub const STAGED_BY_SUBMITTED: &str = "staged_by_submitted_ms";
 
 /// Unpublish and say why: what a final failure (failed or dead) of `task`, a run of the
@@ -140,14 +133,23 @@ pub const STAGED_BY_SUBMITTED: &str = "staged_by_submitted_ms";
 /// replace), and rows staged before the submission time was kept. The refused write
 /// ends the task without it ([`tessera_engine::Engine::commit_compensated`]).
 pub fn fail(id: PhotoId, task: &Task, reason: &str) -> Write {
-    Write::Set {
-        key: records::photo_key(id),
-        fields: vec![
-            ("published_at".into(), Value::Null),
-            ("failure".into(), Value::String(reason.to_string())),
+    fail_if(
+        id,
+        reason,
+        Condition::field_at_most(STAGED_BY_SUBMITTED, task.created_at.0),
+    )
+}
+
+/// Unpublish and say why, while `condition` holds.
+fn fail_if(id: PhotoId, reason: &str, condition: Condition) -> Write {
+    set_if(
+        id,
+        vec![
+            ("published_at", Value::Null),
+            ("failure", Value::String(reason.to_string())),
         ],
-        condition: Condition::field_at_most(STAGED_BY_SUBMITTED, task.created_at.0),
-    }
+        condition,
+    )
 }
 
 /// JSON of a field value.
