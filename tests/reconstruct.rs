@@ -1223,3 +1223,77 @@ async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_
         );
     }
 }
+
+#[test]
+fn a_split_run_maps_its_clusters_side_by_side_and_merges_them_as_well_as_one_run() {
+    // The twelve geotagged sample photos in clusters of five (three clusters, each
+    // taking three photos from its neighbours), against the same photos in one run.
+    let dir = tempfile::tempdir().unwrap();
+    let photos = sample_photos(dir.path(), 12);
+    let whole = reconstruct(
+        &dir.path().join("state-whole"),
+        &photos,
+        &dir.path().join("out-whole"),
+        &[],
+    );
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let whole = json(&whole);
+    assert!(
+        whole["split"].is_null(),
+        "12 photos are mapped in one run: {whole}"
+    );
+    let state = dir.path().join("state-split");
+    let o = reconstruct(
+        &state,
+        &photos,
+        &dir.path().join("out-split"),
+        &["--split", "5/3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let split = json(&o);
+    assert_eq!(split["status"], "succeeded", "{split}");
+    let clusters = split["split"]["clusters"]
+        .as_array()
+        .expect("a split report");
+    assert_eq!(clusters.len(), 3, "{split}");
+    // Cut by place (every photo carries GPS), each cluster its own task, and more than
+    // one joined by the merge itself, not only by registering photos afterwards.
+    assert!(
+        clusters
+            .iter()
+            .all(|c| c["cut_by"] == "place" && c["photos"] == 7),
+        "{split}"
+    );
+    assert!(split["split"]["joined"].as_u64().unwrap() >= 2, "{split}");
+    let ran: Vec<(u64, u64)> = (0..3)
+        .map(|i| {
+            let s = stage(&split, &format!("map_cluster_{i}"));
+            assert_eq!(s["state"], "succeeded", "{split}");
+            (
+                s["ran_ms"][0].as_u64().unwrap(),
+                s["ran_ms"][1].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // More than one worker by default: two clusters ran at the same time.
+    let side_by_side =
+        (0..3).any(|i| (0..3).any(|j| i != j && ran[i].0 < ran[j].1 && ran[j].0 < ran[i].1));
+    assert!(side_by_side, "the clusters ran one after another: {ran:?}");
+    // As good as one run: as many photos, placed as closely by their GPS.
+    let registered = |r: &serde_json::Value| r["registered_images"].as_u64().unwrap();
+    assert!(
+        registered(&split) >= registered(&whole),
+        "split {split}\nwhole {whole}"
+    );
+    let residual =
+        |r: &serde_json::Value| r["georeference"]["alignment_residual_m"].as_f64().unwrap();
+    assert!(
+        residual(&split) <= 1.2 * residual(&whole),
+        "GPS residual {} m split, {} m whole",
+        residual(&split),
+        residual(&whole)
+    );
+    let events = job_events(&state, &split);
+    assert!(events.contains("map: joined"), "{events}");
+    sfmapi_conformant(&events, "split");
+}

@@ -114,6 +114,11 @@ pub struct Args {
     /// Bundle adjustment.
     #[arg(long, value_enum, default_value_t = Ba::Standard)]
     pub ba: Ba,
+    /// Map in overlapping clusters that run in parallel and are merged: `auto` (above
+    /// 400 photos), `none`, a cluster size (`25`), or a size and the photos each cluster
+    /// shares with its neighbours (`25/8`; default a third of the size).
+    #[arg(long, default_value = "auto")]
+    pub split: tessera_jobs::reconstruct::recipe::SplitAsk,
     /// Georeferencing.
     #[arg(long, value_enum, default_value_t = GeorefArg::Auto)]
     pub georef: GeorefArg,
@@ -153,9 +158,10 @@ pub struct Args {
     /// Continue a previous run of the same reconstruction (damaged checkpoints re-run).
     #[arg(long)]
     pub resume: bool,
-    /// Tasks run at once in this process.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub workers: u32,
+    /// Tasks run at once in this process (default: one, or for a split run one per
+    /// cluster up to the number of CPUs; the memory gate holds back what does not fit).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub workers: Option<u32>,
     /// Print the spec this run would submit and the choices made from the photos, and
     /// run nothing.
     #[arg(long)]
@@ -279,6 +285,7 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
             Ba::Standard => BaMode::Standard,
             Ba::TwoStage => BaMode::TwoStage,
         },
+        split: args.split,
         georef: match (control_input(args)?, args.georef) {
             (Some(_), GeorefArg::None) => {
                 bail!(
@@ -419,6 +426,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         if let Some(c) = &prepared.georef_auto {
             eprintln!("georeference: {}", c.why);
         }
+        if let Some(c) = &prepared.split_auto {
+            eprintln!("split: {}", c.why);
+        }
         eprintln!("engine: {} {}", backend.info().name, backend.info().version);
         if let Some(r) = &prepared.resolution_auto {
             eprintln!("{}", r.line());
@@ -488,10 +498,16 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
         }
     }
 
-    let job = drive(&engine, job_id, args.workers, submitted.existing, ui).await?;
+    let workers = args.workers.unwrap_or_else(|| {
+        let clusters = spec.split.map_or(1, |s| s.clusters_for(prepared.images));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        clusters.min(cpus).clamp(1, 16) as u32
+    });
+    let job = drive(&engine, job_id, workers, submitted.existing, ui).await?;
     let mut report = build_report(&engine, job_id, &job, backend.info(), started, args).await?;
     report.pairs_auto = prepared.pairs_auto;
     report.georef_auto = prepared.georef_auto;
+    report.split_auto = prepared.split_auto;
     report.resolution_auto = prepared.resolution_auto;
     Ok(report)
 }
@@ -654,6 +670,9 @@ fn dry_run(json: bool, args: &Args) -> anyhow::Result<ExitCode> {
         }
         if let Some(c) = &prepared.georef_auto {
             lines.push(format!("georeference: {}", c.why));
+        }
+        if let Some(c) = &prepared.split_auto {
+            lines.push(format!("split: {}", c.why));
         }
         if let Some(r) = &prepared.resolution_auto {
             lines.push(r.line());

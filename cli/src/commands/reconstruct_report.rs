@@ -48,6 +48,13 @@ pub struct Report {
     pub georef_auto: Option<georef_choice::GeorefChoice>,
     /// What was chosen for `--max-image-size` / `--max-features` not given, and why.
     pub resolution_auto: Option<resolution::Resolution>,
+    /// Whether `--split auto` mapped the photos in clusters, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_auto: Option<tessera_jobs::reconstruct::split::SplitChoice>,
+    /// A split run's clusters: each one's photos, what it registered, whether it was
+    /// joined (and how well) or kept apart (and why).
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub split: serde_json::Value,
 }
 
 /// Copy a finished job's export checkpoint into `out`, verified by checksum; returns the
@@ -85,10 +92,19 @@ pub async fn build_report(
     let tasks = engine.job_tasks(job_id).await?;
     let mut stage_rows = Vec::new();
     let mut wall = 0.0;
-    for name in tessera_jobs::reconstruct::Stage::ALL.map(|s| s.name()) {
-        let Some(t) = tasks.iter().find(|t| t.name == name) else {
-            continue;
-        };
+    // In pipeline order, a split run's clusters by number between verify and map.
+    let mut staged: Vec<(usize, u64, &tessera_core::task::Task)> = tasks
+        .iter()
+        .filter_map(|t| {
+            let stage = Stage::of_task(&t.name)?;
+            let at = Stage::ALL.iter().position(|s| *s == stage)?;
+            let cluster = t.payload["cluster"].as_u64().unwrap_or(0);
+            Some((at, cluster, t))
+        })
+        .collect();
+    staged.sort_by_key(|(at, cluster, _)| (*at, *cluster));
+    for (_, _, t) in staged {
+        let name = t.name.as_str();
         let r = t.result.clone().unwrap_or_default();
         let skipped = r["skipped"].as_bool().unwrap_or(false);
         if !skipped {
@@ -100,7 +116,7 @@ pub async fn build_report(
             .max();
         stage_rows.push(serde_json::json!({
             "stage": name, "state": t.state, "attempts": t.attempts, "skipped": skipped,
-            "wall_s": r["wall_s"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
+            "wall_s": r["wall_s"], "ran_ms": r["ran_ms"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
             "last_error": t.last_error.as_ref().map(|e| serde_json::json!({"class": e.class, "message": e.message})),
         }));
     }
@@ -125,7 +141,14 @@ pub async fn build_report(
         georeference: serde_json::Value::Null,
         georef_auto: None,
         resolution_auto: None,
+        split_auto: None,
+        split: serde_json::Value::Null,
     };
+    if let Some(t) = tasks.iter().find(|t| t.name == Stage::Map.name())
+        && let Some(r) = &t.result
+    {
+        report.split = r["split"].clone();
+    }
     if let Some(t) = tasks.iter().find(|t| t.name == Stage::Georeference.name())
         && let Some(r) = &t.result
     {

@@ -135,6 +135,42 @@ pub enum MapperKind {
     Global,
 }
 
+/// Mapping in overlapping clusters (split and merge): the photos are cut into clusters
+/// of about `cluster_size`, by GPS where most photos carry it and by the match graph
+/// otherwise; each cluster is mapped as a task of its own (in parallel, retried alone),
+/// and the cluster models are joined through the photos they share, re-triangulated and
+/// bundle-adjusted together. A cluster that cannot be joined is kept as a sub-model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitSpec {
+    /// Photos per cluster before the overlap is added.
+    pub cluster_size: u32,
+    /// Photos each cluster takes from beyond its edge (those it shares the most matches
+    /// with), which the merge aligns the clusters through.
+    pub overlap: u32,
+}
+
+impl SplitSpec {
+    /// The least cluster: fewer photos rarely map.
+    pub const MIN_CLUSTER: u32 = 5;
+    /// The least overlap: a similarity needs three shared camera centres.
+    pub const MIN_OVERLAP: u32 = 3;
+
+    /// Clusters of `size` photos with the overlap given when none is: a third of the
+    /// cluster, at least [`SplitSpec::MIN_OVERLAP`].
+    pub fn of_size(size: u32) -> Self {
+        SplitSpec {
+            cluster_size: size,
+            overlap: size.div_ceil(3).max(Self::MIN_OVERLAP).min(size),
+        }
+    }
+
+    /// How many clusters `photos` photos are cut into (one: no split).
+    pub fn clusters_for(&self, photos: usize) -> usize {
+        photos.div_ceil(self.cluster_size.max(1) as usize).max(1)
+    }
+}
+
 /// Bundle adjustment mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -273,6 +309,11 @@ pub struct ReconstructionSpec {
     /// georeferencing. Absent from older specs, so their fingerprints do not change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crs: Option<crate::crs::OutputCrs>,
+    /// Map in overlapping clusters and merge them ([`SplitSpec`]); `None` maps every
+    /// photo in one mapper run. Absent from older specs, so their fingerprints do not
+    /// change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitSpec>,
     /// Scheduling priority, -100..=100; not part of the fingerprint.
     #[serde(default)]
     pub priority: i32,
@@ -424,6 +465,9 @@ impl ReconstructionSpec {
                 "cameras-geojson places cameras on the earth and needs a georeferenced model; use georef gps (or auto, with photos that carry GPS)",
             );
         }
+        if let Some(split) = &self.split {
+            check_split(&mut p, split, self.mapper);
+        }
         if !(-100..=100).contains(&self.priority) {
             p.add(
                 "priority",
@@ -542,6 +586,36 @@ impl TriangulateSpec {
 /// The frames a GPS alignment produces: local east-north-up metres (no code) and
 /// earth-centred ECEF (EPSG:4978). Any other code would be answered with one of those
 /// under its name, so it is refused.
+fn check_split(p: &mut Problems, split: &SplitSpec, mapper: MapperKind) {
+    if !(SplitSpec::MIN_CLUSTER..=10_000).contains(&split.cluster_size) {
+        p.add(
+            "split.cluster_size",
+            format!(
+                "{} is out of range; use {} to 10000 photos",
+                split.cluster_size,
+                SplitSpec::MIN_CLUSTER
+            ),
+        );
+    }
+    if split.overlap < SplitSpec::MIN_OVERLAP || split.overlap > split.cluster_size {
+        p.add(
+            "split.overlap",
+            format!(
+                "{} is out of range; use {} (three shared photos align two clusters) up to the cluster size",
+                split.overlap,
+                SplitSpec::MIN_OVERLAP
+            ),
+        );
+    }
+    if mapper != MapperKind::Incremental {
+        p.add(
+            "split",
+            format!("clusters are mapped by the incremental mapper, not {mapper:?}; use mapper incremental or leave split out")
+                .to_lowercase(),
+        );
+    }
+}
+
 fn check_epsg(p: &mut Problems, field: &str, epsg: Option<u32>) {
     match epsg {
         None | Some(4978) => {}

@@ -113,7 +113,13 @@ mod tests {
                 .unwrap_or_else(|| panic!("no kind {k}"))
                 .needs
         };
-        for k in ["sfm.extract", "sfm.map", "sfm.bundle_adjust", "sfm.export"] {
+        for k in [
+            "sfm.extract",
+            "sfm.map_cluster",
+            "sfm.map",
+            "sfm.bundle_adjust",
+            "sfm.export",
+        ] {
             assert_eq!(needs(k), &[Need::Colmap], "{k}");
         }
         for k in [kinds::FACE_PROCESS, kinds::REPROCESS, kinds::THUMBNAIL_DIMS] {

@@ -105,6 +105,7 @@ fn small_spec(image_set: &str) -> ReconstructionSpec {
         image_set_digest: None,
         georef_if_possible: false,
         crs: None,
+        split: None,
         exports: vec![ExportFormat::PointsBin],
         priority: 0,
     }

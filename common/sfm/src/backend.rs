@@ -236,6 +236,16 @@ pub trait EngineBackend: Send + Sync + 'static {
         out: &Path,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
+    /// Incremental mapping of only the photos named in `image_list` (one name a line):
+    /// one cluster of a split run, whose models are merged afterwards.
+    fn map_subset(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        image_list: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
     /// Bundle adjustment of `input` into `out` (`mid` holds a first pass).
     fn bundle_adjust(
         &self,

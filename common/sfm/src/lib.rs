@@ -9,6 +9,7 @@ pub mod camera;
 pub mod colmap;
 pub mod error;
 pub mod export;
+pub mod merge;
 pub mod metrics;
 pub mod model;
 pub mod model_bin;

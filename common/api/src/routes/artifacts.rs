@@ -33,7 +33,9 @@ pub fn kind_of(stage: Stage) -> &'static str {
         Stage::Extract => "features",
         Stage::Match => "matches",
         Stage::Verify => "two_view_geometries",
-        Stage::Map | Stage::BundleAdjust | Stage::Georeference => "sparse_model",
+        Stage::MapCluster | Stage::Map | Stage::BundleAdjust | Stage::Georeference => {
+            "sparse_model"
+        }
         Stage::Export => "export",
     }
 }

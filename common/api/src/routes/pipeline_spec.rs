@@ -17,6 +17,7 @@ struct Finishing {
     georef: GeorefAsk,
     exports: Vec<ExportFormat>,
     crs: Option<tessera_core::crs::OutputCrs>,
+    split: recipe::SplitAsk,
     /// A ground control file's text, checked.
     ground_control: Option<(String, tessera_core::gcp::ControlFile)>,
 }
@@ -25,7 +26,8 @@ struct Finishing {
 /// `x-tessera` object: `{"ba": "standard" | "two_stage", "georeference": "none" | "auto"
 /// | "gps" | "gps_ecef", "exports": ["ply", "nvm", "colmap_text", "colmap_bin", "las",
 /// "laz", "cameras_geojson"], "crs": "auto" | "EPSG:NNNN", "ground_control": "<the text of
-/// an OpenDroneMap gcp_list.txt>"}`. Ground control places the model instead of GPS
+/// an OpenDroneMap gcp_list.txt>", "split": "auto" | "none" | 25 | "25/8" |
+/// {"cluster_size": 25, "overlap": 8}}`; the split defaults to auto, as on the CLI. Ground control places the model instead of GPS
 /// (`georeference` may then be left out, or `gps_ecef` for an earth-centred result).
 /// Georeferencing is `none` unless asked, because sfmapi's pipelines return models in
 /// their own frame; `auto` is the CLI's default rule. 422 for a value that is none of
@@ -85,6 +87,20 @@ fn finishing(options: Option<&Value>) -> Result<Finishing, Problem> {
             )));
         }
     };
+    let bad_split = |why: String| {
+        Problem::validation(format!(
+            "spec.x-tessera.split: {why}; use auto, none, a cluster size (25), \"25/8\" or {{\"cluster_size\": 25, \"overlap\": 8}}"
+        ))
+    };
+    let split = match &o["split"] {
+        Value::Null => recipe::SplitAsk::Auto,
+        Value::String(v) => v.parse().map_err(bad_split)?,
+        Value::Number(n) => n.to_string().parse().map_err(bad_split)?,
+        v @ Value::Object(_) => recipe::SplitAsk::Given(
+            serde_json::from_value(v.clone()).map_err(|e| bad_split(e.to_string()))?,
+        ),
+        v => return Err(bad_split(format!("`{v}` is not a split"))),
+    };
     let ground_control = match &o["ground_control"] {
         Value::Null => None,
         Value::String(text) => {
@@ -119,6 +135,7 @@ fn finishing(options: Option<&Value>) -> Result<Finishing, Problem> {
         georef,
         exports,
         crs,
+        split,
         ground_control,
     })
 }
@@ -215,6 +232,7 @@ pub(super) async fn spec_for(
         mut georef,
         exports,
         crs,
+        split,
         ground_control,
     } = finishing(options)?;
     let photos: Vec<PhotoFact> = super::images::all_images(s, &d)
@@ -259,6 +277,7 @@ pub(super) async fn spec_for(
         georef,
         exports,
         crs,
+        split,
         max_features: features["sift_max_num_features"]
             .as_u64()
             .or(features["max_num_features"].as_u64())

@@ -40,7 +40,7 @@ pub fn coefficients(stage: Stage) -> (f64, f64) {
         Stage::Extract => (120.0 * MB, 52.0 * MB),
         Stage::Match => (40.0 * MB, 1.5 * MB),
         Stage::Verify => (30.0 * MB, 0.0),
-        Stage::Map => (40.0 * MB, 6.0 * MB),
+        Stage::Map | Stage::MapCluster => (40.0 * MB, 6.0 * MB),
         Stage::BundleAdjust => (30.0 * MB, 3.0 * MB),
         Stage::Georeference => (30.0 * MB, 3.0 * MB),
         Stage::Export => (60.0 * MB, 6.0 * MB),
@@ -54,7 +54,12 @@ pub fn coefficients(stage: Stage) -> (f64, f64) {
 pub fn engine_overhead(backend: &str, stage: Stage) -> u64 {
     let runs_engine = matches!(
         stage,
-        Stage::Extract | Stage::Match | Stage::Map | Stage::BundleAdjust | Stage::Georeference
+        Stage::Extract
+            | Stage::Match
+            | Stage::Map
+            | Stage::MapCluster
+            | Stage::BundleAdjust
+            | Stage::Georeference
     );
     if backend == "pycolmap" && runs_engine {
         (110.0 * MB) as u64
@@ -94,7 +99,7 @@ pub fn cpu_seconds(stage: Stage, spec: &ReconstructionSpec, images: usize, megap
     match stage {
         Stage::Extract => 2.0 * n * mp,
         Stage::Match => 0.7 * pairs(&spec.pairs, images),
-        Stage::Map => 1.0 * n * growth,
+        Stage::Map | Stage::MapCluster => 1.0 * n * growth,
         Stage::BundleAdjust | Stage::Georeference => 0.2 * n * growth,
         Stage::Ingest | Stage::Verify | Stage::Export => 0.05 * n,
     }
@@ -172,6 +177,7 @@ mod tests {
             image_set_digest: None,
             georef_if_possible: false,
             crs: None,
+            split: None,
             priority: 0,
         }
     }

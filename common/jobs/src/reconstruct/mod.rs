@@ -5,6 +5,13 @@
 //! ingest → extract → match → verify → map → bundle_adjust → [georeference] → export
 //! ```
 //!
+//! A split run (`spec.split`) maps its photos in overlapping clusters, each a task of its
+//! own that runs beside the others, and its `map` task merges them ([`split`]):
+//!
+//! ```text
+//! verify → map_cluster_0 … map_cluster_{k-1} → map (merge) → bundle_adjust → …
+//! ```
+//!
 //! Each stage is an engine task; each writes a checkpoint (files, then a manifest
 //! last) under `recon/<job>/<stage>/` in the object store, and the next stage starts
 //! from that checkpoint, verified by checksum. Mapping seals snapshots as it grows and a
@@ -26,6 +33,7 @@ pub mod recipe;
 pub mod refine;
 pub mod resolution;
 pub mod spec_dag;
+pub mod split;
 pub mod stages;
 
 pub use label::default_label;
@@ -66,6 +74,8 @@ pub enum Stage {
     Extract,
     Match,
     Verify,
+    /// One cluster of a split run (its tasks are `map_cluster_<i>`).
+    MapCluster,
     Map,
     BundleAdjust,
     Georeference,
@@ -74,11 +84,12 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 8] = [
+    pub const ALL: [Stage; 9] = [
         Stage::Ingest,
         Stage::Extract,
         Stage::Match,
         Stage::Verify,
+        Stage::MapCluster,
         Stage::Map,
         Stage::BundleAdjust,
         Stage::Georeference,
@@ -92,6 +103,7 @@ impl Stage {
             Stage::Extract => "extract",
             Stage::Match => "match",
             Stage::Verify => "verify",
+            Stage::MapCluster => "map_cluster",
             Stage::Map => "map",
             Stage::BundleAdjust => "bundle_adjust",
             Stage::Georeference => "georeference",
@@ -99,12 +111,32 @@ impl Stage {
         }
     }
 
+    /// The stage a task of a reconstruction runs, by the task's name: the stage's own
+    /// name, or `map_cluster_<i>` for one cluster of a split run.
+    pub fn of_task(name: &str) -> Option<Stage> {
+        if let Some(i) = name.strip_prefix("map_cluster_")
+            && !i.is_empty()
+            && i.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Some(Stage::MapCluster);
+        }
+        Stage::ALL
+            .into_iter()
+            .find(|s| *s != Stage::MapCluster && s.name() == name)
+    }
+
+    /// The task (and checkpoint) name of cluster `i` of a split run.
+    pub fn cluster_task(i: usize) -> String {
+        format!("map_cluster_{i}")
+    }
+
     /// Task kind.
     pub fn kind(self) -> String {
         format!("sfm.{}", self.name())
     }
 
-    /// The stages a spec runs, in order.
+    /// The stages a spec runs, in order (a split run's clusters are planned by [`plan`]
+    /// between verify and map; they are never cached on their own).
     pub fn planned(spec: &ReconstructionSpec) -> Vec<Stage> {
         let mut s = vec![
             Stage::Ingest,
@@ -123,7 +155,9 @@ impl Stage {
 }
 
 /// Plan a reconstruction: one task per stage, each after the previous one, sized by
-/// the memory model for `images` photos of `megapixels` each.
+/// the memory model for `images` photos of `megapixels` each. A split run gets one task
+/// per cluster between verify and map, each sized for its cluster; the number of
+/// clusters is fixed here, from `images`, and each task finds its own photos at run time.
 pub fn plan(
     spec: &ReconstructionSpec,
     tenant: TenantId,
@@ -134,24 +168,41 @@ pub fn plan(
 ) -> Result<JobPlan, SpecError> {
     spec.validate()?;
     let stages = Stage::planned(spec);
-    let mut tasks = Vec::new();
-    for (i, stage) in stages.iter().enumerate() {
-        let mut t = TaskPlan::new(
-            stage.name(),
-            stage.kind(),
-            serde_json::json!({ "stage": stage }),
-        );
-        if i > 0 {
-            t = t.after([stages[i - 1].name()]);
-        }
-        let estimate = memory::estimate(*stage, images, megapixels, spec.max_image_size)
-            + memory::engine_overhead(&spec.backend.name, *stage);
+    let clusters = spec.split.map_or(1, |s| s.clusters_for(images));
+    let sized = |mut t: TaskPlan, stage: Stage, photos: usize| {
+        let estimate = memory::estimate(stage, photos, megapixels, spec.max_image_size)
+            + memory::engine_overhead(&spec.backend.name, stage);
         t.memory_estimate = Some(estimate);
         t.resource_class = memory::class_for_stage(
             estimate,
-            memory::cpu_seconds(*stage, spec, images, megapixels),
+            memory::cpu_seconds(stage, spec, photos, megapixels),
         );
-        tasks.push(t);
+        t
+    };
+    let mut tasks = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        let mut payload = serde_json::json!({ "stage": stage });
+        let mut after = Vec::new();
+        if i > 0 {
+            after.push(stages[i - 1].name().to_string());
+        }
+        if *stage == Stage::Map && clusters > 1 {
+            let split = spec.split.expect("clusters come from a split");
+            let photos = (split.cluster_size + split.overlap) as usize;
+            for c in 0..clusters {
+                let t = TaskPlan::new(
+                    Stage::cluster_task(c),
+                    Stage::MapCluster.kind(),
+                    serde_json::json!({ "stage": Stage::MapCluster, "cluster": c, "clusters": clusters }),
+                )
+                .after(after.clone());
+                tasks.push(sized(t, Stage::Map, photos.min(images)));
+            }
+            after = (0..clusters).map(Stage::cluster_task).collect();
+            payload["clusters"] = serde_json::json!(clusters);
+        }
+        let t = TaskPlan::new(stage.name(), stage.kind(), payload).after(after);
+        tasks.push(sized(t, *stage, images));
     }
     Ok(JobPlan {
         tenant,
@@ -204,11 +255,10 @@ pub async fn requeue_damaged(
     Ok(names)
 }
 
-/// Position of a stage in the pipeline (unknown names last).
+/// Position of a task's stage in the pipeline (unknown names last).
 fn stage_index(name: &str) -> usize {
-    Stage::ALL
-        .iter()
-        .position(|s| s.name() == name)
+    Stage::of_task(name)
+        .and_then(|stage| Stage::ALL.iter().position(|s| *s == stage))
         .unwrap_or(usize::MAX)
 }
 
@@ -219,6 +269,7 @@ pub fn register(r: &mut Registry) {
         Stage::Extract,
         Stage::Match,
         Stage::Verify,
+        Stage::MapCluster,
         Stage::Map,
         Stage::BundleAdjust,
         Stage::Georeference,

@@ -11,11 +11,11 @@
 //! set), so the same [`Prepared::recipe_fingerprint`], whichever way it came in. The
 //! engine and its version stay in that fingerprint: another engine is another run.
 
-use super::{georef_choice, images, pairing, resolution};
+use super::{georef_choice, images, pairing, resolution, split};
 use serde_json::{Value, json};
 use tessera_core::spec::{
     BaMode, BackendSpec, CameraModel, ExportFormat, Georef, MapperKind, PairStrategy,
-    ReconstructionSpec, SpecError,
+    ReconstructionSpec, SpecError, SplitSpec,
 };
 use tessera_core::{Classify, ErrorClass};
 
@@ -47,6 +47,46 @@ pub enum GeorefAsk {
     Given(Georef),
 }
 
+/// Mapping in clusters, as asked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SplitAsk {
+    /// Split large sets ([`split::choose`]), with the incremental mapper only.
+    Auto,
+    /// Map every photo in one run.
+    Never,
+    /// These clusters.
+    Given(SplitSpec),
+}
+
+impl std::str::FromStr for SplitAsk {
+    type Err = String;
+
+    /// `auto`, `none`, `SIZE` or `SIZE/OVERLAP` (photos).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "`{s}` is not a split; give auto, none, a cluster size (25) or a size and an overlap (25/8)"
+            )
+        };
+        match s.trim() {
+            "auto" => Ok(SplitAsk::Auto),
+            "none" => Ok(SplitAsk::Never),
+            given => {
+                let (size, overlap) = match given.split_once('/') {
+                    Some((a, b)) => (a, Some(b)),
+                    None => (given, None),
+                };
+                let size: u32 = size.trim().parse().map_err(|_| bad())?;
+                let mut split = SplitSpec::of_size(size);
+                if let Some(o) = overlap {
+                    split.overlap = o.trim().parse().map_err(|_| bad())?;
+                }
+                Ok(SplitAsk::Given(split))
+            }
+        }
+    }
+}
+
 /// What a caller asks of a reconstruction, in no way in's syntax. `None` and `Auto` are
 /// left to the photos.
 #[derive(Debug, Clone)]
@@ -65,6 +105,8 @@ pub struct Recipe {
     pub exports: Vec<ExportFormat>,
     /// The survey exports' coordinate system, if asked.
     pub crs: Option<tessera_core::crs::OutputCrs>,
+    /// Mapping in clusters.
+    pub split: SplitAsk,
     /// SIFT features per image.
     pub max_features: Option<u32>,
     /// Longest side SIFT sees, in pixels.
@@ -151,6 +193,8 @@ pub struct Prepared {
     pub resolution_auto: Option<resolution::Resolution>,
     /// The georeferencing chosen from the photos, where `auto` was asked for.
     pub georef_auto: Option<georef_choice::GeorefChoice>,
+    /// The split chosen from the photos, where `auto` was asked for.
+    pub split_auto: Option<split::SplitChoice>,
 }
 
 impl Prepared {
@@ -185,6 +229,7 @@ impl Prepared {
             "pairs_auto": self.pairs_auto,
             "resolution_auto": self.resolution_auto,
             "georef_auto": self.georef_auto,
+            "split_auto": self.split_auto,
         })
     }
 
@@ -198,6 +243,9 @@ impl Prepared {
         }
         if let Some(g) = &self.georef_auto {
             g.announce(engine, job).await;
+        }
+        if let Some(c) = &self.split_auto {
+            super::announce(engine, job, format!("split: {}", c.why)).await;
         }
     }
 }
@@ -267,6 +315,9 @@ pub fn prepare(
     let pairs_auto = (recipe.pairs == PairsAsk::Auto).then(|| pairing::choose(&names, with_gps));
     let georef_auto =
         (recipe.georef == GeorefAsk::Auto).then(|| georef_choice::choose(with_gps, readable.len()));
+    // Clusters are mapped by the incremental mapper; the others map whole.
+    let split_auto = (recipe.split == SplitAsk::Auto && recipe.mapper == MapperKind::Incremental)
+        .then(|| split::choose(readable.len()));
     let mut exports = recipe.exports.clone();
     // The snapshots, the API's point downloads and the console's viewer read it.
     exports.push(ExportFormat::PointsBin);
@@ -303,6 +354,11 @@ pub fn prepare(
             .as_ref()
             .is_some_and(|c| c.georef != Georef::None),
         crs: recipe.crs,
+        split: match (recipe.split, &split_auto) {
+            (SplitAsk::Given(s), _) => Some(s),
+            (SplitAsk::Never, _) => None,
+            (SplitAsk::Auto, c) => c.as_ref().and_then(|c| c.split),
+        },
         priority: 0,
     };
     spec.validate()?;
@@ -318,6 +374,7 @@ pub fn prepare(
         pairs_auto,
         resolution_auto,
         georef_auto,
+        split_auto,
     })
 }
 
@@ -338,6 +395,7 @@ mod tests {
                 ExportFormat::Ply,
             ],
             crs: None,
+            split: SplitAsk::Auto,
             max_features: None,
             max_image_size: None,
             respect_exif_orientation: true,

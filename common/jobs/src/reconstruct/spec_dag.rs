@@ -94,6 +94,9 @@ impl SpecKind {
                 if let Some(crs) = spec.crs {
                     p["crs"] = json!(crs);
                 }
+                if let Some(split) = spec.split {
+                    p["split"] = json!(split);
+                }
                 p
             }
         }
@@ -106,13 +109,17 @@ pub fn kind_of(stage: Stage) -> SpecKind {
         Stage::Ingest | Stage::Extract => SpecKind::Extract,
         Stage::Match => SpecKind::Match,
         Stage::Verify => SpecKind::Verify,
-        Stage::Map | Stage::BundleAdjust | Stage::Georeference | Stage::Export => SpecKind::Map,
+        Stage::MapCluster
+        | Stage::Map
+        | Stage::BundleAdjust
+        | Stage::Georeference
+        | Stage::Export => SpecKind::Map,
     }
 }
 
-/// A stage by its task name.
+/// A stage by its task name (a split run's `map_cluster_<i>` included).
 pub fn stage_named(name: &str) -> Option<Stage> {
-    Stage::ALL.into_iter().find(|s| s.name() == name)
+    Stage::of_task(name)
 }
 
 /// A node's identity hashes.
@@ -250,8 +257,15 @@ mod tests {
     #[test]
     fn every_stage_belongs_to_one_of_the_four_nodes() {
         for s in Stage::ALL {
-            assert_eq!(stage_named(s.name()), Some(s));
+            let task = match s {
+                Stage::MapCluster => Stage::cluster_task(3),
+                s => s.name().to_string(),
+            };
+            assert_eq!(stage_named(&task), Some(s));
             assert!(SpecKind::ALL.contains(&kind_of(s)));
+        }
+        for not_a_task in ["map_cluster", "map_cluster_", "map_cluster_x", "mapper"] {
+            assert_eq!(stage_named(not_a_task), None);
         }
         for k in SpecKind::ALL {
             assert_eq!(kind_of(k.defining_stage()), k);

@@ -44,23 +44,85 @@ impl tessera_core::Classify for DatabaseError {
     }
 }
 
-/// Read the counts (read-only; never modifies the file).
-pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
-    let err = |e: rusqlite::Error| DatabaseError {
-        path: path.display().to_string(),
-        why: e.to_string(),
-    };
+/// COLMAP's pair id: `id1 * MAX_IMAGES + id2` with `id1 < id2`.
+const MAX_IMAGES: i64 = 2_147_483_647;
+
+/// One verified pair of the match graph: two photos by name and their inlier matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedPair {
+    /// One photo's name.
+    pub a: String,
+    /// The other's.
+    pub b: String,
+    /// Geometrically verified matches between them.
+    pub inliers: u32,
+}
+
+fn open(path: &Path) -> Result<Connection, DatabaseError> {
     if !path.is_file() {
         return Err(DatabaseError {
             path: path.display().to_string(),
             why: "file does not exist".into(),
         });
     }
-    let c = Connection::open_with_flags(
+    Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(err)?;
+    .map_err(|e| DatabaseError {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// The match graph: every geometrically verified pair (read-only). What a split run cuts
+/// its clusters along, and what decides which photos a cluster shares with its
+/// neighbours.
+pub fn verified_pairs(path: &Path) -> Result<Vec<VerifiedPair>, DatabaseError> {
+    let err = |e: rusqlite::Error| DatabaseError {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
+    let c = open(path)?;
+    let mut names = std::collections::HashMap::new();
+    let mut stmt = c
+        .prepare("SELECT image_id, name FROM images")
+        .map_err(err)?;
+    for row in stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .map_err(err)?
+    {
+        let (id, name) = row.map_err(err)?;
+        names.insert(id, name);
+    }
+    let mut stmt = c
+        .prepare("SELECT pair_id, rows FROM two_view_geometries WHERE rows > 0 AND config BETWEEN 2 AND 6 ORDER BY pair_id")
+        .map_err(err)?;
+    let mut pairs = Vec::new();
+    for row in stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+        .map_err(err)?
+    {
+        let (pair, rows) = row.map_err(err)?;
+        let (a, b) = (pair / MAX_IMAGES, pair % MAX_IMAGES);
+        if let (Some(a), Some(b)) = (names.get(&a), names.get(&b)) {
+            pairs.push(VerifiedPair {
+                a: a.clone(),
+                b: b.clone(),
+                inliers: rows.clamp(0, i64::from(u32::MAX)) as u32,
+            });
+        }
+    }
+    Ok(pairs)
+}
+
+/// Read the counts (read-only; never modifies the file).
+pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
+    let err = |e: rusqlite::Error| DatabaseError {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
+    let c = open(path)?;
     let one = |sql: &str| -> Result<u64, DatabaseError> {
         c.query_row(sql, [], |r| r.get::<_, i64>(0))
             .map(|n| n.max(0) as u64)

@@ -255,6 +255,28 @@ impl EngineBackend for ColmapBackend {
         Ok(self.call(args))
     }
 
+    fn map_subset(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        image_list: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("map.incremental")?;
+        let p = |x: &Path| x.display().to_string();
+        Ok(self.call(vec![
+            "mapper".into(),
+            "--database_path".into(),
+            p(db),
+            "--image_path".into(),
+            p(images),
+            "--output_path".into(),
+            p(out),
+            "--image_list_path".into(),
+            p(image_list),
+        ]))
+    }
+
     fn bundle_adjust(
         &self,
         mode: BaMode,

@@ -359,6 +359,25 @@ impl EngineBackend for PycolmapBackend {
         )])
     }
 
+    fn map_subset(
+        &self,
+        db: &Path,
+        images: &Path,
+        out: &Path,
+        image_list: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("map.incremental", "")?;
+        Ok(vec![self.call(
+            "map",
+            vec![
+                ("database", p(db)),
+                ("images", p(images)),
+                ("output", p(out)),
+                ("image-list", p(image_list)),
+            ],
+        )])
+    }
+
     fn bundle_adjust(
         &self,
         mode: BaMode,

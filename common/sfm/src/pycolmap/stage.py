@@ -155,12 +155,16 @@ def incremental_options(args):
         options.mapper.init_min_num_inliers = args.init_min_inliers
         options.mapper.init_min_tri_angle = args.init_min_tri_angle
         options.mapper.abs_pose_min_num_inliers = args.abs_pose_min_inliers
+    # One cluster of a split run: only these photos are mapped.
+    if getattr(args, "image_list", None):
+        with open(args.image_list, encoding="utf-8") as f:
+            options.image_names = [line.strip() for line in f if line.strip()]
     return options
 
 
 def map_incremental(args):
     options = incremental_options(args)
-    total = count_images(args.database)
+    total = len(options.image_names) or count_images(args.database)
     registered = [0]
 
     # Counted per model: a new model starts from its initial pair of two photos.
@@ -343,6 +347,7 @@ def main():
     p.add_argument("--init-min-inliers", type=int)
     p.add_argument("--init-min-tri-angle", type=float)
     p.add_argument("--abs-pose-min-inliers", type=int)
+    p.add_argument("--image-list")
     p.set_defaults(run=map_incremental)
 
     p = sub.add_parser("map_global")

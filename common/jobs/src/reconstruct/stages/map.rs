@@ -16,6 +16,13 @@ fn map_phase(mapper: tessera_core::spec::MapperKind) -> Phase {
 
 impl Run<'_> {
     pub(super) async fn map(&self) -> Result<Value, TaskError> {
+        // A split run's map task merges its clusters' models.
+        if let Some(count) = self.ctx.task().payload["clusters"]
+            .as_u64()
+            .filter(|c| *c > 1)
+        {
+            return self.merge_clusters(count as usize).await;
+        }
         let backend = backend_for(&self.spec.backend)?;
         let (images, photos) = self.ensure_images().await?;
         let matched = self.upstream(Stage::Match).await?;

@@ -13,7 +13,9 @@ mod extract;
 mod georeference;
 mod ingest;
 mod map;
+mod map_cluster;
 mod match_pairs;
+mod merge_clusters;
 mod snapshots;
 mod verify;
 
@@ -58,6 +60,12 @@ pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) ->
     move |e| TaskError::transient(format!("{what}: {e}"))
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 pub(crate) fn fresh_dir(path: &Path) -> Result<(), TaskError> {
     if path.exists() {
         std::fs::remove_dir_all(path).map_err(io(format!("clearing {}", path.display())))?;
@@ -89,7 +97,8 @@ impl TaskHandler for StageHandler {
                 .map_err(io("creating the scratch folder"))?,
             job: ctx.task().job_id,
         };
-        let name = self.stage.name();
+        // The task's own name: a stage's, or a split run's `map_cluster_<i>`.
+        let name = ctx.task().name.as_str();
         if let Some(cp) = checkpoint::manifest(ctx.ports().objects.as_ref(), run.job, name).await?
             && checkpoint::validates(ctx.ports().objects.as_ref(), run.job, &cp).await?
         {
@@ -130,11 +139,13 @@ impl TaskHandler for StageHandler {
             return Ok(TaskOutput::result(result));
         }
         let started = Instant::now();
+        let started_ms = unix_ms();
         let mut result = match self.stage {
             Stage::Ingest => run.ingest().await?,
             Stage::Extract => run.extract().await?,
             Stage::Match => run.match_pairs().await?,
             Stage::Verify => run.verify().await?,
+            Stage::MapCluster => run.map_cluster().await?,
             Stage::Map => run.map().await?,
             Stage::BundleAdjust => run.bundle_adjust().await?,
             Stage::Georeference => run.georeference().await?,
@@ -144,6 +155,8 @@ impl TaskHandler for StageHandler {
         result["skipped"] = json!(false);
         result["cache_key"] = json!(cache_key);
         result["wall_s"] = json!(started.elapsed().as_secs_f64());
+        // When it ran by the wall clock: what shows a split run's clusters side by side.
+        result["ran_ms"] = json!([started_ms, unix_ms()]);
         ctx.metric(
             &format!("{name}_wall_s"),
             started.elapsed().as_secs_f64(),
@@ -164,8 +177,13 @@ impl TaskHandler for StageHandler {
 
 impl Run<'_> {
     async fn upstream(&self, stage: Stage) -> Result<Checkpoint, TaskError> {
-        checkpoint::manifest(self.ctx.ports().objects.as_ref(), self.job, stage.name()).await?.ok_or_else(|| {
-            TaskError::transient(format!("the checkpoint of stage `{}` is missing; `tessera reconstruct … --resume` runs it again", stage.name()))
+        self.upstream_task(stage.name()).await
+    }
+
+    /// The checkpoint of the task named `name` (a stage, or one cluster of a split run).
+    async fn upstream_task(&self, name: &str) -> Result<Checkpoint, TaskError> {
+        checkpoint::manifest(self.ctx.ports().objects.as_ref(), self.job, name).await?.ok_or_else(|| {
+            TaskError::transient(format!("the checkpoint of stage `{name}` is missing; `tessera reconstruct … --resume` runs it again"))
         })
     }
 
@@ -238,10 +256,21 @@ impl Run<'_> {
         files: &[&str],
         result: Value,
     ) -> Result<Value, TaskError> {
+        self.publish_task(stage.name(), dir, files, result).await
+    }
+
+    /// Seal the checkpoint of the task named `name`.
+    async fn publish_task(
+        &self,
+        name: &str,
+        dir: &Path,
+        files: &[&str],
+        result: Value,
+    ) -> Result<Value, TaskError> {
         checkpoint::publish(
             self.ctx.ports().objects.as_ref(),
             self.job,
-            stage.name(),
+            name,
             dir,
             files,
             result.clone(),

@@ -1,0 +1,140 @@
+//! One cluster of a split run: its share of the photos, cut by every cluster task the
+//! same way from the ingest's photos and the verified matches ([`crate::reconstruct::split`]),
+//! mapped on its own. A cluster that maps nothing seals a checkpoint that says so; the
+//! merge reports it, and its photos are named among those left out.
+
+use super::*;
+use crate::reconstruct::split::{self, Member};
+use tessera_core::geodesy;
+
+const MODEL_FILES: [&str; 3] = ["cameras.bin", "images.bin", "points3D.bin"];
+
+impl Run<'_> {
+    pub(super) async fn map_cluster(&self) -> Result<Value, TaskError> {
+        let task = self.ctx.task().name.clone();
+        let payload = &self.ctx.task().payload;
+        let (Some(index), Some(count)) =
+            (payload["cluster"].as_u64(), payload["clusters"].as_u64())
+        else {
+            return Err(TaskError::permanent(format!(
+                "task `{task}` names no cluster; submit the reconstruction again"
+            )));
+        };
+        let (index, count) = (index as usize, count as usize);
+        let Some(settings) = self.spec.split else {
+            return Err(TaskError::permanent(format!(
+                "task `{task}` maps a cluster of a run whose spec has no split"
+            )));
+        };
+        let backend = backend_for(&self.spec.backend)?;
+        let (images, photos) = self.ensure_images().await?;
+        let matched = self.upstream(Stage::Match).await?;
+        let dir = self.scratch.join(&task);
+        std::fs::create_dir_all(&dir).map_err(io("creating the cluster's folder"))?;
+        let db = self.database_from(&matched, &dir).await?;
+        let graph = tessera_sfm::colmap::database::verified_pairs(&db)
+            .map_err(TaskError::from_classified)?;
+        let (clusters, cut_by) =
+            split::partition(&members(&photos), &graph, count, settings.overlap as usize);
+        let mut result = json!({
+            "cluster": index,
+            "clusters": count,
+            "cut_by": cut_by,
+            "core": [],
+            "shared": [],
+            "model": null,
+        });
+        let Some(cluster) = clusters.get(index) else {
+            // Fewer photos than clusters planned (some did not pass ingest).
+            return self.publish_task(&task, &dir, &[], result).await;
+        };
+        result["core"] = json!(cluster.core);
+        result["shared"] = json!(cluster.shared);
+        let names = cluster.photos();
+        let list = dir.join("image_list.txt");
+        std::fs::write(&list, names.join("\n")).map_err(io("writing the cluster's photo list"))?;
+        let sparse = dir.join("sparse");
+        fresh_dir(&sparse)?;
+        self.ctx
+            .emit(EventKind::LogLine {
+                line: format!(
+                    "{task}: mapping {} photos ({} its own, {} shared with its neighbours; cut by {})",
+                    names.len(),
+                    cluster.core.len(),
+                    cluster.shared.len(),
+                    serde_json::to_value(cut_by).expect("serializable").as_str().unwrap_or("")
+                ),
+            })
+            .await?;
+        let run = self
+            .exec(
+                backend.map_subset(&db, &images, &sparse, &list),
+                Phase::IncrementalRegister,
+                Some(names.len() as u64),
+            )
+            .await;
+        let report = match run {
+            Ok(mut r) => Some(r.remove(0)),
+            // The mapper exits 1 when it builds no model: the merge reports the cluster.
+            Err(e)
+                if e.class == tessera_core::ErrorClass::Permanent
+                    && read_models(&sparse)?.is_empty() =>
+            {
+                self.ctx
+                    .emit(EventKind::Warning {
+                        message: format!("{task} built no model: {}", e.message),
+                    })
+                    .await?;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        result["process"] = json!(report.as_ref().map(Self::report_json));
+        let mut models = read_models(&sparse)?;
+        sort_models(&mut models);
+        let Some((best, metrics)) = models.into_iter().next() else {
+            return self.publish_task(&task, &dir, &[], result).await;
+        };
+        let model_dir = dir.join("model");
+        fresh_dir(&model_dir)?;
+        for f in MODEL_FILES {
+            std::fs::copy(best.join(f), model_dir.join(f)).map_err(io(format!("copying {f}")))?;
+        }
+        result["model"] = json!(metrics);
+        let files: Vec<String> = MODEL_FILES.iter().map(|f| format!("model/{f}")).collect();
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        self.publish_task(&task, &dir, &refs, result).await
+    }
+}
+
+/// The photos as the cut sees them: east and north of the first photo by name with a
+/// position, in metres.
+fn members(photos: &[PhotoFacts]) -> Vec<Member> {
+    let origin = photos
+        .iter()
+        .filter_map(|p| p.gps.as_ref().map(|g| (&p.name, g)))
+        .min_by(|a, b| a.0.cmp(b.0))
+        .map(|(_, g)| geodesy::Geodetic {
+            lat: g.lat,
+            lon: g.lon,
+            h: 0.0,
+        });
+    photos
+        .iter()
+        .map(|p| Member {
+            name: p.name.clone(),
+            position: match (&p.gps, &origin) {
+                (Some(g), Some(o)) => {
+                    let here = geodesy::Geodetic {
+                        lat: g.lat,
+                        lon: g.lon,
+                        h: 0.0,
+                    };
+                    let enu = geodesy::ecef_to_enu(geodesy::to_ecef(&here), o);
+                    Some([enu[0], enu[1]])
+                }
+                _ => None,
+            },
+        })
+        .collect()
+}
