@@ -111,8 +111,13 @@ fn small_spec(image_set: &str) -> ReconstructionSpec {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_model() {
+/// Six sample photos reconstructed by `spec` on moto, the tasks `heavy` names in the
+/// Large class (so they take the Batch path) and the rest in the stage-runner: the job's
+/// tasks when it ended, the Batch launches (job id, task name) and the objects' keys.
+async fn run_on_moto(
+    spec: ReconstructionSpec,
+    heavy: impl Fn(&str) -> bool,
+) -> (Vec<Task>, Vec<(String, String)>, Vec<String>) {
     let mut d = Deployment::start(Duration::from_secs(60), 5).await;
     let launcher = Arc::new(ProcessLauncher {
         env: vec![
@@ -156,19 +161,16 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
         d.adapters
             .objects
             .put(
-                &format!("images/on-moto/{name}"),
+                &format!("{}/{name}", spec.image_set),
                 std::fs::read(f).unwrap().into(),
             )
             .await
             .unwrap();
     }
-    let spec = small_spec("images/on-moto");
     let mut plan =
         tessera_jobs::reconstruct::plan(&spec, TenantId::local(), None, "on moto", 6, 0.5).unwrap();
-    // Feature extraction and mapping are the heavy stages of a large job: give them a
-    // heavy class so they take the Batch path (their memory estimate stays small).
     for t in plan.tasks.iter_mut() {
-        t.resource_class = if matches!(t.name.as_str(), "extract" | "map") {
+        t.resource_class = if heavy(&t.name) {
             ResourceClass::Large
         } else {
             ResourceClass::Small
@@ -191,8 +193,31 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
             t.name,
             t.last_error
         );
+        assert_eq!(
+            t.lease.as_ref().map(|l| l.owner.as_str()),
+            None,
+            "{} finished and released its lease",
+            t.name
+        );
     }
     let launched = launcher.launched.lock().unwrap().clone();
+    let (objects, _) = d.adapters.objects.list("", None, 1000).await.unwrap();
+    let keys = objects
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| k.contains(&job.to_string()))
+        .collect();
+    (tasks, launched, keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_model() {
+    // Feature extraction and mapping are the heavy stages of a large job: give them a
+    // heavy class so they take the Batch path (their memory estimate stays small).
+    let (_, launched, keys) = run_on_moto(small_spec("images/on-moto"), |name| {
+        matches!(name, "extract" | "map")
+    })
+    .await;
     let mut names: Vec<&str> = launched.iter().map(|(_, n)| n.as_str()).collect();
     names.sort();
     assert_eq!(
@@ -200,24 +225,38 @@ async fn heavy_stages_run_through_the_batch_entrypoint_and_the_job_ends_with_a_m
         ["extract", "map"],
         "exactly the heavy stages went to Batch, once each"
     );
-    for (job_id, name) in &launched {
-        let t = tasks.iter().find(|t| &t.name == name).unwrap();
-        assert_eq!(
-            t.lease.as_ref().map(|l| l.owner.as_str()),
-            None,
-            "{name} finished and released its lease"
-        );
-        let _ = job_id;
-    }
     // The export is in S3.
-    let (objects, _) = d.adapters.objects.list("", None, 1000).await.unwrap();
-    assert!(
-        objects
-            .iter()
-            .any(|o| o.key.contains(&job.to_string()) && o.key.ends_with("points.bin")),
-        "{:?}",
-        objects.iter().map(|o| &o.key).collect::<Vec<_>>()
+    assert!(keys.iter().any(|k| k.ends_with("points.bin")), "{keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_split_runs_one_batch_job_per_cluster_and_the_merge_in_the_stage_runner() {
+    // Six photos in clusters of five: two clusters, each its own Batch job; the merge
+    // (the map task) runs in the stage-runner's sandbox.
+    let mut spec = small_spec("images/split-on-moto");
+    spec.split = Some(tessera_core::spec::SplitSpec {
+        cluster_size: 5,
+        overlap: 3,
+    });
+    let (tasks, launched, keys) = run_on_moto(spec, |name| name.starts_with("map_cluster_")).await;
+    let mut names: Vec<&str> = launched.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["map_cluster_0", "map_cluster_1"],
+        "one Batch job per cluster, once each"
     );
+    let map = tasks.iter().find(|t| t.name == "map").unwrap();
+    let split = &map.result.as_ref().unwrap()["split"];
+    assert_eq!(split["clusters"].as_array().unwrap().len(), 2, "{split}");
+    assert!(
+        map.result.as_ref().unwrap()["model"]["registered_images"]
+            .as_u64()
+            .unwrap()
+            >= 5,
+        "{map:?}"
+    );
+    assert!(keys.iter().any(|k| k.ends_with("points.bin")), "{keys:?}");
 }
 
 /// The orchestrator's Batch settings as `infra/template.yaml` deploys them when

@@ -279,3 +279,102 @@ pub fn register(r: &mut Registry) {
     }
     refine::register(r);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::spec::SplitSpec;
+
+    fn survey_spec(split: Option<SplitSpec>) -> ReconstructionSpec {
+        let mut spec: ReconstructionSpec = serde_json::from_value(serde_json::json!({
+            "project": "01JA0000000000000000000000", "image_set": "images/survey",
+            "backend": {"name": "pycolmap", "version": null}, "camera_model": "SIMPLE_RADIAL",
+            "max_features": 8192, "max_image_size": 3200,
+            "pairs": {"strategy": "spatial", "max_neighbors": 20, "max_distance_m": 1000.0},
+            "mapper": "incremental", "ba": "standard",
+            "georef": {"mode": "gps", "target_epsg": null}, "exports": ["points-bin"],
+        }))
+        .unwrap();
+        spec.split = split;
+        spec
+    }
+
+    #[test]
+    fn a_split_survey_plans_one_task_per_cluster_between_verify_and_map() {
+        let split = SplitSpec {
+            cluster_size: 150,
+            overlap: 50,
+        };
+        let split_plan = plan(
+            &survey_spec(Some(split)),
+            TenantId::local(),
+            None,
+            "survey",
+            2000,
+            24.0,
+        )
+        .unwrap();
+        let clusters: Vec<&TaskPlan> = split_plan
+            .tasks
+            .iter()
+            .filter(|t| t.kind == Stage::MapCluster.kind())
+            .collect();
+        assert_eq!(clusters.len(), 14, "2,000 photos in clusters of 150");
+        for (i, t) in clusters.iter().enumerate() {
+            assert_eq!(t.name, Stage::cluster_task(i));
+            assert_eq!(Stage::of_task(&t.name), Some(Stage::MapCluster));
+            assert_eq!(t.after, ["verify"]);
+            assert_eq!(t.payload["cluster"], i);
+            assert_eq!(t.payload["clusters"], 14);
+        }
+        let map = split_plan.tasks.iter().find(|t| t.name == "map").unwrap();
+        assert_eq!(map.after.len(), 14, "the merge waits for every cluster");
+        assert_eq!(map.payload["clusters"], 14);
+        let bundle = split_plan
+            .tasks
+            .iter()
+            .find(|t| t.name == "bundle_adjust")
+            .unwrap();
+        assert_eq!(bundle.after, ["map"]);
+        // A cluster is sized for its 200 photos, not the survey's 2,000: a container
+        // class of its own, smaller than one mapper run over everything would need.
+        let whole = plan(
+            &survey_spec(None),
+            TenantId::local(),
+            None,
+            "survey",
+            2000,
+            24.0,
+        )
+        .unwrap();
+        let whole_map = whole.tasks.iter().find(|t| t.name == "map").unwrap();
+        assert!(clusters[0].memory_estimate < whole_map.memory_estimate);
+        assert!(
+            clusters[0].resource_class.is_heavy(),
+            "{:?}",
+            clusters[0].resource_class
+        );
+        assert!(
+            !whole
+                .tasks
+                .iter()
+                .any(|t| t.kind == Stage::MapCluster.kind())
+        );
+        // Photos that fit one cluster are mapped in one run.
+        let small = plan(
+            &survey_spec(Some(split)),
+            TenantId::local(),
+            None,
+            "survey",
+            150,
+            24.0,
+        )
+        .unwrap();
+        assert!(
+            !small
+                .tasks
+                .iter()
+                .any(|t| t.kind == Stage::MapCluster.kind())
+        );
+    }
+}

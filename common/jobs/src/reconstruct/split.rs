@@ -149,10 +149,11 @@ fn bisect(items: &mut [(&str, [f64; 2])], k: usize, out: &mut Vec<Vec<String>>) 
     bisect(right, k - left_k, out);
 }
 
-/// The photos in an order where matched photos stand together: from the first by name,
-/// always the unvisited photo with the most verified matches to one already visited (a
-/// maximum spanning tree grown like Prim's); a photo matched to none visited starts
-/// again from the first left by name.
+/// The photos in an order where matched photos stand together, so that runs of it are
+/// clusters: a walk from the first by name, always on to the current photo's most
+/// matched unvisited neighbour; where it has none, on to the unvisited photo with the
+/// most matches to any visited one; where no unvisited photo is matched to a visited
+/// one, from the first left by name. A ring is walked around, a strip along.
 fn graph_order(members: &[&Member], weights: &Weights) -> Vec<String> {
     let mut left: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
     let mut best: BTreeMap<&str, u64> = BTreeMap::new();
@@ -169,13 +170,18 @@ fn graph_order(members: &[&Member], weights: &Weights) -> Vec<String> {
                     *e = (*e).max(w);
                 }
             }
-            next = best
-                .iter()
-                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-                .map(|(m, _)| *m);
+            next = strongest(weights.of_photo(n).filter(|(m, _)| left.contains(m)))
+                .or_else(|| strongest(best.iter().map(|(m, w)| (*m, *w))));
         }
     }
     order
+}
+
+/// The most matched of `candidates` (the first by name among equals).
+fn strongest<'a>(candidates: impl Iterator<Item = (&'a str, u64)>) -> Option<&'a str> {
+    candidates
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)))
+        .map(|(m, _)| m)
 }
 
 /// `order` cut into `k` runs of nearly equal length.
@@ -278,11 +284,15 @@ mod tests {
                     name: name(s, i),
                     position: Some([i as f64 * 20.0, s as f64 * 30.0]),
                 });
-                if i > 0 {
-                    graph.push(pair(&name(s, i - 1), &name(s, i), 300));
-                }
-                if s > 0 {
-                    graph.push(pair(&name(s - 1, i), &name(s, i), 100));
+            }
+        }
+        // Photos within 50 m of each other are matched, the closer the more.
+        for (i, a) in members.iter().enumerate() {
+            for b in &members[i + 1..] {
+                let (pa, pb) = (a.position.unwrap(), b.position.unwrap());
+                let d = (pa[0] - pb[0]).hypot(pa[1] - pb[1]);
+                if d <= 50.0 {
+                    graph.push(pair(&a.name, &b.name, (600.0 - 10.0 * d) as u32));
                 }
             }
         }
