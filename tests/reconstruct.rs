@@ -1189,6 +1189,63 @@ async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_
         own_names["recipe_fingerprint"],
         api_spatial["recipe_fingerprint"]
     );
+    // Clusters asked for by both ways in are one split: 20 photos, 6 shared.
+    let cli_split = cli(&["--export", "ply,colmap-bin", "--split", "20/6"]);
+    assert_eq!(
+        cli_split["spec"]["split"],
+        serde_json::json!({"cluster_size": 20, "overlap": 6}),
+        "{cli_split}"
+    );
+    let split_body = |split: serde_json::Value| {
+        serde_json::json!({
+            "dataset_id": did,
+            "spec": {"kind": "incremental",
+                     "x-tessera": {"georeference": "auto", "exports": ["ply", "colmap_bin"], "split": split}},
+        })
+    };
+    for asked in [
+        serde_json::json!("20/6"),
+        serde_json::json!({"cluster_size": 20, "overlap": 6}),
+    ] {
+        let api_split = tessera_tests::post_json(
+            &c,
+            &format!("{pipeline}?validate_only=true"),
+            split_body(asked),
+        )
+        .await;
+        assert_eq!(
+            cli_split["recipe_fingerprint"], api_split["recipe_fingerprint"],
+            "{api_split}"
+        );
+    }
+    assert!(
+        by_cli["spec"]["split"].is_null() && by_api["spec"]["split"].is_null(),
+        "64 photos map in one run by default"
+    );
+    // A cluster too small to map is refused by both, naming the field.
+    let r = c
+        .post(format!("{pipeline}?validate_only=true"))
+        .json(&split_body(serde_json::json!(3)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let why = r.text().await.unwrap();
+    assert!(why.contains("split.cluster_size"), "{why}");
+    let o = tessera(
+        &dir.path().join("state-cli"),
+        &[
+            "reconstruct",
+            survey.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--dry-run",
+            "--split",
+            "3",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("split.cluster_size"), "{}", stderr(&o));
     // A PairsSpec that is not an object, or a strategy that is not a name, is refused.
     for bad in [
         serde_json::json!("spatial"),

@@ -1,6 +1,7 @@
 //! `tessera bench …`: the benchmarks, one sub-command each (most in their own module),
 //! and the engine's claim-and-complete throughput on embedded SQLite.
 
+mod baselines;
 mod curve;
 mod fairness;
 pub mod handlers;

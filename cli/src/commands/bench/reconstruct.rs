@@ -35,37 +35,47 @@ pub struct ReconstructBench {
         default_value = "bare,colmap,pycolmap,pycolmap-global"
     )]
     pub engines: Vec<BenchEngine>,
+    /// Run the comparison over the first N photos by name for each N given
+    /// (`--scale 20,40,80`) and print each run's figures per photo: how time and memory
+    /// grow with the survey.
+    #[arg(long, value_delimiter = ',')]
+    pub scale: Vec<usize>,
+    /// Cluster size of the `pycolmap-split` run (its overlap a third of it).
+    #[arg(long, default_value_t = 25)]
+    pub split_size: u32,
 }
 
 /// One engine's run in the comparison.
 #[derive(Serialize, Clone)]
-struct EngineRun {
+pub(super) struct EngineRun {
     /// `bare colmap`, or `tessera` with the backend below.
-    runner: String,
-    backend: String,
-    version: String,
-    mapper: String,
+    pub(super) runner: String,
+    pub(super) backend: String,
+    pub(super) version: String,
+    pub(super) mapper: String,
     /// Whether this is what `tessera reconstruct DIR` runs with no options.
-    default: bool,
-    wall_s: f64,
+    pub(super) default: bool,
+    pub(super) wall_s: f64,
     /// User + system CPU of the engine processes (and, for Tessera, its own process).
-    cpu_s: f64,
+    pub(super) cpu_s: f64,
     /// Largest resident set of one engine process.
-    peak_rss_bytes: u64,
-    registered: u64,
-    points: u64,
-    mean_reprojection_error: Option<f64>,
+    pub(super) peak_rss_bytes: u64,
+    pub(super) registered: u64,
+    pub(super) points: u64,
+    pub(super) mean_reprojection_error: Option<f64>,
     /// Wall and CPU time over the bare COLMAP baseline's, measured in this run.
-    wall_ratio: Option<f64>,
-    cpu_ratio: Option<f64>,
+    pub(super) wall_ratio: Option<f64>,
+    pub(super) cpu_ratio: Option<f64>,
+    /// Wall time over the bare COLMAP 4 (pycolmap) baseline's, where it ran.
+    pub(super) wall_vs_colmap4: Option<f64>,
     /// Matching's wall time over the baseline's, in this run.
-    match_ratio: Option<f64>,
+    pub(super) match_ratio: Option<f64>,
     /// Per stage: wall time (and, for Tessera, peak RSS and attempts).
-    stages: Vec<serde_json::Value>,
+    pub(super) stages: Vec<serde_json::Value>,
     /// What the run produced that is worth knowing (the baseline's mapper building
     /// no model, for one).
-    note: Option<String>,
-    error: Option<String>,
+    pub(super) note: Option<String>,
+    pub(super) error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -84,16 +94,22 @@ struct ReconstructReport {
 pub enum BenchEngine {
     /// The COLMAP command line run bare, no Tessera: the baseline.
     Bare,
+    /// COLMAP 4 through pycolmap run bare with its own defaults (`extract_features`,
+    /// `match_exhaustive`, `incremental_mapping`): what a user who knows COLMAP 4 runs.
+    BarePycolmap,
     /// Tessera driving the COLMAP command line.
     Colmap,
     /// Tessera driving COLMAP 4 through pycolmap, incremental mapper.
     Pycolmap,
     /// Tessera driving COLMAP 4 through pycolmap, global mapper.
     PycolmapGlobal,
+    /// Tessera on pycolmap, the photos mapped in clusters of `--split-size` side by side
+    /// (one worker per cluster up to the CPUs) and merged.
+    PycolmapSplit,
 }
 
 /// CPU seconds and the largest resident set of this process's reaped children so far.
-fn children_usage() -> (f64, u64) {
+pub(super) fn children_usage() -> (f64, u64) {
     usage(libc::RUSAGE_CHILDREN)
 }
 
@@ -106,137 +122,6 @@ fn usage(who: libc::c_int) -> (f64, u64) {
         secs(u.ru_utime) + secs(u.ru_stime),
         u.ru_maxrss as u64 * 1024,
     )
-}
-
-/// Run one COLMAP command bare: its exit status and the last line it printed.
-fn bare_status(args: &[String]) -> anyhow::Result<(std::process::ExitStatus, String)> {
-    let out = std::process::Command::new(tessera_sfm::colmap::program())
-        .args(args)
-        .output()
-        .context("cannot run colmap")?;
-    let last = String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .last()
-        .unwrap_or("")
-        .to_string();
-    Ok((out.status, last))
-}
-
-/// The bare baseline: COLMAP's own commands in sequence (extract, match, mapper, bundle
-/// adjuster) with the spec's options, as a user would type them.
-fn bare_run(
-    spec: &tessera_core::spec::ReconstructionSpec,
-    files: &[PathBuf],
-    dir: &Path,
-) -> anyhow::Result<EngineRun> {
-    use tessera_sfm::colmap::commands;
-    let info = tessera_sfm::colmap::detect()?;
-    let images = dir.join("images");
-    std::fs::create_dir_all(&images)?;
-    for f in files {
-        std::fs::copy(f, images.join(f.file_name().context("file name")?))?;
-    }
-    let db = dir.join("database.db");
-    let (sparse, adjusted) = (dir.join("sparse"), dir.join("adjusted"));
-    std::fs::create_dir_all(&sparse)?;
-    std::fs::create_dir_all(&adjusted)?;
-    let (cpu0, _) = children_usage();
-    let t0 = Instant::now();
-    let mut stages = Vec::new();
-    let mut timed = |stage: &str, args: &[String]| {
-        let t = Instant::now();
-        let r = bare_status(args);
-        stages.push(serde_json::json!({ "stage": stage, "wall_s": t.elapsed().as_secs_f64() }));
-        r
-    };
-    let must = |(status, last): (std::process::ExitStatus, String), what: &str| {
-        if status.success() {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!(
-                "bare `colmap {what}` failed ({status}): {last}"
-            ))
-        }
-    };
-    must(
-        timed(
-            "extract",
-            &commands::extract(
-                spec,
-                &db,
-                &images,
-                info.cuda,
-                tessera_sfm::backend::CameraSharing::Shared,
-            ),
-        )?,
-        "feature_extractor",
-    )?;
-    must(
-        timed(
-            "match",
-            &commands::match_pairs(&spec.pairs, &db, info.cuda, None),
-        )?,
-        "matcher",
-    )?;
-    let (mapped, said) = timed(
-        "map",
-        &commands::map(
-            false,
-            &db,
-            &images,
-            &sparse,
-            &dir.join("snapshots"),
-            1_000_000,
-            None,
-        ),
-    )?;
-    let best = std::fs::read_dir(&sparse)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|p| tessera_sfm::model_bin::read(&p).ok().map(|r| (p, r)))
-        .max_by_key(|(_, r)| r.images.len());
-    // The mapper exiting 1 with no model is a result of the baseline (0 registered);
-    // any other failure (an abort, a signal) fails the bench.
-    let note = match (&best, mapped.code()) {
-        (_, Some(0)) => None,
-        (None, Some(1)) => Some(format!("the mapper built no model: {said}")),
-        _ => anyhow::bail!("bare `colmap mapper` failed ({mapped}): {said}"),
-    };
-    if let Some((path, _)) = &best {
-        for args in commands::bundle_adjust(
-            tessera_core::spec::BaMode::Standard,
-            path,
-            &adjusted,
-            &adjusted,
-        ) {
-            must(timed("bundle_adjust", &args)?, "bundle_adjuster")?;
-        }
-    }
-    let wall_s = t0.elapsed().as_secs_f64();
-    let (cpu1, peak) = children_usage();
-    let model = best
-        .is_some()
-        .then(|| tessera_sfm::model_bin::read(&adjusted))
-        .transpose()?;
-    let m = model.as_ref().map(tessera_sfm::metrics::compute);
-    Ok(EngineRun {
-        runner: "bare colmap".into(),
-        backend: info.name,
-        version: info.version,
-        mapper: "incremental".into(),
-        default: false,
-        wall_s,
-        cpu_s: cpu1 - cpu0,
-        peak_rss_bytes: peak,
-        registered: model.as_ref().map_or(0, |m| m.images.len() as u64),
-        points: model.as_ref().map_or(0, |m| m.points.len() as u64),
-        mean_reprojection_error: m.map(|m| m.mean_reprojection_error),
-        wall_ratio: None,
-        cpu_ratio: None,
-        match_ratio: None,
-        stages,
-        note,
-        error: None,
-    })
 }
 
 /// One Tessera run with `args`, in its own state folder.
@@ -262,7 +147,13 @@ async fn tessera_run(
         runner: "tessera".into(),
         backend: backend.name,
         version: backend.version.unwrap_or_default(),
-        mapper: format!("{:?}", args.mapper).to_lowercase(),
+        mapper: match args.split {
+            tessera_jobs::reconstruct::recipe::SplitAsk::Given(s) => format!(
+                "incremental in clusters of {} (+{} shared)",
+                s.cluster_size, s.overlap
+            ),
+            _ => format!("{:?}", args.mapper).to_lowercase(),
+        },
         default,
         wall_s,
         cpu_s: (self1 - self0) + (cpu1 - cpu0),
@@ -276,6 +167,7 @@ async fn tessera_run(
         mean_reprojection_error: report.metrics["mean_reprojection_error"].as_f64(),
         wall_ratio: None,
         cpu_ratio: None,
+        wall_vs_colmap4: None,
         match_ratio: None,
         stages,
         note: None,
@@ -284,14 +176,101 @@ async fn tessera_run(
 }
 
 pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
+    if b.scale.is_empty() {
+        let r = compare(&b, &b.images).await?;
+        emit(json, &r, || text(&r));
+        return Ok(exit_code(&r));
+    }
+    // The same survey at growing sizes: the first N photos by name (a flight's first
+    // N), each size compared in full.
+    let all = crate::photos::list_images(&b.images)?;
+    let scratch = Scratch::new("bench-reconstruct-scale")?;
+    let mut sizes = Vec::new();
+    for &n in &b.scale {
+        let n = n.min(all.len());
+        let folder = scratch.path().join(format!("first-{n}"));
+        std::fs::create_dir_all(&folder)?;
+        for f in &all[..n] {
+            std::fs::copy(f, folder.join(f.file_name().context("file name")?))?;
+        }
+        sizes.push(compare(&b, &folder).await?);
+    }
+    let curve = ScaleReport { sizes };
+    emit(json, &curve, || {
+        let mut lines = Vec::new();
+        for r in &curve.sizes {
+            lines.push(text(r));
+            lines.push(per_photo(r));
+        }
+        lines.join("\n\n")
+    });
+    Ok(
+        if curve
+            .sizes
+            .iter()
+            .all(|r| exit_code(r) == ExitCode::SUCCESS)
+        {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
+}
+
+/// Each run's stages per photo: wall seconds, and the run's CPU seconds and peak memory.
+fn per_photo(r: &ReconstructReport) -> String {
+    let n = r.images.max(1) as f64;
+    let mut lines = vec![format!("per photo at {} photos:", r.images)];
+    for run in r.runs.iter().filter(|run| run.error.is_none()) {
+        let stages: Vec<String> = run
+            .stages
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.2} s",
+                    s["stage"].as_str().unwrap_or("?"),
+                    s["wall_s"].as_f64().unwrap_or(0.0) / n
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "  {} {} {}: wall {:.2} s, CPU {:.2} s, peak {:.1} MB; {}",
+            run.runner,
+            run.backend,
+            run.mapper,
+            run.wall_s / n,
+            run.cpu_s / n,
+            run.peak_rss_bytes as f64 / n / 1048576.0,
+            stages.join(", ")
+        ));
+    }
+    lines.join("\n")
+}
+
+fn exit_code(r: &ReconstructReport) -> ExitCode {
+    if r.runs.iter().all(|run| run.error.is_none()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The same photos at growing sizes (`--scale`).
+#[derive(Serialize)]
+struct ScaleReport {
+    sizes: Vec<ReconstructReport>,
+}
+
+/// Every engine asked for over the photos in `images`, in one run.
+async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<ReconstructReport> {
     use crate::commands::reconstruct::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
-    let files = crate::photos::list_images(&b.images)?;
+    let files = crate::photos::list_images(images)?;
     let scratch = Scratch::new("bench-reconstruct")?;
     if matches!(b.pairs, Pairs::Vocabtree) {
         anyhow::bail!("the bench runs exhaustive, sequential or spatial pairs");
     }
     let args = |engine: EngineArg, mapper: Mapper, name: &str| Args {
-        images: b.images.clone(),
+        images: images.to_path_buf(),
         out: scratch.path().join(name).join("out"),
         pairs: b.pairs,
         overlap: b.overlap,
@@ -350,22 +329,44 @@ pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
             mean_reprojection_error: None,
             wall_ratio: None,
             cpu_ratio: None,
+            wall_vs_colmap4: None,
             match_ratio: None,
             stages: Vec::new(),
             note: None,
             error: Some(format!("{e:#}")),
         };
         let run = match which {
-            BenchEngine::Bare => bare_run(&spec, &files, &scratch.path().join("bare"))
-                .unwrap_or_else(|e| failed(e, "bare colmap", "colmap", "incremental")),
-            BenchEngine::Colmap | BenchEngine::Pycolmap | BenchEngine::PycolmapGlobal => {
+            BenchEngine::Bare => {
+                super::baselines::bare_run(&spec, &files, &scratch.path().join("bare"))
+                    .unwrap_or_else(|e| failed(e, "bare colmap", "colmap", "incremental"))
+            }
+            BenchEngine::BarePycolmap => {
+                super::baselines::bare_pycolmap_run(&files, &scratch.path().join("bare-pycolmap"))
+                    .unwrap_or_else(|e| failed(e, "bare pycolmap", "pycolmap", "incremental"))
+            }
+            BenchEngine::Colmap
+            | BenchEngine::Pycolmap
+            | BenchEngine::PycolmapGlobal
+            | BenchEngine::PycolmapSplit => {
                 let (engine, mapper, name) = match which {
                     BenchEngine::Colmap => (EngineArg::Colmap, Mapper::Incremental, "colmap"),
                     BenchEngine::Pycolmap => (EngineArg::Pycolmap, Mapper::Incremental, "pycolmap"),
+                    BenchEngine::PycolmapSplit => {
+                        (EngineArg::Pycolmap, Mapper::Incremental, "pycolmap-split")
+                    }
                     _ => (EngineArg::Pycolmap, Mapper::Global, "pycolmap-global"),
                 };
-                let a = args(engine, mapper, name);
+                let mut a = args(engine, mapper, name);
+                if *which == BenchEngine::PycolmapSplit {
+                    a.split = tessera_jobs::reconstruct::recipe::SplitAsk::Given(
+                        tessera_core::spec::SplitSpec::of_size(b.split_size),
+                    );
+                    a.workers = None;
+                }
+                // What `tessera reconstruct DIR` runs with no options: these photos are
+                // too few for the automatic split.
                 let default = mapper == Mapper::Incremental
+                    && *which != BenchEngine::PycolmapSplit
                     && default_engine == format!("{engine:?}").to_lowercase();
                 tessera_run(&a, &scratch.path().join(name).join("state"), default)
                     .await
@@ -401,50 +402,57 @@ pub async fn run(json: bool, b: ReconstructBench) -> anyhow::Result<ExitCode> {
             r.match_ratio = match_s(r).zip(match_s(&base)).map(|(m, b)| m / b.max(1e-9));
         }
     }
-    let r = ReconstructReport {
+    if let Some(base) = runs
+        .iter()
+        .find(|r| r.runner == "bare pycolmap" && r.error.is_none() && r.registered > 0)
+        .cloned()
+    {
+        for r in runs.iter_mut().filter(|r| r.error.is_none()) {
+            r.wall_vs_colmap4 = Some(r.wall_s / base.wall_s);
+        }
+    }
+    Ok(ReconstructReport {
         images: files.len(),
         max_image_size: spec.max_image_size,
         max_features: spec.max_features,
         pairs,
         runs,
-    };
-    emit(json, &r, || {
-        let mut lines = vec![format!(
-            "{} photos, pairs {}, {} px, {} features",
-            r.images,
-            r.pairs.strategy_name(),
-            r.max_image_size,
-            r.max_features
-        )];
-        for run in &r.runs {
-            lines.push(match &run.error {
-                Some(e) => format!("{} {} {}: failed: {e}", run.runner, run.backend, run.mapper),
-                None => format!(
-                    "{} {} {} {}{}: {:.1} s (×{:.2}; matching ×{:.2}), CPU {:.1} s (×{:.2}), peak {} MB, {} of {} registered, {} points, reprojection {:.3} px{}",
-                    run.runner,
-                    run.backend,
-                    run.version,
-                    run.mapper,
-                    if run.default { " [default]" } else { "" },
-                    run.wall_s,
-                    run.wall_ratio.unwrap_or(f64::NAN),
-                    run.match_ratio.unwrap_or(f64::NAN),
-                    run.cpu_s,
-                    run.cpu_ratio.unwrap_or(f64::NAN),
-                    run.peak_rss_bytes >> 20,
-                    run.registered,
-                    r.images,
-                    run.points,
-                    run.mean_reprojection_error.unwrap_or(f64::NAN),
-                    run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
-                ),
-            });
-        }
-        lines.join("\n")
-    });
-    Ok(if r.runs.iter().all(|run| run.error.is_none()) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     })
+}
+
+/// The comparison as lines.
+fn text(r: &ReconstructReport) -> String {
+    let mut lines = vec![format!(
+        "{} photos, pairs {}, {} px, {} features",
+        r.images,
+        r.pairs.strategy_name(),
+        r.max_image_size,
+        r.max_features
+    )];
+    for run in &r.runs {
+        lines.push(match &run.error {
+            Some(e) => format!("{} {} {}: failed: {e}", run.runner, run.backend, run.mapper),
+            None => format!(
+                "{} {} {} {}{}: {:.1} s (×{:.2}; matching ×{:.2}; ×{:.2} bare COLMAP 4), CPU {:.1} s (×{:.2}), peak {} MB, {} of {} registered, {} points, reprojection {:.3} px{}",
+                run.runner,
+                run.backend,
+                run.version,
+                run.mapper,
+                if run.default { " [default]" } else { "" },
+                run.wall_s,
+                run.wall_ratio.unwrap_or(f64::NAN),
+                run.match_ratio.unwrap_or(f64::NAN),
+                run.wall_vs_colmap4.unwrap_or(f64::NAN),
+                run.cpu_s,
+                run.cpu_ratio.unwrap_or(f64::NAN),
+                run.peak_rss_bytes >> 20,
+                run.registered,
+                r.images,
+                run.points,
+                run.mean_reprojection_error.unwrap_or(f64::NAN),
+                run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+            ),
+        });
+    }
+    lines.join("\n")
 }
