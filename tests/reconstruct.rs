@@ -1229,7 +1229,7 @@ async fn one_recipe_over_a_geotagged_survey_gives_one_spec_from_the_cli_and_the_
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 400);
+    assert_eq!(r.status(), 422);
     let why = r.text().await.unwrap();
     assert!(why.contains("split.cluster_size"), "{why}");
     let o = tessera(
@@ -1353,4 +1353,59 @@ fn a_split_run_maps_its_clusters_side_by_side_and_merges_them_as_well_as_one_run
     let events = job_events(&state, &split);
     assert!(events.contains("map: joined"), "{events}");
     sfmapi_conformant(&events, "split");
+}
+
+#[test]
+fn the_bench_compares_with_bare_colmap_4_as_the_set_grows() {
+    // The cost curve's command on a few sample photos: each size a full comparison, the
+    // bare COLMAP 4 baseline in the same run, figures per stage.
+    let dir = tempfile::tempdir().unwrap();
+    let photos = sample_photos(dir.path(), 6);
+    let o = tessera(
+        &dir.path().join("state"),
+        &[
+            "--json",
+            "bench",
+            "reconstruct",
+            photos.to_str().unwrap(),
+            "--engines",
+            "bare-pycolmap,pycolmap",
+            "--scale",
+            "4,6",
+            "--max-image-size",
+            "640",
+            "--max-features",
+            "1024",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let curve = json(&o);
+    let sizes = curve["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2, "{curve}");
+    for (size, n) in sizes.iter().zip([4, 6]) {
+        assert_eq!(size["images"], n, "{size}");
+        let runs = size["runs"].as_array().unwrap();
+        let bare = runs
+            .iter()
+            .find(|r| r["runner"] == "bare pycolmap")
+            .unwrap();
+        let ours = runs.iter().find(|r| r["runner"] == "tessera").unwrap();
+        assert!(bare["error"].is_null() && ours["error"].is_null(), "{size}");
+        assert!(bare["registered"].as_u64().unwrap() >= 3, "{size}");
+        assert!(ours["registered"].as_u64().unwrap() >= 3, "{size}");
+        let ratio = ours["wall_vs_colmap4"].as_f64().unwrap();
+        let expected = ours["wall_s"].as_f64().unwrap() / bare["wall_s"].as_f64().unwrap();
+        assert!((ratio - expected).abs() < 1e-9, "{size}");
+        let stages: Vec<&str> = ours["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        assert!(
+            stages.contains(&"map") && stages.contains(&"extract"),
+            "{stages:?}"
+        );
+        assert_eq!(bare["stages"].as_array().unwrap().len(), 3, "{bare}");
+    }
 }
