@@ -116,7 +116,8 @@ pub async fn build_report(
             .max();
         stage_rows.push(serde_json::json!({
             "stage": name, "state": t.state, "attempts": t.attempts, "skipped": skipped,
-            "wall_s": r["wall_s"], "ran_ms": r["ran_ms"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
+            "wall_s": r["wall_s"], "engine_s": r["engine_s"], "outside_engine_s": r["outside_engine_s"],
+            "ran_ms": r["ran_ms"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
             "last_error": t.last_error.as_ref().map(|e| serde_json::json!({"class": e.class, "message": e.message})),
         }));
     }

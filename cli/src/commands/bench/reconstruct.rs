@@ -141,7 +141,7 @@ async fn tessera_run(
     let stages: Vec<serde_json::Value> = report
         .stages
         .iter()
-        .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "peak_rss_bytes": s["peak_rss_bytes"], "attempts": s["attempts"] }))
+        .map(|s| serde_json::json!({ "stage": s["stage"], "wall_s": s["wall_s"], "outside_engine_s": s["outside_engine_s"], "peak_rss_bytes": s["peak_rss_bytes"], "attempts": s["attempts"] }))
         .collect();
     Ok(EngineRun {
         runner: "tessera".into(),
@@ -243,6 +243,23 @@ fn per_photo(r: &ReconstructReport) -> String {
             run.peak_rss_bytes as f64 / n / 1048576.0,
             stages.join(", ")
         ));
+        let outside: Vec<String> = run
+            .stages
+            .iter()
+            .filter_map(|s| {
+                Some(format!(
+                    "{} {:.2} s",
+                    s["stage"].as_str()?,
+                    s["outside_engine_s"].as_f64()?
+                ))
+            })
+            .collect();
+        if !outside.is_empty() {
+            lines.push(format!(
+                "    outside the engine (whole run): {}",
+                outside.join(", ")
+            ));
+        }
     }
     lines.join("\n")
 }
