@@ -903,24 +903,21 @@ fn bad_inputs_give_clear_errors() {
     );
 
     // Asking for a capability the engine lacks names it: COLMAP 3.8 has no global
-    // mapper, the default engine no hierarchical one.
-    for (extra, capability) in [
-        (
-            &["--engine", "colmap", "--mapper", "global"][..],
-            "map.global",
-        ),
-        (&["--mapper", "hierarchical"][..], "map.hierarchical"),
-    ] {
-        let mut args = vec![
+    // mapper on a CPU.
+    let o = tessera(
+        &state,
+        &[
             "reconstruct",
             single.to_str().unwrap(),
             "--out",
             out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let o = tessera(&state, &args);
-        assert!(stderr(&o).contains(capability), "{extra:?}: {}", stderr(&o));
-    }
+            "--engine",
+            "colmap",
+            "--mapper",
+            "global",
+        ],
+    );
+    assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
 }
 
 /// A JPEG of `img` whose EXIF says it was taken at `lat`, `lon` (degrees, north-east).
@@ -1353,6 +1350,31 @@ fn a_split_run_maps_its_clusters_side_by_side_and_merges_them_as_well_as_one_run
     let events = job_events(&state, &split);
     assert!(events.contains("map: joined"), "{events}");
     sfmapi_conformant(&events, "split");
+
+    // The same clusters made by the hierarchical mapper inside one task instead.
+    let state = dir.path().join("state-hierarchical");
+    let o = reconstruct(
+        &state,
+        &photos,
+        &dir.path().join("out-hierarchical"),
+        &["--mapper", "hierarchical", "--split", "5/3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let hierarchical = json(&o);
+    assert!(
+        registered(&hierarchical) >= registered(&whole),
+        "{hierarchical}"
+    );
+    assert!(
+        !hierarchical["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["stage"].as_str().unwrap().starts_with("map_cluster")),
+        "{hierarchical}"
+    );
+    let events = job_events(&state, &hierarchical);
+    assert!(events.contains("hierarchical_cluster"), "{events}");
 }
 
 #[test]

@@ -259,17 +259,14 @@ async fn datasets_and_images_with_range_etag_and_validation() {
             .is_empty()
     );
     let r = c
-        .post(format!(
-            "{}/v1/projects/{pid}/pipelines/hierarchical",
-            s.base
-        ))
-        .json(&json!({"dataset_id": did, "spec": {"kind": "hierarchical"}}))
+        .post(format!("{}/v1/projects/{pid}/pipelines/spherical", s.base))
+        .json(&json!({"dataset_id": did, "spec": {"kind": "spherical"}}))
         .send()
         .await
         .unwrap();
     assert_eq!(
         problem(r, StatusCode::NOT_IMPLEMENTED).await["capability"],
-        "map.hierarchical"
+        "map.spherical"
     );
 
     let photos = sample_photos(3);

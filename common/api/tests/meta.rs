@@ -105,9 +105,9 @@ async fn meta_routes_cors_and_errors() {
     ] {
         assert_eq!(caps["features"][f], true, "{f}");
     }
-    // COLMAP 4 maps globally on a CPU; its hierarchical mapper is not wired.
+    // COLMAP 4 maps globally on a CPU, and hierarchically.
     assert_eq!(caps["features"]["map.global"], true, "{caps}");
-    assert!(caps["features"].get("map.hierarchical").is_none());
+    assert_eq!(caps["features"]["map.hierarchical"], true, "{caps}");
     problem(
         c.get(format!("{}/v1/nothing-here", s.base))
             .send()

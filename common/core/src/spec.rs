@@ -140,6 +140,8 @@ pub enum MapperKind {
 /// otherwise; each cluster is mapped as a task of its own (in parallel, retried alone),
 /// and the cluster models are joined through the photos they share, re-triangulated and
 /// bundle-adjusted together. A cluster that cannot be joined is kept as a sub-model.
+/// With the hierarchical mapper the clusters are COLMAP's own, in one process, sized by
+/// these numbers (its leaf size and image overlap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SplitSpec {
@@ -607,11 +609,12 @@ fn check_split(p: &mut Problems, split: &SplitSpec, mapper: MapperKind) {
             ),
         );
     }
-    if mapper != MapperKind::Incremental {
+    // The incremental mapper's clusters are Tessera's tasks; the hierarchical mapper's
+    // are its own, sized by the split. The global mapper has none.
+    if mapper == MapperKind::Global {
         p.add(
             "split",
-            format!("clusters are mapped by the incremental mapper, not {mapper:?}; use mapper incremental or leave split out")
-                .to_lowercase(),
+            "the global mapper maps every photo at once; use mapper incremental (clusters as tasks) or hierarchical (COLMAP's own clusters), or leave split out",
         );
     }
 }

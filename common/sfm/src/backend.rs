@@ -214,7 +214,8 @@ pub trait EngineBackend: Send + Sync + 'static {
     ) -> Result<Vec<Invocation>, Unsupported>;
 
     /// Mapping into `out`, writing snapshots every `snapshot_every` registered images into
-    /// `snapshots`; `input` continues from a snapshot.
+    /// `snapshots`; `input` continues from a snapshot. `clusters` sizes the hierarchical
+    /// mapper's own clusters (leaf size and overlap; COLMAP's 500 and 50 where `None`).
     #[allow(clippy::too_many_arguments)]
     fn map(
         &self,
@@ -225,6 +226,7 @@ pub trait EngineBackend: Send + Sync + 'static {
         snapshots: &Path,
         snapshot_every: u32,
         input: Option<&Path>,
+        clusters: Option<tessera_core::spec::SplitSpec>,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
     /// Incremental mapping again with relaxed initialisation thresholds, for scenes the

@@ -106,6 +106,9 @@ pub enum BenchEngine {
     /// Tessera on pycolmap, the photos mapped in clusters of `--split-size` side by side
     /// (one worker per cluster up to the CPUs) and merged.
     PycolmapSplit,
+    /// Tessera on pycolmap with COLMAP 4's hierarchical mapper, its leaves of
+    /// `--split-size` photos: COLMAP's own clusters in one process.
+    PycolmapHierarchical,
 }
 
 /// CPU seconds and the largest resident set of this process's reaped children so far.
@@ -149,8 +152,10 @@ async fn tessera_run(
         version: backend.version.unwrap_or_default(),
         mapper: match args.split {
             tessera_jobs::reconstruct::recipe::SplitAsk::Given(s) => format!(
-                "incremental in clusters of {} (+{} shared)",
-                s.cluster_size, s.overlap
+                "{} in clusters of {} (+{} shared)",
+                format!("{:?}", args.mapper).to_lowercase(),
+                s.cluster_size,
+                s.overlap
             ),
             _ => format!("{:?}", args.mapper).to_lowercase(),
         },
@@ -364,17 +369,26 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
             BenchEngine::Colmap
             | BenchEngine::Pycolmap
             | BenchEngine::PycolmapGlobal
-            | BenchEngine::PycolmapSplit => {
+            | BenchEngine::PycolmapSplit
+            | BenchEngine::PycolmapHierarchical => {
                 let (engine, mapper, name) = match which {
                     BenchEngine::Colmap => (EngineArg::Colmap, Mapper::Incremental, "colmap"),
                     BenchEngine::Pycolmap => (EngineArg::Pycolmap, Mapper::Incremental, "pycolmap"),
                     BenchEngine::PycolmapSplit => {
                         (EngineArg::Pycolmap, Mapper::Incremental, "pycolmap-split")
                     }
+                    BenchEngine::PycolmapHierarchical => (
+                        EngineArg::Pycolmap,
+                        Mapper::Hierarchical,
+                        "pycolmap-hierarchical",
+                    ),
                     _ => (EngineArg::Pycolmap, Mapper::Global, "pycolmap-global"),
                 };
                 let mut a = args(engine, mapper, name);
-                if *which == BenchEngine::PycolmapSplit {
+                if matches!(
+                    which,
+                    BenchEngine::PycolmapSplit | BenchEngine::PycolmapHierarchical
+                ) {
                     a.split = tessera_jobs::reconstruct::recipe::SplitAsk::Given(
                         tessera_core::spec::SplitSpec::of_size(b.split_size),
                     );

@@ -168,7 +168,12 @@ pub fn plan(
 ) -> Result<JobPlan, SpecError> {
     spec.validate()?;
     let stages = Stage::planned(spec);
-    let clusters = spec.split.map_or(1, |s| s.clusters_for(images));
+    // Clusters as tasks for the incremental mapper; the hierarchical mapper makes its
+    // own inside its one task.
+    let clusters = spec
+        .split
+        .filter(|_| spec.mapper == tessera_core::spec::MapperKind::Incremental)
+        .map_or(1, |s| s.clusters_for(images));
     let sized = |mut t: TaskPlan, stage: Stage, photos: usize| {
         let estimate = memory::estimate(stage, photos, megapixels, spec.max_image_size)
             + memory::engine_overhead(&spec.backend.name, stage);

@@ -194,6 +194,7 @@ impl EngineBackend for ColmapBackend {
         snapshots: &Path,
         snapshot_every: u32,
         input: Option<&Path>,
+        clusters: Option<tessera_core::spec::SplitSpec>,
     ) -> Result<Vec<Invocation>, Unsupported> {
         match mapper {
             MapperKind::Incremental => self.require("map.incremental")?,
@@ -215,7 +216,7 @@ impl EngineBackend for ColmapBackend {
             ];
             return Ok(self.call(args));
         }
-        Ok(self.call(commands::map(
+        let mut args = commands::map(
             mapper == MapperKind::Hierarchical,
             db,
             images,
@@ -223,7 +224,16 @@ impl EngineBackend for ColmapBackend {
             snapshots,
             snapshot_every,
             input,
-        )))
+        );
+        if let (MapperKind::Hierarchical, Some(c)) = (mapper, clusters) {
+            args.extend([
+                "--leaf_max_num_images".into(),
+                c.cluster_size.to_string(),
+                "--image_overlap".into(),
+                c.overlap.to_string(),
+            ]);
+        }
+        Ok(self.call(args))
     }
 
     fn map_relaxed(

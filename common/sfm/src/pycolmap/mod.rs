@@ -49,12 +49,11 @@ pub fn python() -> String {
     })
 }
 
-/// What pycolmap can do through Tessera: what the command-line backend offers on a CPU,
-/// less the hierarchical mapper (not wired here), plus the global mapper, which COLMAP 4
-/// runs without CUDA.
+/// What pycolmap can do through Tessera: what the command-line backend offers on a CPU
+/// (the hierarchical mapper included), plus the global mapper, which COLMAP 4 runs
+/// without CUDA.
 pub fn capabilities() -> BTreeSet<String> {
     let mut caps = crate::colmap::capabilities("3.8", false);
-    caps.remove("map.hierarchical");
     caps.insert("map.global".into());
     caps
 }
@@ -308,6 +307,7 @@ impl EngineBackend for PycolmapBackend {
         snapshots: &Path,
         snapshot_every: u32,
         input: Option<&Path>,
+        clusters: Option<tessera_core::spec::SplitSpec>,
     ) -> Result<Vec<Invocation>, Unsupported> {
         let base = vec![
             ("database", p(db)),
@@ -319,12 +319,15 @@ impl EngineBackend for PycolmapBackend {
                 self.info.require("map.global", "")?;
                 Ok(vec![self.call("map_global", base)])
             }
-            MapperKind::Hierarchical => Err(Unsupported {
-                backend: self.info.name.clone(),
-                version: self.info.version.clone(),
-                capability: "map.hierarchical".into(),
-                hint: "use `incremental` or `global`, or the `colmap` backend".into(),
-            }),
+            MapperKind::Hierarchical => {
+                self.info.require("map.hierarchical", "")?;
+                let mut flags = base;
+                if let Some(c) = clusters {
+                    flags.push(("leaf-max-images", c.cluster_size.to_string()));
+                    flags.push(("image-overlap", c.overlap.to_string()));
+                }
+                Ok(vec![self.call("map_hierarchical", flags)])
+            }
             MapperKind::Incremental => {
                 self.info.require("map.incremental", "")?;
                 let mut flags = base;
@@ -648,7 +651,7 @@ mod tests {
         let caps = capabilities();
         assert!(caps.contains("map.global"));
         assert!(caps.contains("pairs.exhaustive"));
-        assert!(!caps.contains("map.hierarchical"));
+        assert!(caps.contains("map.hierarchical"));
     }
 
     #[test]
@@ -672,11 +675,12 @@ mod tests {
                 Path::new("snap"),
                 5,
                 None,
+                None,
             )
             .unwrap();
         assert_eq!(inv[0].name(), "map_global");
         assert_eq!(inv[0].program, "python3");
-        let err = b
+        let inv = b
             .map(
                 MapperKind::Hierarchical,
                 Path::new("db"),
@@ -685,8 +689,20 @@ mod tests {
                 Path::new("snap"),
                 5,
                 None,
+                Some(tessera_core::spec::SplitSpec {
+                    cluster_size: 25,
+                    overlap: 9,
+                }),
             )
-            .unwrap_err();
-        assert_eq!(err.capability, "map.hierarchical");
+            .unwrap();
+        assert_eq!(inv[0].name(), "map_hierarchical");
+        assert!(
+            inv[0]
+                .args
+                .windows(2)
+                .any(|w| w == ["--leaf-max-images", "25"]),
+            "{:?}",
+            inv[0].args
+        );
     }
 }

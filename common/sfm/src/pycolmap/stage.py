@@ -188,6 +188,17 @@ def map_incremental(args):
     report_models(models)
 
 
+def map_hierarchical(args):
+    options = pycolmap.HierarchicalPipelineOptions()
+    options.incremental_options = incremental_options(args)
+    if args.leaf_max_images:
+        options.clustering_options.leaf_max_num_images = args.leaf_max_images
+        options.clustering_options.image_overlap = args.image_overlap
+    emit("started", phase="hierarchical_cluster")
+    models = pycolmap.hierarchical_mapping(args.database, args.images, args.output, options)
+    report_models(models)
+
+
 def map_global(args):
     options = pycolmap.GlobalPipelineOptions()
     options.random_seed = SEED
@@ -349,6 +360,14 @@ def main():
     p.add_argument("--abs-pose-min-inliers", type=int)
     p.add_argument("--image-list")
     p.set_defaults(run=map_incremental)
+
+    p = sub.add_parser("map_hierarchical")
+    p.add_argument("--database", required=True)
+    p.add_argument("--images", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--leaf-max-images", type=int, default=0)
+    p.add_argument("--image-overlap", type=int, default=50)
+    p.set_defaults(run=map_hierarchical)
 
     p = sub.add_parser("map_global")
     p.add_argument("--database", required=True)

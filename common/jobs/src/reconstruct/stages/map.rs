@@ -51,6 +51,7 @@ impl Run<'_> {
             &live,
             every,
             resume_path,
+            self.spec.split,
         );
         let sealer = self.seal_snapshots(&live, &dir, resume_from.as_ref().map_or(0, |(s, _)| *s));
         let (report, sealed) = {

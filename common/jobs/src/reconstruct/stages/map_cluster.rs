@@ -27,7 +27,7 @@ impl Run<'_> {
             )));
         };
         let backend = backend_for(&self.spec.backend)?;
-        let (images, photos) = self.ensure_images().await?;
+        let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
         let matched = self.upstream(Stage::Match).await?;
         let dir = self.scratch.join(&task);
         std::fs::create_dir_all(&dir).map_err(io("creating the cluster's folder"))?;
@@ -51,6 +51,10 @@ impl Run<'_> {
         result["core"] = json!(cluster.core);
         result["shared"] = json!(cluster.shared);
         let names = cluster.photos();
+        // Its own photos only, in a folder of its own: clusters map side by side.
+        let images = dir.join("images");
+        let own: BTreeSet<String> = names.iter().cloned().collect();
+        self.ensure_images_in(&images, &photos, Some(&own)).await?;
         let list = dir.join("image_list.txt");
         std::fs::write(&list, names.join("\n")).map_err(io("writing the cluster's photo list"))?;
         let sparse = dir.join("sparse");
@@ -103,7 +107,13 @@ impl Run<'_> {
         result["model"] = json!(metrics);
         let files: Vec<String> = MODEL_FILES.iter().map(|f| format!("model/{f}")).collect();
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
-        self.publish_task(&task, &dir, &refs, result).await
+        let sealed = self.publish_task(&task, &dir, &refs, result).await?;
+        // Sealed in the object store: the cluster's copy of the database and its photos
+        // would otherwise stay on the disk once per cluster until the job ends.
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::debug!(task = %task, error = %e, "the cluster's scratch folder stays");
+        }
+        Ok(sealed)
     }
 }
 

@@ -218,9 +218,27 @@ impl Run<'_> {
     async fn ensure_images(&self) -> Result<(PathBuf, Vec<PhotoFacts>), TaskError> {
         let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
         let dir = self.scratch.join("images");
-        std::fs::create_dir_all(&dir).map_err(io("creating the image folder"))?;
+        self.ensure_images_in(&dir, &photos, None).await?;
+        Ok((dir, photos))
+    }
+
+    /// Make `dir` hold exactly `photos` (those named in `only`, where given), verified by
+    /// checksum. A folder is one task's at a time: this deletes what it does not want,
+    /// a concurrent download's partial file included, so tasks that run side by side (a
+    /// split run's clusters) each keep their own.
+    async fn ensure_images_in(
+        &self,
+        dir: &Path,
+        photos: &[PhotoFacts],
+        only: Option<&BTreeSet<String>>,
+    ) -> Result<(), TaskError> {
+        std::fs::create_dir_all(dir).map_err(io("creating the image folder"))?;
+        let photos: Vec<&PhotoFacts> = photos
+            .iter()
+            .filter(|p| only.is_none_or(|o| o.contains(&p.name)))
+            .collect();
         let wanted: BTreeSet<&str> = photos.iter().map(|p| p.name.as_str()).collect();
-        for entry in std::fs::read_dir(&dir).map_err(io("listing images"))? {
+        for entry in std::fs::read_dir(dir).map_err(io("listing images"))? {
             let entry = entry.map_err(io("listing images"))?;
             if !wanted.contains(entry.file_name().to_string_lossy().as_ref()) {
                 let _ = std::fs::remove_file(entry.path());
@@ -236,7 +254,7 @@ impl Run<'_> {
                 self.ctx.ports().objects.get_to_file(&p.key, &path).await?;
             }
         }
-        Ok((dir, photos))
+        Ok(())
     }
 
     /// Run the backend's invocations in order, each with progress events; the reports.
