@@ -135,6 +135,7 @@ pub(super) fn bare_run(
         match_ratio: None,
         stages,
         note,
+        gps_residual_m: None,
         error: None,
     })
 }
@@ -195,6 +196,7 @@ pub(super) fn bare_pycolmap_run(files: &[PathBuf], dir: &Path) -> anyhow::Result
         match_ratio: None,
         stages: said["stages"].as_array().cloned().unwrap_or_default(),
         note: Some("pycolmap's defaults: every pair, its own features and image size".into()),
+        gps_residual_m: None,
         error: None,
     })
 }

@@ -75,6 +75,9 @@ pub(super) struct EngineRun {
     /// What the run produced that is worth knowing (the baseline's mapper building
     /// no model, for one).
     pub(super) note: Option<String>,
+    /// Mean distance of the placed cameras from their photos' GPS, where Tessera
+    /// georeferenced the model (no option given: photos that carry GPS).
+    pub(super) gps_residual_m: Option<f64>,
     pub(super) error: Option<String>,
 }
 
@@ -176,6 +179,7 @@ async fn tessera_run(
         match_ratio: None,
         stages,
         note: None,
+        gps_residual_m: report.georeference["alignment_residual_m"].as_f64(),
         error: (report.status != "succeeded").then(|| format!("job {}", report.status)),
     })
 }
@@ -301,7 +305,8 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         engine,
         mapper,
         ba: Ba::Standard,
-        georef: GeorefArg::None,
+        // What a run with no options does: geotagged photos are placed by their GPS.
+        georef: GeorefArg::Auto,
         gcp: None,
         export: vec!["colmap-bin".into()],
         crs: None,
@@ -355,6 +360,7 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
             match_ratio: None,
             stages: Vec::new(),
             note: None,
+            gps_residual_m: None,
             error: Some(format!("{e:#}")),
         };
         let run = match which {
@@ -481,7 +487,10 @@ fn text(r: &ReconstructReport) -> String {
                 r.images,
                 run.points,
                 run.mean_reprojection_error.unwrap_or(f64::NAN),
-                run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+                run.gps_residual_m
+                    .map(|m| format!(", GPS residual {m:.2} m"))
+                    .unwrap_or_default()
+                    + &run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
             ),
         });
     }
