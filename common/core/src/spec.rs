@@ -171,6 +171,29 @@ impl SplitSpec {
     pub fn clusters_for(&self, photos: usize) -> usize {
         photos.div_ceil(self.cluster_size.max(1) as usize).max(1)
     }
+
+    /// The most clusters one run is cut into: each is a task (a Batch job on AWS) with
+    /// its own copy of the match database.
+    pub const MAX_CLUSTERS: usize = 256;
+
+    /// Refuse a split that would cut `photos` photos into more than
+    /// [`SplitSpec::MAX_CLUSTERS`] clusters, naming the field.
+    pub fn check_count(&self, photos: usize) -> Result<(), SpecError> {
+        let clusters = self.clusters_for(photos);
+        let mut p = Problems::default();
+        if clusters > Self::MAX_CLUSTERS {
+            p.add(
+                "split.cluster_size",
+                format!(
+                    "{photos} photos in clusters of {} make {clusters} clusters (at most {}); use clusters of at least {}",
+                    self.cluster_size,
+                    Self::MAX_CLUSTERS,
+                    photos.div_ceil(Self::MAX_CLUSTERS)
+                ),
+            );
+        }
+        p.finish()
+    }
 }
 
 /// Bundle adjustment mode.

@@ -15,7 +15,7 @@
 //! per physical point instead of one per cluster.
 
 use crate::align::{Sim3, distance};
-use crate::model::{NO_POINT, Reconstruction};
+use crate::model::{NO_POINT, Reconstruction, rotation};
 use std::collections::{BTreeSet, HashMap};
 
 /// Shared photos a join needs: three camera centres fix a similarity, and with fewer
@@ -24,12 +24,15 @@ pub const MIN_SHARED_PHOTOS: usize = 3;
 /// Shared 3D points a join needs.
 pub const MIN_SHARED_POINTS: usize = 12;
 /// The largest median distance, after the fit, between a shared photo's camera centre
-/// in the joined model and in the cluster, as a share of the joined model's extent
-/// (the median distance of its cameras from their centroid). Clusters of a few photos,
+/// in the joined model and in the cluster, as a share of the cluster's extent (the
+/// median distance of its cameras from their centroid). Clusters of a few photos,
 /// each mapped alone, differ in shape by several per cent (8 % on the sample's clusters
 /// of seven); the triangulation and bundle adjustment after the join close that. A
 /// wrong join is off by the size of the model.
 pub const MAX_CENTRE_DISAGREEMENT: f64 = 0.10;
+/// The largest median angle, after the fit, between a shared photo's orientation in the
+/// joined model and in the cluster.
+pub const MAX_TURN_DEG: f64 = 5.0;
 
 /// One cluster joined.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -191,28 +194,36 @@ fn fit(model: &Reconstruction, part: &Reconstruction, shared: &[u32]) -> Result<
             shared.len()
         ));
     }
-    let mut keep: Vec<usize> = (0..found).collect();
-    let mut sim3 = None;
-    for _ in 0..3 {
-        let f: Vec<_> = keep.iter().map(|&i| from[i]).collect();
-        let t: Vec<_> = keep.iter().map(|&i| to[i]).collect();
-        let Some(s) = Sim3::fit(&f, &t) else {
-            return Err("its shared points lie on a line: no similarity is fixed".into());
-        };
+    // Fit, drop the points far off it, fit again: three rounds at most. `used` is the
+    // set the final fit was made on.
+    let mut used: Vec<usize> = (0..found).collect();
+    let mut sim3;
+    let mut round = 0;
+    loop {
+        let f: Vec<_> = used.iter().map(|&i| from[i]).collect();
+        let t: Vec<_> = used.iter().map(|&i| to[i]).collect();
+        sim3 =
+            Sim3::fit(&f, &t).ok_or("its shared points lie on a line: no similarity is fixed")?;
+        round += 1;
         let residual: Vec<f64> = (0..found)
-            .map(|i| distance(s.apply(from[i]), to[i]))
+            .map(|i| distance(sim3.apply(from[i]), to[i]))
             .collect();
-        let mut kept_residuals: Vec<f64> = keep.iter().map(|&i| residual[i]).collect();
-        let cut = 3.0 * median(&mut kept_residuals).max(f64::EPSILON);
+        let mut used_residuals: Vec<f64> = used.iter().map(|&i| residual[i]).collect();
+        let cut = 3.0 * median(&mut used_residuals).max(f64::EPSILON);
         let next: Vec<usize> = (0..found).filter(|&i| residual[i] <= cut).collect();
-        sim3 = Some(s);
-        if next.len() < MIN_SHARED_POINTS || next == keep {
+        if round == 3 || next.len() < MIN_SHARED_POINTS || next == used {
             break;
         }
-        keep = next;
+        used = next;
     }
-    let sim3 = sim3.expect("fitted at least once");
-    let extent = extent(model);
+    // Measured against the cluster's own size, not the joined model's, which grows with
+    // every join and would let a late cluster be further off.
+    let moved: Vec<[f64; 3]> = part
+        .images
+        .values()
+        .map(|i| sim3.apply(i.center()))
+        .collect();
+    let own_extent = spread(&moved);
     let mut errors: Vec<f64> = shared
         .iter()
         .map(|id| {
@@ -222,29 +233,58 @@ fn fit(model: &Reconstruction, part: &Reconstruction, shared: &[u32]) -> Result<
             )
         })
         .collect();
-    let disagreement = median(&mut errors) / extent.max(f64::EPSILON);
+    let disagreement = median(&mut errors) / own_extent.max(f64::EPSILON);
     // NaN (no extent) fails too.
     if disagreement.is_nan() || disagreement > MAX_CENTRE_DISAGREEMENT {
         return Err(format!(
-            "after the fit its shared photos' cameras stand {:.1} % of the model's extent from where the joined clusters have them (at most {:.0} %)",
+            "after the fit its shared photos' cameras stand {:.1} % of its extent from where the joined clusters have them (at most {:.0} %)",
             disagreement * 100.0,
             MAX_CENTRE_DISAGREEMENT * 100.0
+        ));
+    }
+    // Centres on one flight line leave a turn about that line unseen: the shared
+    // cameras must also look the same way in both.
+    let mut turns: Vec<f64> = shared
+        .iter()
+        .map(|id| {
+            let after = matmul(&rotation(part.images[id].qvec), &transpose(&sim3.rotation));
+            angle_between(&rotation(model.images[id].qvec), &after)
+        })
+        .collect();
+    let turn = median(&mut turns);
+    if turn.is_nan() || turn > MAX_TURN_DEG {
+        return Err(format!(
+            "after the fit its shared photos' cameras look {turn:.1}° away from where the joined clusters have them look (at most {MAX_TURN_DEG:.0}°)"
         ));
     }
     Ok(Fitted {
         sim3,
         found,
-        kept: keep.len(),
+        kept: used.len(),
         disagreement,
     })
 }
 
-/// The median distance of the model's camera centres from their centroid.
-fn extent(model: &Reconstruction) -> f64 {
-    let centres: Vec<[f64; 3]> = model.images.values().map(|i| i.center()).collect();
+/// The angle, in degrees, of the rotation that carries `b` onto `a`.
+fn angle_between(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> f64 {
+    let r = matmul(a, &transpose(b));
+    let cos = ((r[0][0] + r[1][1] + r[2][2] - 1.0) / 2.0).clamp(-1.0, 1.0);
+    cos.acos().to_degrees()
+}
+
+fn transpose(r: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    [0, 1, 2].map(|i| [r[0][i], r[1][i], r[2][i]])
+}
+
+fn matmul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
+}
+
+/// The median distance of camera centres from their centroid.
+fn spread(centres: &[[f64; 3]]) -> f64 {
     let n = centres.len().max(1) as f64;
     let mut c = [0.0; 3];
-    for p in &centres {
+    for p in centres {
         for k in 0..3 {
             c[k] += p[k] / n;
         }

@@ -53,24 +53,25 @@ async fn list(s: &ApiState, job: &Job, q: &ArtifactQuery) -> Result<Json<Value>,
         if q.kind.as_deref().is_some_and(|k| k != kind) {
             continue;
         }
-        let Some(cp) = checkpoint::manifest(objects, job.id, stage.name())
+        // Named by its task: a stage's, or a split run's `map_cluster_<i>`.
+        let Some(cp) = checkpoint::manifest(objects, job.id, &t.name)
             .await
             .map_err(|e| Problem::internal(e.message))?
         else {
             continue;
         };
-        let prefix = checkpoint::prefix(job.id, stage.name());
-        let id = format!("{}-{}", job.id, stage.name());
+        let prefix = checkpoint::prefix(job.id, &t.name);
+        let id = format!("{}-{}", job.id, t.name);
         items.push(json!({
             "artifact_id": id, "job_id": job.id, "task_id": t.id, "recon_id": recon,
-            "kind": kind, "name": stage.name(), "uri": format!("{prefix}/"),
+            "kind": kind, "name": t.name, "uri": format!("{prefix}/"),
             "files": cp.files.iter().map(|f| json!({
                 "name": f.name, "uri": format!("{prefix}/{}", f.name),
                 "sha256": f.sha256, "byte_size": f.size,
-                "download_url": super::downloads::file_url(job, stage, &f.name),
+                "download_url": super::downloads::file_url(job, &t.name, &f.name),
             })).collect::<Vec<_>>(),
             "byte_size": cp.files.iter().map(|f| f.size).sum::<u64>(),
-            "producer": { "stage": stage.name(), "spec_kind": spec_dag::kind_of(stage).name() },
+            "producer": { "stage": t.name, "spec_kind": spec_dag::kind_of(stage).name() },
             "created_at": t.finished_at.map(|m| m.to_rfc3339()),
             "_links": super::links(&format!("/v1/jobs/{}/artifacts", job.id), &[]),
         }));

@@ -19,22 +19,22 @@ use tessera_core::job::Job;
 use tessera_core::task::TaskState;
 use tessera_jobs::reconstruct::{Stage, checkpoint, spec_dag};
 
-/// Where a checkpoint file is downloaded from (the artifact list gives it per file).
-pub fn file_url(job: &Job, stage: Stage, name: &str) -> String {
+/// Where a checkpoint file is downloaded from (the artifact list gives it per file);
+/// `task` names the checkpoint (a stage, or a split run's `map_cluster_<i>`).
+pub fn file_url(job: &Job, task: &str, name: &str) -> String {
     format!(
-        "/v1/jobs/{}/artifacts/{}-{}/files/{name}",
-        job.id,
-        job.id,
-        stage.name()
+        "/v1/jobs/{}/artifacts/{}-{task}/files/{name}",
+        job.id, job.id
     )
 }
 
-/// The stage an artifact id (`<job id>-<stage>`, or the stage's name alone) names.
-fn stage_of(job: &Job, artifact: &str) -> Option<Stage> {
+/// The checkpoint an artifact id (`<job id>-<task>`, or the task's name alone) names:
+/// a stage's, or one cluster's of a split run.
+fn checkpoint_of<'a>(job: &Job, artifact: &'a str) -> Option<&'a str> {
     let name = artifact
         .strip_prefix(&format!("{}-", job.id))
         .unwrap_or(artifact);
-    spec_dag::stage_named(name)
+    spec_dag::stage_named(name).map(|_| name)
 }
 
 fn content_type(name: &str) -> &'static str {
@@ -70,9 +70,9 @@ pub async fn artifact_file(
             "job {job_id} has no artifact file {artifact}/{name}"
         ))
     };
-    let stage = stage_of(&job, &artifact).ok_or_else(missing)?;
+    let stage = checkpoint_of(&job, &artifact).ok_or_else(missing)?;
     let objects = s.engine.ports().objects.as_ref();
-    let cp = checkpoint::manifest(objects, job.id, stage.name())
+    let cp = checkpoint::manifest(objects, job.id, stage)
         .await
         .map_err(|e| Problem::internal(e.message))?
         .ok_or_else(missing)?;
@@ -81,7 +81,7 @@ pub async fn artifact_file(
         .iter()
         .find(|f| f.name == name)
         .ok_or_else(missing)?;
-    let key = format!("{}/{}", checkpoint::prefix(job.id, stage.name()), file.name);
+    let key = format!("{}/{}", checkpoint::prefix(job.id, stage), file.name);
     let mut res = served::serve_object(
         &headers,
         objects,
@@ -97,7 +97,7 @@ pub async fn artifact_file(
     .map_err(Problem::internal)?;
     // The stage and the folder go into the saved name, so a model's three files (and two
     // models' `cameras.bin`) do not overwrite each other in a downloads folder.
-    let saved: String = format!("{}-{}", stage.name(), file.name.replace('/', "-"))
+    let saved: String = format!("{stage}-{}", file.name.replace('/', "-"))
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {
@@ -133,8 +133,9 @@ pub async fn report(
         let Some(stage) = spec_dag::stage_named(&t.name) else {
             continue;
         };
+        // Checkpoints are named by their task (a cluster's is `map_cluster_<i>`).
         let cp = if t.state == TaskState::Succeeded {
-            checkpoint::manifest(objects, job.id, stage.name())
+            checkpoint::manifest(objects, job.id, &t.name)
                 .await
                 .map_err(|e| Problem::internal(e.message))?
         } else {
@@ -148,19 +149,22 @@ pub async fn report(
                     "left_out": cp.result.get("left_out").cloned().unwrap_or(Value::Null),
                 });
             }
-            if let Some(m) = cp.result.get("model").filter(|m| m.is_object()) {
-                // Stages run in order: the last stage with a model has the final one.
+            // Stages run in order: the last stage with a model has the final one (a
+            // cluster's is a part of the map stage's).
+            if let Some(m) = cp.result.get("model").filter(|m| m.is_object())
+                && stage != Stage::MapCluster
+            {
                 model = m.clone();
             }
             files.extend(cp.files.iter().map(|f| {
                 json!({
-                    "stage": stage.name(), "name": f.name, "byte_size": f.size,
-                    "sha256": f.sha256, "url": file_url(&job, stage, &f.name),
+                    "stage": t.name, "name": f.name, "byte_size": f.size,
+                    "sha256": f.sha256, "url": file_url(&job, &t.name, &f.name),
                 })
             }));
         }
         stages.push(json!({
-            "stage": stage.name(),
+            "stage": t.name,
             "status": super::jobs::task_status(t),
             "finished_at": t.finished_at.map(|m| m.to_rfc3339()),
             "attempts": t.attempts,

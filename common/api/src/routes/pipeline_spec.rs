@@ -8,6 +8,7 @@ use crate::problem::Problem;
 use serde_json::{Value, json};
 use tessera_core::spec::{
     BaMode, BackendSpec, ExportFormat, Georef, MapperKind, PairStrategy, ReconstructionSpec,
+    SplitSpec,
 };
 use tessera_jobs::reconstruct::recipe::{self, GeorefAsk, PairsAsk, PhotoFact, Placement, Recipe};
 
@@ -96,9 +97,27 @@ fn finishing(options: Option<&Value>) -> Result<Finishing, Problem> {
         Value::Null => recipe::SplitAsk::Auto,
         Value::String(v) => v.parse().map_err(bad_split)?,
         Value::Number(n) => n.to_string().parse().map_err(bad_split)?,
-        v @ Value::Object(_) => recipe::SplitAsk::Given(
-            serde_json::from_value(v.clone()).map_err(|e| bad_split(e.to_string()))?,
-        ),
+        Value::Object(o) => {
+            // The overlap defaults as in "25": a third of the cluster.
+            let size = o
+                .get("cluster_size")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad_split("`cluster_size` must be a number of photos".into()))?;
+            let mut split = SplitSpec::of_size(size.min(u64::from(u32::MAX)) as u32);
+            if let Some(overlap) = o.get("overlap") {
+                split.overlap = overlap
+                    .as_u64()
+                    .ok_or_else(|| bad_split("`overlap` must be a number of photos".into()))?
+                    .min(u64::from(u32::MAX)) as u32;
+            }
+            if let Some(other) = o
+                .keys()
+                .find(|k| !["cluster_size", "overlap"].contains(&k.as_str()))
+            {
+                return Err(bad_split(format!("`{other}` is not a field of split")));
+            }
+            recipe::SplitAsk::Given(split)
+        }
         v => return Err(bad_split(format!("`{v}` is not a split"))),
     };
     let ground_control = match &o["ground_control"] {

@@ -167,6 +167,9 @@ pub fn plan(
     megapixels: f64,
 ) -> Result<JobPlan, SpecError> {
     spec.validate()?;
+    if let Some(split) = spec.split {
+        split.check_count(images)?;
+    }
     let stages = Stage::planned(spec);
     // Clusters as tasks for the incremental mapper; the hierarchical mapper makes its
     // own inside its one task.
@@ -364,6 +367,25 @@ mod tests {
                 .tasks
                 .iter()
                 .any(|t| t.kind == Stage::MapCluster.kind())
+        );
+        // Clusters of five over 2,000 photos would be 400 tasks: refused, naming why.
+        let tiny = SplitSpec {
+            cluster_size: 5,
+            overlap: 3,
+        };
+        let refused = plan(
+            &survey_spec(Some(tiny)),
+            TenantId::local(),
+            None,
+            "survey",
+            2000,
+            24.0,
+        )
+        .unwrap_err();
+        assert_eq!(refused.errors[0].field, "split.cluster_size");
+        assert!(
+            refused.errors[0].message.contains("at least 8"),
+            "{refused}"
         );
         // Photos that fit one cluster are mapped in one run.
         let small = plan(

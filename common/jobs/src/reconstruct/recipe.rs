@@ -362,6 +362,9 @@ pub fn prepare(
         priority: 0,
     };
     spec.validate()?;
+    if let Some(split) = spec.split {
+        split.check_count(readable.len())?;
+    }
     let megapixels = readable
         .iter()
         .map(|(_, (w, h))| (w * h) as f64 / 1e6)

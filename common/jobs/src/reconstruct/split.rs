@@ -93,25 +93,17 @@ pub fn partition(
         let order = graph_order(&members, &weights);
         chunks(&order, k)
     };
-    let clusters = cores
+    let cores: Vec<Vec<String>> = cores
         .into_iter()
         .map(|mut core| {
             core.sort();
-            let own: BTreeSet<&str> = core.iter().map(String::as_str).collect();
-            let mut outside: Vec<(u64, &str)> = members
-                .iter()
-                .filter(|m| !own.contains(m.name.as_str()))
-                .map(|m| (weights.to_set(&m.name, &core), m.name.as_str()))
-                .filter(|(w, _)| *w > 0)
-                .collect();
-            outside.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-            let mut shared: Vec<String> = outside
-                .into_iter()
-                .take(overlap)
-                .map(|(_, n)| n.to_string())
-                .collect();
-            shared.sort();
-            Cluster { core, shared }
+            core
+        })
+        .collect();
+    let clusters = (0..cores.len())
+        .map(|i| Cluster {
+            core: cores[i].clone(),
+            shared: shared_with(i, &cores, &weights, overlap),
         })
         .collect();
     (
@@ -123,6 +115,48 @@ pub fn partition(
         },
     )
 }
+
+/// Photos one cluster takes from beyond its edge, `overlap` or more: first up to
+/// [`FROM_EACH`] from every neighbouring core (one it shares at least a tenth of its
+/// strongest neighbour's matches with), those it shares the most matches with, so
+/// that every pair of neighbours can be aligned through photos both map; then the most
+/// matched of the rest, up to `overlap` in all.
+fn shared_with(i: usize, cores: &[Vec<String>], weights: &Weights, overlap: usize) -> Vec<String> {
+    let ranked = |j: usize| -> Vec<(u64, &str)> {
+        let mut r: Vec<(u64, &str)> = cores[j]
+            .iter()
+            .map(|n| (weights.to_set(n, &cores[i]), n.as_str()))
+            .filter(|(w, _)| *w > 0)
+            .collect();
+        r.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        r
+    };
+    let links: Vec<(u64, usize)> = (0..cores.len())
+        .filter(|&j| j != i)
+        .map(|j| (ranked(j).iter().map(|(w, _)| w).sum::<u64>(), j))
+        .filter(|(w, _)| *w > 0)
+        .collect();
+    let strongest = links.iter().map(|(w, _)| *w).max().unwrap_or(0);
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    for (_, j) in links.iter().filter(|(w, _)| *w * 10 >= strongest) {
+        for (_, n) in ranked(*j).into_iter().take(FROM_EACH.min(overlap)) {
+            taken.insert(n);
+        }
+    }
+    let mut rest: Vec<(u64, &str)> = links.iter().flat_map(|(_, j)| ranked(*j)).collect();
+    rest.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    for (_, n) in rest {
+        if taken.len() >= overlap {
+            break;
+        }
+        taken.insert(n);
+    }
+    taken.into_iter().map(str::to_string).collect()
+}
+
+/// Photos a cluster takes from each neighbouring core at least: three camera centres
+/// fix the similarity the merge aligns two clusters by.
+const FROM_EACH: usize = 3;
 
 /// Balanced cut by place: split along the wider extent at the share of the photos that
 /// the halves' cluster counts ask for, until each part is one cluster.
@@ -311,7 +345,7 @@ mod tests {
         assert_eq!(all.len(), 30, "every photo in exactly one core");
         for c in &clusters {
             assert_eq!(c.core.len(), 10);
-            assert_eq!(c.shared.len(), 5);
+            assert!(c.shared.len() >= 5, "{c:?}");
             // A patch along the 180 m extent: at most four photos wide.
             let xs: Vec<f64> = c
                 .core
@@ -330,6 +364,28 @@ mod tests {
                 .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
             assert!(hi - lo <= 60.0, "{c:?}");
             assert!(c.shared.iter().all(|s| !c.core.contains(s)));
+        }
+        // Every pair of neighbouring patches shares at least three photos each way,
+        // whichever neighbour is the better matched: a row of clusters stays one chain.
+        let x_of = |c: &Cluster| {
+            c.core
+                .iter()
+                .map(|n| {
+                    members
+                        .iter()
+                        .find(|m| &m.name == n)
+                        .unwrap()
+                        .position
+                        .unwrap()[0]
+                })
+                .fold(0.0, f64::max)
+        };
+        let mut by_x: Vec<&Cluster> = clusters.iter().collect();
+        by_x.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
+        for w in by_x.windows(2) {
+            let from =
+                |a: &Cluster, b: &Cluster| a.shared.iter().filter(|s| b.core.contains(s)).count();
+            assert!(from(w[0], w[1]) >= 3 && from(w[1], w[0]) >= 3, "{w:?}");
         }
         // Same input, same clusters: each cluster task computes its own.
         assert_eq!(partition(&members, &graph, 3, 5).0, clusters);
@@ -355,6 +411,12 @@ mod tests {
             .collect();
         let (clusters, by) = partition(&members, &graph, 3, 4);
         assert_eq!(by, CutBy::Matches);
+        for (i, c) in clusters.iter().enumerate() {
+            for (j, other) in clusters.iter().enumerate().filter(|(j, _)| *j != i) {
+                let from = c.shared.iter().filter(|s| other.core.contains(s)).count();
+                assert_eq!(from, 2, "cluster {i} takes 2 from {j}: {c:?}");
+            }
+        }
         for c in &clusters {
             assert_eq!(c.core.len(), 8);
             // A run of the ring: each core photo matched to another core photo.
@@ -370,7 +432,8 @@ mod tests {
                     c.core
                 );
             }
-            assert_eq!(c.shared.len(), 4);
+            // From both its neighbours: the two photos of each that reach its core.
+            assert_eq!(c.shared.len(), 4, "{c:?}");
         }
     }
 

@@ -219,3 +219,31 @@ fn nothing_registered_merges_to_nothing() {
     assert!(merge(vec![(0, Reconstruction::default())]).is_none());
     assert!(merge(Vec::new()).is_none());
 }
+
+#[test]
+fn a_cluster_whose_shared_cameras_look_another_way_is_not_forced_in() {
+    // The shared photos stand where they should and see the same points, but each is
+    // turned 20° about its own centre: on one flight line a centre check alone would
+    // let a turn about that line through.
+    let world = world();
+    let a = cluster(&world, &[1, 2, 3, 4, 5, 6, 7, 8], 0, None);
+    let mut b = cluster(&world, &[5, 6, 7, 8, 9, 10, 11, 12], 10_000, None);
+    let half = 20f64.to_radians() / 2.0;
+    let turn = rotation([half.cos(), half.sin(), 0.0, 0.0]);
+    for id in [5, 6, 7, 8] {
+        let img = b.images.get_mut(&id).unwrap();
+        let centre = img.center();
+        let r = rotation(img.qvec);
+        let turned: [[f64; 3]; 3] =
+            [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| turn[i][k] * r[k][j]).sum()));
+        img.qvec = crate::align::quaternion(&turned);
+        img.tvec = [0, 1, 2].map(|i| -(0..3).map(|k| turned[i][k] * centre[k]).sum::<f64>());
+    }
+    let merged = merge(vec![(0, a), (1, b)]).unwrap();
+    assert!(merged.joined.is_empty());
+    assert!(
+        merged.apart[0].why.contains("look"),
+        "{}",
+        merged.apart[0].why
+    );
+}

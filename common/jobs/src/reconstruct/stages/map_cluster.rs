@@ -28,25 +28,32 @@ impl Run<'_> {
         };
         let backend = backend_for(&self.spec.backend)?;
         let photos = Self::photos(&self.upstream(Stage::Ingest).await?)?;
-        let matched = self.upstream(Stage::Match).await?;
         let dir = self.scratch.join(&task);
         std::fs::create_dir_all(&dir).map_err(io("creating the cluster's folder"))?;
+        // Fewer photos passed ingest than were planned for: the clusters are cut for the
+        // photos there are, and a cluster beyond them has nothing to map.
+        let count = used_clusters(count, settings, photos.len());
+        let mut result = json!({
+            "cluster": index,
+            "clusters": count,
+            "core": [],
+            "shared": [],
+            "model": null,
+        });
+        if index >= count {
+            result["unused"] = json!(true);
+            return self.seal_cluster(&task, &dir, &[], result).await;
+        }
+        let matched = self.upstream(Stage::Match).await?;
         let db = self.database_from(&matched, &dir).await?;
         let graph = tessera_sfm::colmap::database::verified_pairs(&db)
             .map_err(TaskError::from_classified)?;
         let (clusters, cut_by) =
             split::partition(&members(&photos), &graph, count, settings.overlap as usize);
-        let mut result = json!({
-            "cluster": index,
-            "clusters": count,
-            "cut_by": cut_by,
-            "core": [],
-            "shared": [],
-            "model": null,
-        });
+        result["cut_by"] = json!(cut_by);
         let Some(cluster) = clusters.get(index) else {
-            // Fewer photos than clusters planned (some did not pass ingest).
-            return self.publish_task(&task, &dir, &[], result).await;
+            result["unused"] = json!(true);
+            return self.seal_cluster(&task, &dir, &[], result).await;
         };
         result["core"] = json!(cluster.core);
         result["shared"] = json!(cluster.shared);
@@ -97,7 +104,7 @@ impl Run<'_> {
         let mut models = read_models(&sparse)?;
         sort_models(&mut models);
         let Some((best, metrics)) = models.into_iter().next() else {
-            return self.publish_task(&task, &dir, &[], result).await;
+            return self.seal_cluster(&task, &dir, &[], result).await;
         };
         let model_dir = dir.join("model");
         fresh_dir(&model_dir)?;
@@ -107,14 +114,35 @@ impl Run<'_> {
         result["model"] = json!(metrics);
         let files: Vec<String> = MODEL_FILES.iter().map(|f| format!("model/{f}")).collect();
         let refs: Vec<&str> = files.iter().map(String::as_str).collect();
-        let sealed = self.publish_task(&task, &dir, &refs, result).await?;
-        // Sealed in the object store: the cluster's copy of the database and its photos
-        // would otherwise stay on the disk once per cluster until the job ends.
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
+        self.seal_cluster(&task, &dir, &refs, result).await
+    }
+
+    /// Seal the cluster's checkpoint, then drop its folder: the cluster's copy of the
+    /// database and its photos would otherwise stay on the disk once per cluster until
+    /// the job ends.
+    async fn seal_cluster(
+        &self,
+        task: &str,
+        dir: &Path,
+        files: &[&str],
+        result: Value,
+    ) -> Result<Value, TaskError> {
+        let sealed = self.publish_task(task, dir, files, result).await?;
+        if let Err(e) = std::fs::remove_dir_all(dir) {
             tracing::debug!(task = %task, error = %e, "the cluster's scratch folder stays");
         }
         Ok(sealed)
     }
+}
+
+/// The clusters a run cuts its photos into: as many as planned, fewer where fewer
+/// photos passed ingest than were counted at submission. The merge uses the same rule.
+pub(super) fn used_clusters(
+    planned: usize,
+    settings: tessera_core::spec::SplitSpec,
+    photos: usize,
+) -> usize {
+    planned.min(settings.clusters_for(photos)).max(1)
 }
 
 /// The photos as the cut sees them: east and north of the first photo by name with a

@@ -18,6 +18,12 @@ impl Run<'_> {
         fresh_dir(&dir)?;
         let db = self.database_from(&matched, &dir).await?;
         let started = self.ctx.phase_started(Phase::HierarchicalMerge).await?;
+        let settings = self.spec.split.ok_or_else(|| {
+            TaskError::permanent("the map task merges clusters of a run whose spec has no split")
+        })?;
+        // The rule every cluster task cut by: clusters beyond the photos that passed
+        // ingest mapped nothing and are not reported.
+        let count = super::map_cluster::used_clusters(count, settings, photos.len());
         let mut parts = Vec::new();
         let mut clusters = Vec::new();
         for i in 0..count {
