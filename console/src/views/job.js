@@ -36,10 +36,12 @@ export async function view(jobId) {
     remove: h('button', {
       class: 'danger',
       onclick: () => confirmDelete(`Delete the run “${job.label}” with its models, exports and events? The dataset's photos stay.`, async () => {
-        // Nothing on this page may ask for the run while it goes, or once it is gone.
+        // Nothing on this page may ask for the run while it goes, or once it is gone:
+        // what is already on its way (the report, the latest snapshot) lands first.
         gone = true;
         clearTimeout(soon);
         soon = null;
+        await Promise.allSettled([...inFlight]);
         try { await api(`/v1/jobs/${jobId}`, { method: 'DELETE' }); } catch (err) { gone = false; throw err; }
         stream?.stop();
         toast('Run deleted');
@@ -70,9 +72,17 @@ export async function view(jobId) {
   }
 
   let gone = false;
+  // Requests about this run still on their way: a delete waits for them, so none
+  // reaches the server after the run is gone.
+  const inFlight = new Set();
+  function track(p) {
+    inFlight.add(p);
+    p.finally(() => inFlight.delete(p)).catch(() => {});
+    return p;
+  }
   async function refreshJob() {
     if (gone) return;
-    job = await api(`/v1/jobs/${jobId}`);
+    job = await track(api(`/v1/jobs/${jobId}`));
     renderTasks();
     if (isRecon && TERMINAL.has(job.status)) await showReport();
   }
@@ -86,7 +96,8 @@ export async function view(jobId) {
     if (reportShown === job.status) return;
     reportShown = job.status;
     try {
-      const report = await api(`/v1/reconstructions/${jobId}/report`);
+      if (gone) return;
+      const report = await track(api(`/v1/reconstructions/${jobId}/report`));
       state.report = { files: report.files.length, leftOut: report.photos?.left_out || [] };
       const exports = report.files.filter((f) => f.stage === 'export' && !f.name.startsWith('submodels/'));
       const save = (f) => h('button', {
@@ -242,9 +253,9 @@ export async function view(jobId) {
         break;
       case 'snapshot_available':
         // The event names its snapshot: show the newest, once (a reload replays many).
-        if (isRecon && e.snapshot > newest) {
+        if (isRecon && e.snapshot > newest && !gone) {
           newest = e.snapshot;
-          viewer.load(jobId, newest);
+          track(viewer.load(jobId, newest));
         }
         break;
       default:
@@ -272,9 +283,10 @@ export async function view(jobId) {
     });
   }
   async function showLatest() {
-    const s = await api(`/v1/reconstructions/${jobId}/snapshots`).catch(() => null);
+    if (gone) return;
+    const s = await track(api(`/v1/reconstructions/${jobId}/snapshots`)).catch(() => null);
     const seq = s?.seqs?.[s.seqs.length - 1];
-    if (seq != null) await viewer.load(jobId, seq);
+    if (seq != null && !gone) await track(viewer.load(jobId, seq));
   }
 
   let stream = null;
