@@ -38,11 +38,11 @@ pub enum Command {
     /// Print a job's progress events, optionally following new ones.
     Events(commands::events::Args),
     /// Reconstruct a folder of photos into a sparse 3D model (COLMAP), with exports.
-    Reconstruct(commands::reconstruct::Args),
+    Reconstruct(commands::reconstruction::Args),
     /// Register new photos into a finished reconstruction.
-    Relocalize(commands::refine::RelocalizeArgs),
+    Relocalize(commands::reconstruction::refine::RelocalizeArgs),
     /// Re-triangulate a finished reconstruction's points with its poses fixed.
-    Triangulate(commands::refine::TriangulateArgs),
+    Triangulate(commands::reconstruction::refine::TriangulateArgs),
     /// Run the demo job on a folder of photos (the sample by default) and wait for it.
     Demo(commands::demo::Args),
     /// Blur every face that must be hidden in a folder of photos (one-shot, embedded):

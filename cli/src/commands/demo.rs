@@ -75,7 +75,8 @@ pub async fn run(state: &Path, json: bool, args: Args) -> anyhow::Result<ExitCod
     }
 
     let job =
-        super::reconstruct::drive(&engine, job_id, args.workers, submitted.existing, !json).await?;
+        super::reconstruction::drive(&engine, job_id, args.workers, submitted.existing, !json)
+            .await?;
     let seen = engine.ports().events.last_seq(job_id).await?;
 
     let status = job.status();

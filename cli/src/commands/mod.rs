@@ -10,9 +10,7 @@ pub mod events;
 pub mod jobs;
 pub mod photos;
 pub mod projects;
-pub mod reconstruct;
-mod reconstruct_report;
-pub mod refine;
+pub mod reconstruction;
 pub mod serve;
 pub mod stage;
 pub mod subjects;
@@ -28,9 +26,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs(c) => jobs::run(&cli.state, cli.json, c).await,
         Command::Events(a) => events::run(&cli.state, cli.json, a).await,
         Command::Demo(a) => demo::run(&cli.state, cli.json, a).await,
-        Command::Reconstruct(a) => reconstruct::run(&cli.state, cli.json, a).await,
-        Command::Relocalize(a) => refine::relocalize(&cli.state, cli.json, a).await,
-        Command::Triangulate(a) => refine::triangulate(&cli.state, cli.json, a).await,
+        Command::Reconstruct(a) => reconstruction::run(&cli.state, cli.json, a).await,
+        Command::Relocalize(a) => reconstruction::refine::relocalize(&cli.state, cli.json, a).await,
+        Command::Triangulate(a) => {
+            reconstruction::refine::triangulate(&cli.state, cli.json, a).await
+        }
         Command::Bench(c) => bench::run(cli.json, c).await,
         Command::Blur(a) => blur::run(cli.json, a).await,
         Command::Serve(a) => serve::run(&cli.state, a).await,

@@ -210,11 +210,11 @@ impl Sim3 {
     }
 }
 
-fn transpose(r: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+pub(crate) fn transpose(r: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
     [0, 1, 2].map(|i| [r[0][i], r[1][i], r[2][i]])
 }
 
-fn matmul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+pub(crate) fn matmul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
     [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
 }
 

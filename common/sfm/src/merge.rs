@@ -14,7 +14,7 @@
 //! to triangulate again from the database with the poses held, which gives one track
 //! per physical point instead of one per cluster.
 
-use crate::align::{Sim3, distance};
+use crate::align::{Sim3, distance, matmul, transpose};
 use crate::model::{NO_POINT, Reconstruction, rotation};
 use std::collections::{BTreeSet, HashMap};
 
@@ -270,14 +270,6 @@ fn angle_between(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> f64 {
     let r = matmul(a, &transpose(b));
     let cos = ((r[0][0] + r[1][1] + r[2][2] - 1.0) / 2.0).clamp(-1.0, 1.0);
     cos.acos().to_degrees()
-}
-
-fn transpose(r: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    [0, 1, 2].map(|i| [r[0][i], r[1][i], r[2][i]])
-}
-
-fn matmul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
 }
 
 /// The median distance of camera centres from their centroid.

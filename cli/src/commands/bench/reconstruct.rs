@@ -16,8 +16,8 @@ pub struct ReconstructBench {
     /// Folder of photos.
     pub images: PathBuf,
     /// Pairs for both runs.
-    #[arg(long, value_enum, default_value_t = crate::commands::reconstruct::Pairs::Auto)]
-    pub pairs: crate::commands::reconstruct::Pairs,
+    #[arg(long, value_enum, default_value_t = crate::commands::reconstruction::Pairs::Auto)]
+    pub pairs: crate::commands::reconstruction::Pairs,
     /// Sequential overlap.
     #[arg(long, default_value_t = 8)]
     pub overlap: u32,
@@ -132,7 +132,7 @@ fn usage(who: libc::c_int) -> (f64, u64) {
 
 /// One Tessera run with `args`, in its own state folder.
 async fn tessera_run(
-    args: &crate::commands::reconstruct::Args,
+    args: &crate::commands::reconstruction::Args,
     state: &Path,
     default: bool,
 ) -> anyhow::Result<EngineRun> {
@@ -140,7 +140,7 @@ async fn tessera_run(
     let (self0, _) = usage(libc::RUSAGE_SELF);
     let (cpu0, _) = children_usage();
     let t0 = Instant::now();
-    let report = crate::commands::reconstruct::reconstruct(state, args, false).await?;
+    let report = crate::commands::reconstruction::reconstruct(state, args, false).await?;
     let wall_s = t0.elapsed().as_secs_f64();
     let (self1, _) = usage(libc::RUSAGE_SELF);
     let (cpu1, _) = children_usage();
@@ -289,7 +289,7 @@ struct ScaleReport {
 
 /// Every engine asked for over the photos in `images`, in one run.
 async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<ReconstructReport> {
-    use crate::commands::reconstruct::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
+    use crate::commands::reconstruction::{Args, Ba, EngineArg, GeorefArg, Mapper, Pairs};
     let files = crate::photos::list_images(images)?;
     let scratch = Scratch::new("bench-reconstruct")?;
     if matches!(b.pairs, Pairs::Vocabtree) {
@@ -321,10 +321,10 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         memory_limit: Vec::new(),
         dry_run: false,
     };
-    let folder = crate::commands::reconstruct::Folder::read(&files)?;
+    let folder = crate::commands::reconstruction::Folder::read(&files)?;
     let default_engine = EngineArg::Auto.resolve()?.name;
     // The very spec Tessera runs, so the bare run uses the same COLMAP options.
-    let prepared = crate::commands::reconstruct::prepare(
+    let prepared = crate::commands::reconstruction::prepare(
         &args(EngineArg::Colmap, Mapper::Incremental, "spec"),
         &folder,
         tessera_core::spec::BackendSpec {

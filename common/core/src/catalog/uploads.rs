@@ -13,6 +13,9 @@
 //! chunks and record, expired blobs their object. A blob being collected is marked
 //! first, so a finalize racing the collection is told to retry instead of pointing at
 //! bytes about to vanish.
+//!
+//! Over 600 lines only with its tests (the code is about 560): uploads and the blobs
+//! they finalize into share one record's life cycle and its quota counters.
 
 use super::CatalogError;
 use crate::Millis;

@@ -256,6 +256,13 @@ impl<'a> Weights<'a> {
     }
 }
 
+/// The clusters a run cuts its photos into: as many as planned, fewer where fewer
+/// photos passed ingest than were counted at submission. Every cluster task and the
+/// merge use this rule, so they agree on the cut.
+pub fn clusters_used(planned: usize, settings: SplitSpec, photos: usize) -> usize {
+    planned.min(settings.clusters_for(photos)).max(1)
+}
+
 /// Above this many photos a run is split when nobody said: one mapper run's global
 /// bundle adjustments grow faster than the photos, and clusters map in parallel.
 pub const AUTO_ABOVE: usize = 400;

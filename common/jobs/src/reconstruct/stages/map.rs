@@ -231,36 +231,21 @@ impl Run<'_> {
         }
         let model_dir = dir.join("model");
         fresh_dir(&model_dir)?;
-        for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+        for f in MODEL_FILES {
             std::fs::copy(primary.join(f), model_dir.join(f))
                 .map_err(io(format!("copying {f}")))?;
         }
         // Sub-model 0 is the primary (in `model/`); the others are kept beside it.
-        let mut files: Vec<String> = ["cameras.bin", "images.bin", "points3D.bin"]
-            .iter()
-            .map(|f| format!("model/{f}"))
-            .collect();
+        let mut files: Vec<String> = MODEL_FILES.iter().map(|f| format!("model/{f}")).collect();
         for (idx, (path, _)) in submodels.iter().enumerate().skip(1) {
             let to = dir.join(format!("submodels/{idx}"));
             fresh_dir(&to)?;
-            for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+            for f in MODEL_FILES {
                 std::fs::copy(path.join(f), to.join(f)).map_err(io(format!("copying {f}")))?;
                 files.push(format!("submodels/{idx}/{f}"));
             }
         }
-        self.ctx
-            .metric(
-                "registered_images",
-                primary_metrics.registered_images as f64,
-                None,
-            )
-            .await?;
-        self.ctx
-            .metric("points", primary_metrics.points as f64, None)
-            .await?;
-        self.ctx
-            .metric("submodels", submodels.len() as f64, None)
-            .await?;
+        self.map_metrics(&primary_metrics, submodels.len()).await?;
         let result = json!({
             "model": primary_metrics,
             "submodels": submodels

@@ -7,8 +7,6 @@ use super::*;
 use crate::reconstruct::split::{self, Member};
 use tessera_core::geodesy;
 
-const MODEL_FILES: [&str; 3] = ["cameras.bin", "images.bin", "points3D.bin"];
-
 impl Run<'_> {
     pub(super) async fn map_cluster(&self) -> Result<Value, TaskError> {
         let task = self.ctx.task().name.clone();
@@ -32,7 +30,7 @@ impl Run<'_> {
         std::fs::create_dir_all(&dir).map_err(io("creating the cluster's folder"))?;
         // Fewer photos passed ingest than were planned for: the clusters are cut for the
         // photos there are, and a cluster beyond them has nothing to map.
-        let count = used_clusters(count, settings, photos.len());
+        let count = split::clusters_used(count, settings, photos.len());
         let mut result = json!({
             "cluster": index,
             "clusters": count,
@@ -133,16 +131,6 @@ impl Run<'_> {
         }
         Ok(sealed)
     }
-}
-
-/// The clusters a run cuts its photos into: as many as planned, fewer where fewer
-/// photos passed ingest than were counted at submission. The merge uses the same rule.
-pub(super) fn used_clusters(
-    planned: usize,
-    settings: tessera_core::spec::SplitSpec,
-    photos: usize,
-) -> usize {
-    planned.min(settings.clusters_for(photos)).max(1)
 }
 
 /// The photos as the cut sees them: east and north of the first photo by name with a

@@ -7,8 +7,6 @@
 use super::*;
 use tessera_sfm::merge;
 
-const MODEL_FILES: [&str; 3] = ["cameras.bin", "images.bin", "points3D.bin"];
-
 impl Run<'_> {
     pub(super) async fn merge_clusters(&self, count: usize) -> Result<Value, TaskError> {
         let backend = backend_for(&self.spec.backend)?;
@@ -23,7 +21,7 @@ impl Run<'_> {
         })?;
         // The rule every cluster task cut by: clusters beyond the photos that passed
         // ingest mapped nothing and are not reported.
-        let count = super::map_cluster::used_clusters(count, settings, photos.len());
+        let count = crate::reconstruct::split::clusters_used(count, settings, photos.len());
         let mut parts = Vec::new();
         let mut clusters = Vec::new();
         for i in 0..count {
@@ -202,15 +200,7 @@ impl Run<'_> {
                 })
                 .await?;
         }
-        self.ctx
-            .metric("registered_images", primary.registered_images as f64, None)
-            .await?;
-        self.ctx
-            .metric("points", primary.points as f64, None)
-            .await?;
-        self.ctx
-            .metric("submodels", submodels.len() as f64, None)
-            .await?;
+        self.map_metrics(&primary, submodels.len()).await?;
         let result = json!({
             "model": primary,
             "submodels": submodels,

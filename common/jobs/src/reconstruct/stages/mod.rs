@@ -56,14 +56,11 @@ impl StageHandler {
     }
 }
 
+/// The three files of a COLMAP binary model.
+pub(crate) const MODEL_FILES: [&str; 3] = ["cameras.bin", "images.bin", "points3D.bin"];
+
 pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TaskError {
     move |e| TaskError::transient(format!("{what}: {e}"))
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub(crate) fn fresh_dir(path: &Path) -> Result<(), TaskError> {
@@ -143,7 +140,7 @@ impl TaskHandler for StageHandler {
             return Ok(TaskOutput::result(result));
         }
         let started = Instant::now();
-        let started_ms = unix_ms();
+        let started_ms = tessera_core::Millis::now().0;
         let mut result = match self.stage {
             Stage::Ingest => run.ingest().await?,
             Stage::Extract => run.extract().await?,
@@ -166,7 +163,7 @@ impl TaskHandler for StageHandler {
         result["engine_s"] = json!(engine);
         result["outside_engine_s"] = json!((wall - engine).max(0.0));
         // When it ran by the wall clock: what shows a split run's clusters side by side.
-        result["ran_ms"] = json!([started_ms, unix_ms()]);
+        result["ran_ms"] = json!([started_ms, tessera_core::Millis::now().0]);
         ctx.metric(
             &format!("{name}_wall_s"),
             started.elapsed().as_secs_f64(),
@@ -276,6 +273,19 @@ impl Run<'_> {
             reports.push(report);
         }
         Ok(reports)
+    }
+
+    /// The map stage's figures, one run or merged clusters alike.
+    async fn map_metrics(
+        &self,
+        model: &metrics::ModelMetrics,
+        submodels: usize,
+    ) -> Result<(), TaskError> {
+        let ctx = self.ctx;
+        ctx.metric("registered_images", model.registered_images as f64, None)
+            .await?;
+        ctx.metric("points", model.points as f64, None).await?;
+        ctx.metric("submodels", submodels as f64, None).await
     }
 
     fn report_json(r: &ProcessReport) -> Value {

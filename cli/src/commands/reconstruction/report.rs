@@ -2,7 +2,7 @@
 //! checkpoint and verified, and `report.json` (the run's stages, photos, model and the
 //! choices made for it).
 
-use super::reconstruct::Args;
+use super::Args;
 use anyhow::Context;
 use serde::Serialize;
 use std::path::Path;

@@ -1,8 +1,8 @@
 //! `tessera relocalize BASE_JOB NEW_PHOTOS --out OUT` and `tessera triangulate BASE_JOB
 //! --out OUT`: refinements of a finished reconstruction.
 
-use super::reconstruct::{Folder, drive};
-use super::reconstruct_report::download_exports;
+use super::report::download_exports;
+use super::{Folder, drive};
 use crate::embedded;
 use crate::output::emit;
 use anyhow::{Context, bail};
@@ -60,7 +60,7 @@ fn formats(list: &[String]) -> anyhow::Result<Vec<ExportFormat>> {
 }
 
 async fn finished_base(engine: &Engine, base: &str) -> anyhow::Result<()> {
-    let id = super::parse_job(base)?;
+    let id = crate::commands::parse_job(base)?;
     let job = engine.job(id).await?;
     if job.status() != JobStatus::Succeeded {
         bail!(

@@ -1,0 +1,154 @@
+use super::*;
+
+#[test]
+fn runner_lines_become_events_and_the_rest_is_log() {
+    assert_eq!(
+        parse_line(
+            r#"{"phase": "matching", "current": 39, "total": 66, "tessera": "progress"}"#,
+            None
+        ),
+        Some(LineEvent::Progress {
+            phase: Phase::Matching,
+            current: 39,
+            total: Some(66)
+        })
+    );
+    assert_eq!(
+        parse_line(
+            r#"{"phase": "incremental_register", "current": 3, "tessera": "progress"}"#,
+            Some(12)
+        ),
+        Some(LineEvent::Progress {
+            phase: Phase::IncrementalRegister,
+            current: 3,
+            total: Some(12)
+        })
+    );
+    assert_eq!(
+        parse_line(
+            r#"{"tessera": "started", "phase": "global_positioning"}"#,
+            None
+        ),
+        Some(LineEvent::Started(Phase::GlobalPositioning))
+    );
+    assert_eq!(
+        parse_line(
+            r#"{"tessera": "figure", "name": "registered_images", "value": 12}"#,
+            None
+        ),
+        Some(LineEvent::Figure("registered_images", 12.0))
+    );
+    assert_eq!(
+        parse_line(
+            r#"{"tessera": "figure", "name": "anything", "value": 1}"#,
+            None
+        ),
+        None,
+        "unknown figures are not invented metrics"
+    );
+    assert!(matches!(
+        parse_line(r#"{"tessera": "error", "message": "no GPS"}"#, None),
+        Some(LineEvent::Warning(m)) if m == "no GPS"
+    ));
+    assert_eq!(
+        parse_line(
+            "I20261201 14:03:53.472660 139627558017920 timer.cc:90] Elapsed time",
+            None
+        ),
+        None
+    );
+    assert_eq!(
+        parse_line(
+            "I20261201 14:40:01.1 1396 feature_extraction.cc:270] Processed file [3/12]",
+            None
+        ),
+        Some(LineEvent::Progress {
+            phase: Phase::FeatureExtraction,
+            current: 3,
+            total: Some(12)
+        })
+    );
+    assert_eq!(
+        parse_line(
+            "I20261201 14:40:01.1 1396 pairing.cc:214] Processing block [2/4, 1/4]",
+            None
+        ),
+        Some(LineEvent::Progress {
+            phase: Phase::Matching,
+            current: 2,
+            total: Some(4)
+        })
+    );
+    assert_eq!(
+        parse_line(
+            "I1201 14:40:01.1 1396 pairing.cc:562] Processing image [5/12]",
+            None
+        ),
+        Some(LineEvent::Progress {
+            phase: Phase::Matching,
+            current: 5,
+            total: Some(12)
+        })
+    );
+    assert_eq!(parse_line("{not json", None), None);
+}
+
+#[test]
+fn the_global_mapper_is_offered_without_cuda() {
+    let caps = capabilities();
+    assert!(caps.contains("map.global"));
+    assert!(caps.contains("pairs.exhaustive"));
+    assert!(caps.contains("map.hierarchical"));
+}
+
+#[test]
+fn invocations_are_named_by_their_stage_not_the_runner_path() {
+    let b = PycolmapBackend {
+        info: BackendInfo {
+            name: "pycolmap".into(),
+            version: PINNED_VERSION.into(),
+            cuda: false,
+            capabilities: capabilities(),
+        },
+        python: "python3".into(),
+        runner: "/tmp/x/stage.py".into(),
+    };
+    let inv = b
+        .map(
+            MapperKind::Global,
+            Path::new("db"),
+            Path::new("im"),
+            Path::new("out"),
+            Path::new("snap"),
+            5,
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(inv[0].name(), "map_global");
+    assert_eq!(inv[0].program, "python3");
+    let inv = b
+        .map(
+            MapperKind::Hierarchical,
+            Path::new("db"),
+            Path::new("im"),
+            Path::new("out"),
+            Path::new("snap"),
+            5,
+            None,
+            Some(tessera_core::spec::SplitSpec {
+                cluster_size: 25,
+                overlap: 9,
+            }),
+        )
+        .unwrap();
+    assert_eq!(inv[0].name(), "map_hierarchical");
+    assert!(
+        inv[0]
+            .args
+            .windows(2)
+            .any(|w| w == ["--leaf-max-images", "25"]),
+        "{:?}",
+        inv[0].args
+    );
+}
