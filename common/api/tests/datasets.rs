@@ -670,3 +670,79 @@ async fn a_recipe_over_a_dataset_whose_images_changed_is_a_new_job() {
         "the image removed: not the three-image job"
     );
 }
+
+/// `images:batchCreate` of one blob under 100 names once wrote 100 copies: the bytes
+/// are stored once per distinct content, served under every name, and go with the last
+/// image that names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_blob_under_a_hundred_names_is_stored_once() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let c = as_key(&admin_key(&s).await);
+    let (_, did) = dataset_of_samples(&c, &s.base, "same", 0, 1 << 20).await;
+    let (_, photo) = sample_photos(1).pop().unwrap();
+    let sha = upload(&c, &s.base, &photo, 1 << 20).await;
+    let names: Vec<String> = (0..100).map(|i| format!("copy-{i:03}.jpg")).collect();
+    let requests: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "blob_sha": sha}))
+        .collect();
+    let r = c
+        .post(format!("{}/v1/datasets/{did}/images:batchCreate", s.base))
+        .json(&json!({ "requests": requests }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let held = || async {
+        let (page, _) = s
+            .engine
+            .ports()
+            .objects
+            .list(&format!("datasets/{did}/"), None, 1000)
+            .await
+            .unwrap();
+        page.len()
+    };
+    assert_eq!(held().await, 1, "100 names of one blob: one object");
+    let listed: Value = json_of(
+        c.get(format!("{}/v1/datasets/{did}/images?page_size=200", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let images = listed["images"]
+        .as_array()
+        .or(listed["items"].as_array())
+        .unwrap();
+    assert_eq!(images.len(), 100);
+    let last = images[99]["image_id"].as_str().unwrap().to_string();
+    for n in &names[..99] {
+        let r = c
+            .delete(format!("{}/v1/datasets/{did}/images/{n}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
+    assert_eq!(held().await, 1);
+    let served = c
+        .get(format!("{}/v1/images/{last}/bytes", s.base))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(
+        served[..] == photo[..],
+        "the last name still serves the bytes"
+    );
+    let r = c
+        .delete(format!("{}/v1/datasets/{did}/images/{}", s.base, names[99]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(held().await, 0, "no image names the bytes: they are gone");
+}

@@ -22,9 +22,19 @@ impl Hooks for CountsBytesOut {
     }
 }
 
-/// A dataset named `name` of one sample image: the image's id and its object's key.
-async fn one_image(admin: &reqwest::Client, base: &str, name: &str) -> (String, String) {
+/// A dataset named `name` of one sample image: the image's id and its object's key (the
+/// one object the dataset holds).
+async fn one_image(s: &Server, admin: &reqwest::Client, name: &str) -> (String, String) {
+    let base = &s.base;
     let (_, did) = dataset_of_samples(admin, base, name, 1, 8 << 20).await;
+    let (held, _) = s
+        .engine
+        .ports()
+        .objects
+        .list(&format!("datasets/{did}/"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
     let images: Value = json_of(
         admin
             .get(format!("{base}/v1/datasets/{did}/images"))
@@ -36,7 +46,7 @@ async fn one_image(admin: &reqwest::Client, base: &str, name: &str) -> (String, 
     let image = &images["items"][0];
     (
         image["image_id"].as_str().unwrap().to_string(),
-        format!("datasets/{did}/images/{}", image["name"].as_str().unwrap()),
+        held[0].key.clone(),
     )
 }
 
@@ -53,7 +63,7 @@ async fn stalled_clients_of_a_large_image_hold_chunks_not_the_image() {
     .await;
     let out = &counter.0;
     let (admin, _) = admin_and_viewer(&s).await;
-    let (id, key) = one_image(&admin, &s.base, "large").await;
+    let (id, key) = one_image(&s, &admin, "large").await;
     // The image's stored bytes, replaced by a large file (what is served is the object).
     let large: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
     s.engine
@@ -137,7 +147,7 @@ async fn a_range_of_a_file_replaced_while_it_is_read_is_asked_again_not_mixed() 
     .await;
     let hooks = hooks.into_inner().unwrap().unwrap();
     let admin = admin_client(&s).await;
-    let (id, key) = one_image(&admin, &s.base, "changing").await;
+    let (id, key) = one_image(&s, &admin, "changing").await;
     // The next look at the image's bytes (the range's length) is followed by a shorter
     // object under the same key.
     *hooks.armed_for.lock().unwrap() = Some(key);

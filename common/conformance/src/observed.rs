@@ -27,6 +27,12 @@ pub trait Hooks: Send + Sync + 'static {
     async fn deleting(&self, key: &str) {
         let _ = key;
     }
+    /// Whether the deletion of `key` fails (an outage, a process killed before its
+    /// request left): the fault is injected here and the real store is not called.
+    fn deletion_fails(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// `inner` with `hooks` around it.
@@ -112,6 +118,12 @@ impl<H: Hooks> ObjectStore for Observed<H> {
     }
     async fn delete(&self, key: &str) -> Result<(), ObjectStoreError> {
         self.hooks.deleting(key).await;
+        if self.hooks.deletion_fails(key) {
+            return Err(ObjectStoreError::Io {
+                key: key.to_string(),
+                source: std::io::Error::other("deletion refused by the test"),
+            });
+        }
         self.inner.delete(key).await
     }
     async fn list(

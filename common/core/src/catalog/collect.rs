@@ -1,5 +1,6 @@
 //! The collector: what the expiry index says is due is removed, by the reaper's pass —
-//! unfinished uploads with their chunks, finalized uploads' records, blobs, photo
+//! unfinished uploads with their chunks, finalized uploads' records, blobs, dataset
+//! image contents whose deleter died ([`super::image_bytes`]), photo
 //! originals past their project's retention ([`super::retention`]), refused uploads
 //! ([`super::refusals`]) and the second sweep of every erasure ([`super::erasure`]).
 
@@ -21,6 +22,8 @@ pub struct Collected {
     pub records: usize,
     /// Blobs removed.
     pub blobs: usize,
+    /// Dataset image contents no image names, whose deleter did not finish.
+    pub image_contents: usize,
     /// Erasures given their second sweep.
     pub erasures: usize,
     /// Photo originals deleted under their project's retention.
@@ -79,6 +82,7 @@ pub async fn collect_expired(
 enum Expiring {
     Upload,
     Blob,
+    ImageBytes,
     Refusal,
     Original,
     Erasure,
@@ -89,6 +93,7 @@ impl Expiring {
         [
             (super::uploads::UPLOAD_PREFIX, Expiring::Upload),
             (super::uploads::BLOB_PREFIX, Expiring::Blob),
+            (super::image_bytes::KEY_PREFIX, Expiring::ImageBytes),
             (super::refusals::KEY_PREFIX, Expiring::Refusal),
             (super::retention::KEY_PREFIX, Expiring::Original),
             (super::erasure::KEY_PREFIX, Expiring::Erasure),
@@ -138,6 +143,11 @@ async fn collect_one(
             } else {
                 done.records += 1;
                 super::drop_if_unchanged(store, item).await?;
+            }
+        }
+        Expiring::ImageBytes => {
+            if super::image_bytes::collect_orphan(store, objects, item).await? {
+                done.image_contents += 1;
             }
         }
         Expiring::Refusal => {
@@ -205,6 +215,10 @@ mod tests {
             (
                 super::super::uploads::blob_record_key(&tenant, &"ab".repeat(32)),
                 Expiring::Blob,
+            ),
+            (
+                super::super::image_bytes::record_key(crate::DatasetId::new(), &"cd".repeat(32)),
+                Expiring::ImageBytes,
             ),
             (
                 super::super::refusals::refusal_key(photo),

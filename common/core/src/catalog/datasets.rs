@@ -1,10 +1,12 @@
 //! Datasets and their images: the records, their keys, and the rules of registering an
 //! image.
 //!
-//! An image's bytes live at `datasets/<dataset>/images/<name>` (what a reconstruction of
-//! the dataset reads), so a name is an address: it is **reserved before any byte is
-//! written**, and a name that exists answers a conflict with the existing image's bytes
-//! untouched. Every lookup is scoped to the caller's tenant: another tenant's dataset or
+//! An image's name is **reserved before any byte is written**, and a name that exists
+//! answers a conflict with the existing image's bytes untouched. Its bytes are stored
+//! once per distinct content of the dataset ([`super::image_bytes`]): the image record
+//! names the content's generation, and a reconstruction of the dataset finds its photos
+//! through these records, not by listing objects. Images stored before contents were
+//! counted keep their bytes at `datasets/<dataset>/images/<name>`. Every lookup is scoped to the caller's tenant: another tenant's dataset or
 //! image does not exist for it.
 //!
 //! Over 600 lines on purpose: the records, their keys, name reservation and release and
@@ -120,6 +122,10 @@ pub struct Image {
     /// Its path below the source's root or prefix (sources other than uploads).
     #[serde(default)]
     pub rel_path: Option<String>,
+    /// Which generation of the dataset's content `content_sha` holds its bytes; `None`
+    /// for images stored before contents were counted (bytes under their name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_generation: Option<u64>,
     /// Created, RFC 3339.
     pub created_at: String,
 }
@@ -144,15 +150,30 @@ pub fn datasets_partition(project: ProjectId) -> String {
     format!("PROJECT#{project}#DATASETS")
 }
 
-/// Object-store prefix of a dataset's images (a reconstruction's `image_set`).
+/// A dataset's image set as a reconstruction's spec names it (`image_set`). Older
+/// images' bytes are under this prefix; newer ones are found through the records.
 pub fn images_prefix(dataset: DatasetId) -> String {
     format!("datasets/{dataset}/images")
+}
+
+/// The dataset an `image_set` names, if it names one (`datasets/<id>/images` or a bare
+/// dataset id).
+pub fn dataset_of_image_set(image_set: &str) -> Option<DatasetId> {
+    let s = image_set.trim_end_matches('/');
+    s.strip_prefix("datasets/")
+        .and_then(|r| r.strip_suffix("/images"))
+        .unwrap_or(s)
+        .parse()
+        .ok()
 }
 
 impl Image {
     /// Where its bytes are.
     pub fn object_key(&self) -> String {
-        format!("{}/{}", images_prefix(self.dataset_id), self.name)
+        match self.content_generation {
+            Some(g) => super::image_bytes::object_key(self.dataset_id, &self.content_sha, g),
+            None => format!("{}/{}", images_prefix(self.dataset_id), self.name),
+        }
     }
 }
 
@@ -322,7 +343,7 @@ pub async fn register_image(
         Pixels::Size(w, h) => (Some(w), Some(h), None),
         Pixels::Unreadable(why) => (None, None, Some(why)),
     };
-    let img = Image {
+    let mut img = Image {
         image_id: ImageId::new(),
         dataset_id: dataset.dataset_id,
         tenant: dataset.tenant.clone(),
@@ -335,12 +356,34 @@ pub async fn register_image(
         gps: Some(checked.gps),
         source_kind: source.0.to_string(),
         rel_path: source.1,
+        content_generation: None,
         created_at: Millis::now().to_rfc3339(),
     };
     super::quotas::check_stored(store, &dataset.tenant, img.byte_size).await?;
-    reserve(store, dataset, &img).await?;
-    if let Err(e) = objects.put(&img.object_key(), checked.bytes).await {
-        let undone = match release(store, &img).await {
+    let stale = reserve(store, dataset, &mut img).await?;
+    if let Some(g) = stale {
+        // The generation before ours was emptied and its deleter may have died: nothing
+        // names it any more. A marker in the expiry index has the collector delete it
+        // too, should this fail; deleting twice is harmless.
+        let _ = objects
+            .delete(&super::image_bytes::object_key(
+                img.dataset_id,
+                &img.content_sha,
+                g,
+            ))
+            .await;
+    }
+    if let Err(e) = super::image_bytes::store_bytes(
+        store,
+        objects,
+        img.dataset_id,
+        &img.content_sha,
+        img.content_generation.unwrap_or_default(),
+        checked.bytes,
+    )
+    .await
+    {
+        let undone = match release(store, objects, &img).await {
             Ok(()) => "the name is free again".to_string(),
             Err(u) => format!("and giving the name back failed too ({u})"),
         };
@@ -352,23 +395,26 @@ pub async fn register_image(
     Ok(img)
 }
 
-/// Write the name record, the image record and the dataset's count in one transaction,
-/// conditional on the dataset's revision; a concurrent registration in the same dataset
-/// makes it read again.
+/// Write the name record, the image record, the dataset's count and a reference to the
+/// image's content in one transaction, conditional on the dataset's and the content's
+/// revisions; a concurrent registration in the same dataset makes it read again. Sets
+/// the image's content generation, and answers a generation left to delete.
 async fn reserve(
     store: &dyn StateStore,
     dataset: &Dataset,
-    img: &Image,
-) -> Result<(), CatalogError> {
-    let mut item = Item::new(
-        image_key(img.image_id),
-        serde_json::to_value(img).expect("serializable"),
-    );
-    item.by_parent = Some(ItemKey::new(
-        images_partition(img.dataset_id),
-        img.name.clone(),
-    ));
+    img: &mut Image,
+) -> Result<Option<u64>, CatalogError> {
     for _ in 0..8 {
+        let take = super::image_bytes::take(store, img.dataset_id, &img.content_sha).await?;
+        img.content_generation = Some(take.generation);
+        let mut item = Item::new(
+            image_key(img.image_id),
+            serde_json::to_value(&*img).expect("serializable"),
+        );
+        item.by_parent = Some(ItemKey::new(
+            images_partition(img.dataset_id),
+            img.name.clone(),
+        ));
         let (current, rev) =
             load_dataset(store, &dataset.tenant, &dataset.dataset_id.to_string()).await?;
         if current.image_count >= MAX_IMAGES {
@@ -378,28 +424,33 @@ async fn reserve(
             )));
         }
         let result = store
-            .transact(vec![
-                Write::Set {
-                    key: dataset_key(img.dataset_id),
-                    fields: vec![("image_count".into(), json!(current.image_count + 1))],
-                    condition: Condition::Rev(rev),
-                },
-                Write::Put {
-                    item: Item::new(
-                        image_name_key(img.dataset_id, &img.name),
-                        json!({ "image": img.image_id }),
-                    ),
-                    condition: Condition::Absent,
-                },
-                Write::Put {
-                    item: item.clone(),
-                    condition: Condition::Absent,
-                },
-                super::quotas::add_stored(&img.tenant, img.byte_size as i64),
-            ])
+            .transact(
+                vec![
+                    Write::Set {
+                        key: dataset_key(img.dataset_id),
+                        fields: vec![("image_count".into(), json!(current.image_count + 1))],
+                        condition: Condition::Rev(rev),
+                    },
+                    Write::Put {
+                        item: Item::new(
+                            image_name_key(img.dataset_id, &img.name),
+                            json!({ "image": img.image_id }),
+                        ),
+                        condition: Condition::Absent,
+                    },
+                    Write::Put {
+                        item,
+                        condition: Condition::Absent,
+                    },
+                    super::quotas::add_stored(&img.tenant, img.byte_size as i64),
+                ]
+                .into_iter()
+                .chain(take.writes)
+                .collect(),
+            )
             .await;
         match result {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(take.stale),
             Err(crate::ports::StoreError::Conflict { index: 1, .. }) => {
                 return Err(name_taken(img));
             }
@@ -420,35 +471,56 @@ fn name_taken(img: &Image) -> CatalogError {
     ))
 }
 
-/// Remove an image's records and give its place in the quota back.
-async fn release(store: &dyn StateStore, img: &Image) -> Result<(), CatalogError> {
+/// Remove an image's records, give its place in the quota back and its reference to its
+/// content; the last reference's content is deleted with it.
+async fn release(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    img: &Image,
+) -> Result<(), CatalogError> {
     super::quotas::ensure_usage(store, &img.tenant).await?;
     for _ in 0..8 {
         let (current, rev) = load_dataset(store, &img.tenant, &img.dataset_id.to_string()).await?;
-        let result = store
-            .transact(vec![
-                Write::Set {
-                    key: dataset_key(img.dataset_id),
-                    fields: vec![(
-                        "image_count".into(),
-                        json!(current.image_count.saturating_sub(1)),
-                    )],
-                    condition: Condition::Rev(rev),
-                },
-                Write::Delete {
-                    key: image_name_key(img.dataset_id, &img.name),
-                    condition: Condition::field_eq("image", img.image_id.to_string()),
-                },
-                Write::Delete {
-                    key: image_key(img.image_id),
-                    condition: Condition::Exists,
-                },
-                super::quotas::add_stored(&img.tenant, -(img.byte_size as i64)),
-            ])
-            .await;
-        match result {
-            Ok(_) => return Ok(()),
-            Err(crate::ports::StoreError::Conflict { index: 0, .. }) => continue,
+        // An image stored before contents were counted holds no reference.
+        let give = match img.content_generation {
+            Some(g) => {
+                super::image_bytes::give_back(store, img.dataset_id, &img.content_sha, g).await?
+            }
+            None => None,
+        };
+        let mut writes = vec![
+            Write::Set {
+                key: dataset_key(img.dataset_id),
+                fields: vec![(
+                    "image_count".into(),
+                    json!(current.image_count.saturating_sub(1)),
+                )],
+                condition: Condition::Rev(rev),
+            },
+            Write::Delete {
+                key: image_name_key(img.dataset_id, &img.name),
+                condition: Condition::field_eq("image", img.image_id.to_string()),
+            },
+            Write::Delete {
+                key: image_key(img.image_id),
+                condition: Condition::Exists,
+            },
+            super::quotas::add_stored(&img.tenant, -(img.byte_size as i64)),
+        ];
+        let emptied = give.map(|g| {
+            writes.push(g.write);
+            g.emptied
+        });
+        match store.transact(writes).await {
+            Ok(_) => {
+                if let Some(Some(c)) = emptied {
+                    // The records are gone either way: a failure here leaves the
+                    // content in the expiry index, and the collector deletes it.
+                    let _ = super::image_bytes::collect(store, objects, &c).await;
+                }
+                return Ok(());
+            }
+            Err(crate::ports::StoreError::Conflict { index: 0 | 4, .. }) => continue,
             Err(e) if e.is_conflict() => return Ok(()),
             Err(e) => return Err(e.into()),
         }
@@ -504,19 +576,19 @@ pub async fn image_named(
     image(store, &dataset.tenant, id).await
 }
 
-/// Delete an image: its bytes first, then its records. Its bytes live under its name,
-/// so the name is given back only once they are gone: released first, the name could
-/// be registered again in between and the new image's bytes deleted with the old. A
-/// failure in between leaves a record without bytes, which a run's ingest refuses by
-/// name and a second delete removes.
+/// Delete an image: its records and its reference to its content, whose bytes go when
+/// no other image of the dataset names them. An image stored before contents were
+/// counted keeps its bytes under its name, so those go first: released first, the name
+/// could be registered again in between and the new bytes deleted with the old.
 pub async fn delete_image(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     img: &Image,
 ) -> Result<(), CatalogError> {
-    objects.delete(&img.object_key()).await?;
-    release(store, img).await?;
-    Ok(())
+    if img.content_generation.is_none() {
+        objects.delete(&img.object_key()).await?;
+    }
+    release(store, objects, img).await
 }
 
 /// A digest of what an image set holds: its images' names and content hashes, in name
@@ -573,10 +645,15 @@ pub async fn erase(
         target: format!("dataset/{id}"),
         prefixes: vec![
             format!("{}/", images_prefix(id)),
+            super::image_bytes::contents_prefix(id),
             format!("thumbnails/{id}/"),
         ],
         partitions: vec![
             ("by_parent".into(), images_partition(id)),
+            (
+                "by_parent".into(),
+                super::image_bytes::contents_partition(id),
+            ),
             ("table".into(), format!("DATASET#{id}")),
         ],
         erased_at: Millis::now(),

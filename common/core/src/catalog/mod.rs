@@ -8,6 +8,7 @@ pub mod collect;
 pub mod datasets;
 pub mod erasure;
 pub mod idempotency;
+pub mod image_bytes;
 pub mod incoming;
 pub mod quotas;
 pub mod refusals;

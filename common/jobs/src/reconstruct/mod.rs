@@ -22,6 +22,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod geo;
 pub mod georef_choice;
+pub mod image_set;
 pub mod images;
 mod label;
 pub mod memory;

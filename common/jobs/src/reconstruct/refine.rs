@@ -225,11 +225,16 @@ impl TaskHandler for Relocalize {
 
         // The new photos, checked like any upload; a name already in the base is refused.
         let known: BTreeSet<&str> = base.photos.iter().map(|p| p.name.as_str()).collect();
-        let prefix = format!("{}/", spec.image_set.trim_end_matches('/'));
-        let (listing, _) = ctx.ports().objects.list(&prefix, None, 10_000).await?;
+        let listing = super::image_set::list(
+            ctx.ports().store.as_ref(),
+            ctx.ports().objects.as_ref(),
+            &ctx.job().tenant,
+            &spec.image_set,
+        )
+        .await?;
         let mut new = Vec::new();
         for meta in listing {
-            let name = meta.key.rsplit('/').next().unwrap_or(&meta.key).to_string();
+            let name = meta.name.clone();
             if known.contains(name.as_str()) {
                 return Err(TaskError::permanent(format!(
                     "photo `{name}` is already in the base reconstruction; rename the new photo"

@@ -6,28 +6,39 @@ use super::*;
 impl Run<'_> {
     pub(super) async fn ingest(&self) -> Result<Value, TaskError> {
         let objects = self.ctx.ports().objects.clone();
-        let prefix = format!("{}/", self.spec.image_set.trim_end_matches('/'));
         let dir = self.scratch.join("images");
         fresh_dir(&dir)?;
-        let mut keys = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let (page, next) = objects.list(&prefix, after.as_deref(), 1000).await?;
-            keys.extend(page.into_iter().map(|m| m.key));
-            match next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
-        }
-        let total = keys.len() as u64;
+        let photos = crate::reconstruct::image_set::list(
+            self.ctx.ports().store.as_ref(),
+            objects.as_ref(),
+            &self.ctx.job().tenant,
+            &self.spec.image_set,
+        )
+        .await?;
+        let total = photos.len() as u64;
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
         let ingest_started = self.ctx.phase_started(Phase::Ingest).await?;
-        for (i, key) in keys.iter().enumerate() {
-            let name = key.rsplit('/').next().unwrap_or(key).to_string();
-            let bytes = objects.get(key).await?;
-            match images::check(&name, &bytes) {
-                Ok((width, height)) => {
+        for (i, photo) in photos.iter().enumerate() {
+            let (name, key) = (photo.name.clone(), &photo.key);
+            // A record whose bytes are gone (a deletion that failed half-way) is refused
+            // by name like any unusable photo, not a reason to fail the run.
+            let fetched = match objects.get(key).await {
+                Ok(b) => Ok(b),
+                Err(tessera_core::ports::object_store::ObjectStoreError::NotFound(_)) => {
+                    Err(format!(
+                        "`{name}`: its bytes are missing from the store; delete the image and register it again"
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let checked = fetched.and_then(|bytes| {
+                images::check(&name, &bytes)
+                    .map(|size| (bytes, size))
+                    .map_err(|why| why.to_string())
+            });
+            match checked {
+                Ok((bytes, (width, height))) => {
                     let (focal_mm, gps) = images::exif_facts(&bytes);
                     let upright = if self.spec.respect_exif_orientation {
                         let n = name.clone();
@@ -70,7 +81,7 @@ impl Run<'_> {
                             message: format!("skipping {why}"),
                         })
                         .await?;
-                    rejected.push(json!({ "name": name, "why": why.to_string() }));
+                    rejected.push(json!({ "name": name, "why": why }));
                 }
             }
             self.ctx
