@@ -45,13 +45,7 @@ pub async fn key(
     let Some(input) = checkpoint::manifest(objects, job, previous.name()).await? else {
         return Ok(None);
     };
-    let mut params = serde_json::to_value(spec).expect("serializable");
-    if let Some(m) = params.as_object_mut() {
-        // What only the (never cached) export stage reads is left out too.
-        for volatile in ["project", "image_set", "priority", "exports", "crs"] {
-            m.remove(volatile);
-        }
-    }
+    let params = params(spec, &stages, stage);
     let files: Vec<(&str, &str)> = input
         .files
         .iter()
@@ -74,6 +68,29 @@ pub async fn key(
     Ok(Some(hex::encode(Sha256::digest(
         canonical.to_string().as_bytes(),
     ))))
+}
+
+/// The spec's parameters that `stage` depends on: all of them but where the photos come
+/// from, the priority and what only the (never cached) export stage reads; and, for the
+/// stages before georeferencing, how the model is georeferenced, which none of them
+/// reads — a run that only adds ground control or a CRS adopts the mapped model instead
+/// of mapping again (and so places the model the user already looked at).
+fn params(spec: &ReconstructionSpec, stages: &[Stage], stage: Stage) -> Value {
+    let mut params = serde_json::to_value(spec).expect("serializable");
+    let before_georef = stages
+        .iter()
+        .position(|s| *s == Stage::Georeference)
+        .is_none_or(|g| stages.iter().position(|s| *s == stage) < Some(g));
+    if let Some(m) = params.as_object_mut() {
+        for volatile in ["project", "image_set", "priority", "exports", "crs"] {
+            m.remove(volatile);
+        }
+        if before_georef {
+            m.remove("georef");
+            m.remove("georef_if_possible");
+        }
+    }
+    params
 }
 
 /// The job of `tenant` whose checkpoint answers `key`, if any.
@@ -142,4 +159,60 @@ pub async fn adopt(
 /// Whether a record names a job that is not this one (a job never adopts from itself).
 pub fn elsewhere(origin: Option<JobId>, job: JobId) -> Option<JobId> {
     origin.filter(|o| *o != job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::spec::Georef;
+
+    fn spec(georef: Georef) -> ReconstructionSpec {
+        let mut spec: ReconstructionSpec = serde_json::from_value(json!({
+            "project": "01JA0000000000000000000000", "image_set": "images/survey",
+            "backend": {"name": "pycolmap", "version": null}, "camera_model": "SIMPLE_RADIAL",
+            "max_features": 8192, "max_image_size": 3200,
+            "pairs": {"strategy": "exhaustive"}, "mapper": "incremental", "ba": "standard",
+            "georef": {"mode": "none"}, "exports": ["points-bin"],
+        }))
+        .unwrap();
+        spec.georef = georef;
+        spec
+    }
+
+    /// Adding ground control to a finished run maps nothing again: every stage before
+    /// georeferencing has the same parameters, and georeferencing its own.
+    #[test]
+    fn only_georeferencing_depends_on_how_the_model_is_georeferenced() {
+        let free = spec(Georef::None);
+        let mut placed = spec(Georef::Gcp {
+            file: "gcp/abc.txt".into(),
+            target_epsg: Some(32632),
+        });
+        placed.georef_if_possible = true;
+        let stages = Stage::planned(&placed);
+        assert!(stages.contains(&Stage::Georeference));
+        // (Export is never cached: it always runs.)
+        for stage in Stage::planned(&free)
+            .into_iter()
+            .filter(|s| *s != Stage::Export)
+        {
+            assert_eq!(
+                params(&free, &Stage::planned(&free), stage),
+                params(&placed, &stages, stage),
+                "{stage:?}"
+            );
+        }
+        let gps = spec(Georef::Gps { target_epsg: None });
+        assert_ne!(
+            params(&gps, &Stage::planned(&gps), Stage::Georeference),
+            params(&placed, &stages, Stage::Georeference)
+        );
+        // Anything a stage does read still changes its key.
+        let mut sharper = free.clone();
+        sharper.max_features = 4096;
+        assert_ne!(
+            params(&free, &Stage::planned(&free), Stage::Map),
+            params(&sharper, &Stage::planned(&sharper), Stage::Map)
+        );
+    }
 }
