@@ -4,58 +4,17 @@ use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_core::ports::event_log::StoreEventLog;
-use tessera_core::ports::state_store::StateStore;
 use tessera_engine::{Engine, EngineConfig, Ports};
-use tessera_local::{
-    FolderObjectStore, LocalCompute, MemoryGate, MemoryLedger, SqliteQueue, SqliteStateStore,
-    StateDir,
-};
-
-/// Memory the gate leaves to everything else on the machine.
-const MEMORY_RESERVE: u64 = 1 << 30;
+use tessera_local::StateDir;
+use tessera_local::embedded::{self, Memory};
 
 /// Open the state directory and build the ports on it.
 pub fn ports(dir: &Path) -> anyhow::Result<(StateDir, Ports)> {
-    if dir.exists() && !dir.is_dir() {
-        anyhow::bail!(
-            "state directory {} is a file; pass --state DIR naming a folder",
-            dir.display()
-        );
-    }
-    let state = StateDir::open(dir).with_context(|| {
-        format!(
-            "cannot open state directory {}; pass --state DIR naming a writable folder",
-            dir.display()
-        )
-    })?;
-    let store: Arc<dyn StateStore> =
-        Arc::new(SqliteStateStore::open(&state.state_db()).with_context(|| {
-            format!(
-                "cannot open {}; is it a Tessera state database?",
-                state.state_db().display()
-            )
-        })?);
-    let queue = SqliteQueue::open(&state.queue_db())
-        .with_context(|| format!("cannot open {}", state.queue_db().display()))?;
-    let objects = FolderObjectStore::new(state.objects(), state.tmp())
-        .with_context(|| format!("cannot open {}", state.objects().display()))?;
-    // Heavy stages of every process on this directory share one memory budget.
-    let gate = MemoryGate::for_this_machine(MEMORY_RESERVE);
-    let ledger = MemoryLedger::open(
-        &state.memory_db(),
-        &tessera_engine::worker_identity(),
-        tessera_local::memory_ledger::RESERVATION_LEASE,
-    )
-    .with_context(|| format!("cannot open {}", state.memory_db().display()))?;
-    gate.share_through(ledger);
-    let ports = Ports {
-        store: store.clone(),
-        queue: Arc::new(queue),
-        events: Arc::new(StoreEventLog::new(store)),
-        objects: Arc::new(objects),
-        compute: Arc::new(LocalCompute::new(gate)),
-    };
+    let state = embedded::state_dir(dir)?;
+    let ports = embedded::ports(
+        &state,
+        Memory::this_machine(tessera_engine::worker_identity()),
+    )?;
     Ok((state, ports))
 }
 

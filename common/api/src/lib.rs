@@ -14,6 +14,7 @@ pub mod console;
 pub mod metrics;
 pub mod problem;
 pub mod routes;
+pub mod server;
 pub mod sources;
 
 use axum::Router;

@@ -36,7 +36,6 @@ pub mod worker;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tessera_core::ports::{Compute, EventLog, ObjectStore, Queue, StateStore};
 
 pub use context::TaskContext;
 pub use error::EngineError;
@@ -46,19 +45,7 @@ pub use retry::RetryPolicy;
 pub use worker::{LoopHealth, LoopState, Worker};
 
 /// The adapters the engine runs on.
-#[derive(Clone)]
-pub struct Ports {
-    /// State: tasks, jobs, cache entries, anything a handler stores.
-    pub store: Arc<dyn StateStore>,
-    /// "Task X may be runnable" messages.
-    pub queue: Arc<dyn Queue>,
-    /// Progress events.
-    pub events: Arc<dyn EventLog>,
-    /// Blobs.
-    pub objects: Arc<dyn ObjectStore>,
-    /// Admission and subprocesses.
-    pub compute: Arc<dyn Compute>,
-}
+pub use tessera_core::ports::Ports;
 
 /// How the engine behaves.
 #[derive(Debug, Clone)]

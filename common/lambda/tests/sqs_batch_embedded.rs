@@ -5,20 +5,16 @@
 //! batch item failure); everything else is acknowledged.
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use std::sync::Arc;
 use std::time::Duration;
-use tessera_core::ports::event_log::StoreEventLog;
-use tessera_core::ports::queue::{Queue, QueueSettings};
-use tessera_core::ports::state_store::{Condition, StateStore, Write};
+use tessera_core::ports::queue::QueueSettings;
+use tessera_core::ports::state_store::{Condition, Write};
 use tessera_core::{Millis, TenantId, records};
 use tessera_engine::plan::{JobPlan, TaskPlan};
-use tessera_engine::{Engine, EngineConfig, Ports};
+use tessera_engine::{Engine, EngineConfig};
 use tessera_lambda::Role;
 use tessera_lambda::sqs_batch::SqsBatch;
-use tessera_local::{
-    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
-    StateDir,
-};
+use tessera_local::StateDir;
+use tessera_local::embedded::{self, Memory};
 
 const QUEUE: &str = "face-process";
 
@@ -26,21 +22,10 @@ const QUEUE: &str = "face-process";
 async fn poison_is_archived_not_yet_due_is_kept_and_the_rest_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
-    let queue = Arc::new(SqliteQueue::open(&state.queue_db()).unwrap());
+    let ports = embedded::ports(&state, Memory::Fixed { bytes: 8 << 30 }).unwrap();
+    let (store, queue) = (ports.store.clone(), ports.queue.clone());
     let engine = Engine::new(
-        Ports {
-            store: store.clone(),
-            queue: queue.clone(),
-            events: Arc::new(StoreEventLog::new(store.clone())),
-            objects: Arc::new(FolderObjectStore::new(state.objects(), state.tmp()).unwrap()),
-            compute: Arc::new(LocalCompute::new(MemoryGate::new(
-                FixedMemory(8 << 30),
-                8 << 30,
-                0,
-                2,
-            ))),
-        },
+        ports,
         EngineConfig {
             queue: QUEUE.into(),
             scratch: state.work(),

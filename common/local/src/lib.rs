@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod compute;
+pub mod embedded;
 pub mod memory_gate;
 pub mod memory_ledger;
 pub mod object_store;

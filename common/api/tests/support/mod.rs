@@ -6,15 +6,12 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_api::{ApiState, AuthMode};
+use tessera_api::AuthMode;
+use tessera_api::server::ServerSetup;
 use tessera_core::ports::ObjectStore;
-use tessera_core::ports::event_log::StoreEventLog;
-use tessera_core::ports::state_store::StateStore;
-use tessera_engine::{Engine, EngineConfig, Ports, Worker};
-use tessera_local::{
-    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
-    StateDir,
-};
+use tessera_engine::{Engine, EngineConfig, Worker};
+use tessera_local::StateDir;
+use tessera_local::embedded::{self, Memory};
 use tokio_util::sync::CancellationToken;
 
 pub struct Server {
@@ -64,21 +61,11 @@ pub async fn serve_over(
 ) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&state.state_db()).unwrap());
-    let ports = Ports {
-        store: store.clone(),
-        queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
-        events: Arc::new(StoreEventLog::new(store)),
-        objects: wrap(Arc::new(
-            FolderObjectStore::new(state.objects(), state.tmp()).unwrap(),
-        )),
-        compute: Arc::new(LocalCompute::new(MemoryGate::new(
-            FixedMemory(8 << 30),
-            8 << 30,
-            0,
-            4,
-        ))),
-    };
+    // Embedded mode's ports and `tessera serve`'s server; what differs is named: a
+    // memory budget that is the same on every machine, the object store as `wrap`
+    // returns it, a worker that polls often, and one allowed cross-origin page.
+    let ports =
+        embedded::ports_wrapped(&state, Memory::Fixed { bytes: 8 << 30 }, |s| s, wrap).unwrap();
     let engine = Engine::new(
         ports,
         EngineConfig {
@@ -88,40 +75,23 @@ pub async fn serve_over(
         tessera_jobs::registry(),
     );
     engine.ensure_queue().await.unwrap();
-    // As `tessera serve` does: the worker loop in this process, reported by /healthz.
-    let worker = workers.then(|| Worker::new(engine.clone(), 2, Some(Duration::from_millis(200))));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    // As `tessera serve` does: the engine this machine has, the names of the bound
-    // address, and one allowed page.
-    let (backend, capabilities) = tessera_api::detected_engine();
-    let app = tessera_api::router(ApiState {
-        engine: engine.clone(),
-        auth,
-        capabilities,
-        backend,
-        faces,
-        sources,
-        workers: worker.as_ref().map(Worker::health),
-        browser: tessera_api::browser::BrowserPolicy::for_listener(
-            listener.local_addr().unwrap(),
-            vec![ALLOWED_PAGE.into()],
-        ),
-        response_limit: None,
-    });
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { s.cancelled().await })
-            .await
-            .unwrap();
-    });
-    let worker_stop = stop.child_token();
-    if let Some(w) = worker {
-        let s = worker_stop.clone();
-        tokio::spawn(async move { w.run(s).await });
-    }
+    let running = tessera_api::server::start(
+        engine.clone(),
+        ServerSetup {
+            cors_origins: vec![ALLOWED_PAGE.into()],
+            workers: workers.then_some(2),
+            worker_poll: Duration::from_millis(200),
+            sources,
+            faces,
+            ..ServerSetup::new("127.0.0.1:0".parse().unwrap(), auth)
+        },
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", running.addr);
+    let (stop, worker_stop) = (running.stop.clone(), running.worker_stop.clone());
+    // Dropping the handle leaves the server running until `stop`.
+    drop(running);
     Server {
         base,
         engine,

@@ -24,3 +24,20 @@ pub use state_store::{
     Condition, Index, Item, ItemKey, MAX_TRANSACTION_ITEMS, Page, Query, StateStore, StoreError,
     Write, validate_transaction,
 };
+
+/// The adapters a deployment runs on, one of each port: what the engine, the handlers
+/// and the routes are given. Built once per process by its adapters' crate
+/// (`tessera_local::embedded` on one machine, `tessera-lambda` on AWS).
+#[derive(Clone)]
+pub struct Ports {
+    /// State: tasks, jobs, cache entries, anything a handler stores.
+    pub store: std::sync::Arc<dyn StateStore>,
+    /// "Task X may be runnable" messages.
+    pub queue: std::sync::Arc<dyn Queue>,
+    /// Progress events.
+    pub events: std::sync::Arc<dyn EventLog>,
+    /// Blobs.
+    pub objects: std::sync::Arc<dyn ObjectStore>,
+    /// Admission and subprocesses.
+    pub compute: std::sync::Arc<dyn Compute>,
+}

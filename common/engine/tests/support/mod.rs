@@ -4,15 +4,10 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_core::ports::event_log::StoreEventLog;
 use tessera_core::ports::state_store::StateStore;
-use tessera_engine::{
-    Engine, EngineConfig, JobPlan, Ports, Registry, RetryPolicy, TaskPlan, Worker,
-};
-use tessera_local::{
-    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
-    StateDir,
-};
+use tessera_engine::{Engine, EngineConfig, JobPlan, Registry, RetryPolicy, TaskPlan, Worker};
+use tessera_local::embedded::{self, Memory};
+use tessera_local::{FixedMemory, LocalCompute, MemoryGate, SqliteStateStore, StateDir};
 use tokio_util::sync::CancellationToken;
 
 pub struct Harness {
@@ -81,15 +76,15 @@ impl Harness {
         gate: MemoryGate,
         tune: impl FnOnce(&mut EngineConfig),
     ) -> Engine {
-        let ports = Ports {
-            store: store.clone(),
-            queue: Arc::new(SqliteQueue::open(&self.state.queue_db()).unwrap()),
-            events: Arc::new(StoreEventLog::new(store)),
-            objects: Arc::new(
-                FolderObjectStore::new(self.state.objects(), self.state.tmp()).unwrap(),
-            ),
-            compute: Arc::new(LocalCompute::new(gate)),
-        };
+        // Embedded mode's ports, with the store and the memory gate this test names.
+        let mut ports = embedded::ports_wrapped(
+            &self.state,
+            Memory::Fixed { bytes: 64 << 30 },
+            |_| store,
+            |o| o,
+        )
+        .unwrap();
+        ports.compute = Arc::new(LocalCompute::new(gate));
         let mut config = EngineConfig::default().with_lease(lease);
         config.retry = Some(RetryPolicy {
             base: Duration::from_millis(50),

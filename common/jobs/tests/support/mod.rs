@@ -9,16 +9,13 @@ use tessera_core::domain::Project;
 use tessera_core::event::EventKind;
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::{Photo, keys};
-use tessera_core::ports::event_log::StoreEventLog;
 use tessera_core::ports::state_store::StateStore;
 use tessera_core::{JobId, PhotoId, TenantId, records};
-use tessera_engine::{Engine, EngineConfig, Ports, RetryPolicy, Worker};
+use tessera_engine::{Engine, EngineConfig, RetryPolicy, Worker};
 use tessera_faces::{DetectorKind, FaceModels, ModelFiles, OnnxRuntime};
 use tessera_jobs::photos::{self, FaceService, ObjectCreated, project};
-use tessera_local::{
-    FixedMemory, FolderObjectStore, LocalCompute, MemoryGate, SqliteQueue, SqliteStateStore,
-    StateDir,
-};
+use tessera_local::StateDir;
+use tessera_local::embedded::{self, Memory};
 use tokio_util::sync::CancellationToken;
 
 /// A small reconstruction spec for planning (nothing runs it: no COLMAP needed).
@@ -89,20 +86,8 @@ pub async fn rig_over(
 ) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(dir.path()).unwrap();
-    let store: Arc<dyn StateStore> =
-        wrap(Arc::new(SqliteStateStore::open(&state.state_db()).unwrap()));
-    let ports = Ports {
-        store: store.clone(),
-        queue: Arc::new(SqliteQueue::open(&state.queue_db()).unwrap()),
-        events: Arc::new(StoreEventLog::new(store)),
-        objects: Arc::new(FolderObjectStore::new(state.objects(), state.tmp()).unwrap()),
-        compute: Arc::new(LocalCompute::new(MemoryGate::new(
-            FixedMemory(8 << 30),
-            8 << 30,
-            0,
-            4,
-        ))),
-    };
+    let ports =
+        embedded::ports_wrapped(&state, Memory::Fixed { bytes: 8 << 30 }, wrap, |o| o).unwrap();
     let mut config = EngineConfig {
         scratch: state.work(),
         ..EngineConfig::default()
