@@ -82,7 +82,7 @@ pub async fn get(
     };
     Ok(Json(json!({
         "recon_id": job.id, "project_id": job.project,
-        "dataset_id": job.spec["image_set"].as_str().and_then(|p| p.strip_prefix("datasets/")).and_then(|p| p.split('/').next()),
+        "dataset_id": job.spec["image_set"].as_str().and_then(tessera_core::catalog::datasets::dataset_of_image_set),
         "spec": job.spec, "rv_id": format!("tessera-{}", env!("CARGO_PKG_VERSION")), "status": status,
         "created_at": job.created_at.to_rfc3339(),
         "_links": super::links(&href, &[("snapshots", format!("{href}/snapshots")), ("job", format!("/v1/jobs/{}", job.id))]),
