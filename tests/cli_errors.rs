@@ -224,24 +224,11 @@ fn a_photo_whose_file_name_no_key_can_hold_is_refused_by_name_as_the_api_refuses
     );
     // Every file is checked before the first is stored: the good one is not left behind
     // stored, counted and never processed.
-    let stored = walk(&s.join("objects/uploads"));
+    let stored = tessera_tests::walk_files(&s.join("objects/uploads"));
     assert!(stored.is_empty(), "{stored:?}");
     let listed = json(&tessera(
         &s,
         &["--json", "photos", "list", "--project", "p"],
     ));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

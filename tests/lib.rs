@@ -245,3 +245,17 @@ pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value 
     assert!(status.is_success(), "{url}: {status} {v}");
     v
 }
+
+/// Every file under `dir`, at any depth (none where it does not exist).
+pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

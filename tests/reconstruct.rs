@@ -351,6 +351,136 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
 }
 
+/// Retrieval pairs on either engine: with no tree given, the match stage trains one from
+/// the photos' own features and says so; a tree file given with `--vocab-tree` is stored
+/// under its digest and read from the store, never from the path.
+#[test]
+fn retrieval_pairs_train_a_tree_from_the_photos_on_either_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = sample_photos(dir.path(), 6);
+    for engine in ["pycolmap", "colmap"] {
+        let state = dir.path().join(format!("state-{engine}"));
+        let o = reconstruct(
+            &state,
+            &photos,
+            &dir.path().join(format!("out-{engine}")),
+            &[
+                "--engine",
+                engine,
+                "--pairs",
+                "vocabtree",
+                "--num-images",
+                "3",
+            ],
+        );
+        assert!(o.status.success(), "{engine}: {}", stderr(&o));
+        let report = json(&o);
+        assert_eq!(report["status"], "succeeded", "{report}");
+        assert!(
+            report["registered_images"].as_u64().unwrap() >= 5,
+            "{engine}: {report}"
+        );
+        let tree = &stage(&report, "match")["vocab_tree"];
+        assert!(tree["words"].as_u64().unwrap() >= 256, "{engine}: {tree}");
+        assert!(
+            tree["trained"]
+                .as_str()
+                .unwrap()
+                .contains("own descriptors"),
+            "{engine}: {tree}"
+        );
+        sfmapi_conformant(&job_events(&state, &report), engine);
+    }
+
+    // A tree built beforehand by COLMAP's own builder, given as a file.
+    let db = dir.path().join("tree.db");
+    colmap(&[
+        "feature_extractor",
+        "--database_path",
+        db.to_str().unwrap(),
+        "--image_path",
+        photos.to_str().unwrap(),
+        "--SiftExtraction.max_image_size",
+        "640",
+        "--SiftExtraction.max_num_features",
+        "1024",
+        "--SiftExtraction.use_gpu",
+        "0",
+    ]);
+    let tree = dir.path().join("vocab_tree.bin");
+    colmap(&[
+        "vocab_tree_builder",
+        "--database_path",
+        db.to_str().unwrap(),
+        "--vocab_tree_path",
+        tree.to_str().unwrap(),
+        "--num_visual_words",
+        "256",
+    ]);
+    let state = dir.path().join("state-given");
+    let o = reconstruct(
+        &state,
+        &photos,
+        &dir.path().join("out-given"),
+        &[
+            "--engine",
+            "colmap",
+            "--pairs",
+            "vocabtree",
+            "--num-images",
+            "3",
+            "--vocab-tree",
+            tree.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert!(
+        report["registered_images"].as_u64().unwrap() >= 5,
+        "{report}"
+    );
+    assert!(
+        stage(&report, "match")["vocab_tree"].is_null(),
+        "a given tree is not trained again: {report}"
+    );
+    let stored = tessera_tests::walk_files(&state)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("inputs/vocab-trees/"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        stored.len(),
+        1,
+        "the tree is stored once, by digest: {stored:?}"
+    );
+    assert_eq!(
+        std::fs::read(&stored[0]).unwrap(),
+        std::fs::read(&tree).unwrap()
+    );
+
+    // An empty tree file and a tree without retrieval pairs are refused by name.
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    for extra in [
+        &[
+            "--pairs",
+            "vocabtree",
+            "--vocab-tree",
+            empty.to_str().unwrap(),
+        ][..],
+        &[
+            "--pairs",
+            "exhaustive",
+            "--vocab-tree",
+            tree.to_str().unwrap(),
+        ][..],
+    ] {
+        let o = reconstruct(&state, &photos, &dir.path().join("out-bad"), extra);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("vocab"), "{extra:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn every_sub_model_is_kept_reported_exported_and_served() {
     // Two scenes in one folder (the drone photos and the castle): no single model can

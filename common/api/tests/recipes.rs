@@ -232,3 +232,108 @@ async fn an_incremental_recipe_over_http_ends_in_a_sealed_snapshot_whose_points_
     )
     .await;
 }
+
+/// Where a JSON document holds `key`, the first value under it (depth first).
+fn find<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => m.get(key).or_else(|| m.values().find_map(|x| find(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+        _ => None,
+    }
+}
+
+/// sfmapi's `{"pairs": {"strategy": "vocabtree"}}` is served on an engine that can
+/// retrieve (both can): the match stage trains a tree from the dataset's own features,
+/// since no tree ships with Tessera and a client may not name a file on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vocabulary_tree_recipe_trains_its_tree_from_the_dataset_and_maps_it() {
+    let s = serve(AuthMode::ApiKey, true).await;
+    let c = admin_client(&s).await;
+    let caps = json_of(
+        c.get(format!("{}/v1/capabilities", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(caps["features"]["pairs.vocabtree"], true, "{caps}");
+    let (pid, did) = dataset_of_samples(&c, &s.base, "retrieval", 6, 64 * 1024).await;
+    let url = format!("{}/v1/projects/{pid}/pipelines/incremental", s.base);
+    let ask = |pairs: Value| {
+        c.post(&url)
+            .json(&json!({"dataset_id": did, "spec": {"kind": "incremental"}, "matches": {"pairs": pairs}}))
+            .send()
+    };
+    // A tree named by the client: a server path, or another tenant's object.
+    for (pairs, field) in [
+        (
+            json!({"strategy": "vocabtree", "tree": "/etc/passwd"}),
+            "pairs.tree",
+        ),
+        (
+            json!({"strategy": "vocabtree", "vocab_tree_path": "blobs/other/tree.bin"}),
+            "pairs.vocab_tree_path",
+        ),
+        (
+            json!({"strategy": "vocabtree", "num_images": 0}),
+            "pairs.num_images",
+        ),
+    ] {
+        let p = problem(ask(pairs).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert!(p.to_string().contains(field), "{p}");
+    }
+    let r = ask(json!({"strategy": "vocabtree", "num_images": 4}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let job = r.json::<Value>().await.unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    read_events(
+        c.get(format!("{}/v1/jobs/{job}/events", s.base))
+            .send()
+            .await
+            .unwrap(),
+        None,
+    )
+    .await;
+    let detail = json_of(
+        c.get(format!("{}/v1/jobs/{job}", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    assert_eq!(
+        detail["x-tessera"]["options"]["pairs"],
+        json!({"strategy": "vocab_tree", "num_images": 4}),
+        "no tree named: trained from the set"
+    );
+    let tree = find(&detail, "vocab_tree").expect("the match stage says what it trained");
+    let words = tree["words"].as_u64().unwrap();
+    assert!(words.is_power_of_two() && words >= 256, "{tree}");
+    assert!(tree["descriptors"].as_u64().unwrap() > 1000, "{tree}");
+    assert_eq!(tree["process"]["exit_code"], 0, "{tree}");
+    // "Run again" sends the options back as the job shows them: the same recipe.
+    let again = ask(detail["x-tessera"]["options"]["pairs"].clone())
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.json::<Value>().await.unwrap()["job_id"], job.as_str());
+    let recon = json_of(
+        c.get(format!("{}/v1/reconstructions/{job}/submodels", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let registered = find(&recon, "num_reg_images")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    assert!(
+        registered >= 5,
+        "retrieval pairs over 6 overlapping drone photos map them: {recon}"
+    );
+}

@@ -205,7 +205,18 @@ pub trait EngineBackend: Send + Sync + 'static {
         existing_camera: Option<u32>,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
-    /// Matching (and geometric verification) of the pairs the spec chooses.
+    /// A vocabulary tree trained from the features in `db`, written to `tree`, for
+    /// `pairs.vocabtree` where no tree was given.
+    fn train_vocab_tree(
+        &self,
+        db: &Path,
+        tree: &Path,
+        training: crate::vocab_tree::TreeTraining,
+    ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// Matching (and geometric verification) of the pairs the spec chooses; `vocab_tree`
+    /// is the tree file for `pairs.vocabtree` (given, or trained by
+    /// [`EngineBackend::train_vocab_tree`]).
     fn match_pairs(
         &self,
         pairs: &PairStrategy,

@@ -15,6 +15,7 @@ pub mod model;
 pub mod model_bin;
 pub mod model_text;
 pub mod pycolmap;
+pub mod vocab_tree;
 
 pub use error::ModelError;
 pub use model::{Camera, Image, Observation, Point2D, Point3D, Reconstruction};

@@ -302,6 +302,7 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         overlap: b.overlap,
         neighbors: tessera_jobs::reconstruct::recipe::SPATIAL_NEIGHBOURS,
         vocab_tree: None,
+        num_images: tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES,
         engine,
         mapper,
         ba: Ba::Standard,

@@ -17,11 +17,13 @@ pub const LOCAL_PROJECT: &str = "00000000000000000000000000";
 pub enum Pairs {
     /// Chosen from the photos (tessera_jobs::reconstruct::pairing): every pair up to 60
     /// photos, then neighbours by GPS, then by name order for frames, then every pair
-    /// again up to 200 unordered photos.
+    /// again up to 200 unordered photos, then retrieval by a tree trained on the photos.
     Auto,
     Exhaustive,
     Sequential,
     Spatial,
+    /// Retrieval: each photo with the `--num-images` that look most like it, by the tree
+    /// `--vocab-tree` names or one trained from the photos' own features.
     Vocabtree,
 }
 
@@ -90,9 +92,13 @@ pub struct Args {
     /// Spatial pairs: neighbours per image.
     #[arg(long, default_value_t = recipe::SPATIAL_NEIGHBOURS, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub neighbors: u32,
-    /// Vocabulary-tree pairs: the tree file.
+    /// Vocabulary-tree pairs: a tree file built for this engine (COLMAP 4's for pycolmap);
+    /// without one, a tree is trained from the photos' own features.
     #[arg(long)]
     pub vocab_tree: Option<PathBuf>,
+    /// Vocabulary-tree pairs: photos retrieved per photo.
+    #[arg(long, default_value_t = tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub num_images: u32,
     /// Engine: pycolmap (COLMAP 4) where installed, else the COLMAP command line.
     #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
     pub engine: EngineArg,
@@ -184,6 +190,44 @@ pub struct ControlInput {
     pub file: tessera_core::gcp::ControlFile,
 }
 
+/// The tree `--vocab-tree` names: its object-store key, named by its content so the same
+/// tree makes the same spec wherever the file lies, and the file to store there.
+pub struct TreeInput {
+    /// Where it is stored.
+    pub key: String,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// `--vocab-tree`, hashed as it is read (a tree can be hundreds of megabytes).
+pub fn tree_input(args: &Args) -> anyhow::Result<Option<TreeInput>> {
+    use sha2::Digest;
+    let Some(path) = &args.vocab_tree else {
+        return Ok(None);
+    };
+    if !matches!(args.pairs, Pairs::Vocabtree) {
+        bail!("--vocab-tree is for --pairs vocabtree");
+    }
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read the vocabulary tree {}", path.display()))?;
+    let mut hasher = sha2::Sha256::new();
+    let size = std::io::copy(&mut file, &mut hasher)
+        .with_context(|| format!("cannot read the vocabulary tree {}", path.display()))?;
+    if size == 0 {
+        bail!(
+            "the vocabulary tree {} is empty; leave --vocab-tree out to train one from the photos",
+            path.display()
+        );
+    }
+    Ok(Some(TreeInput {
+        key: format!(
+            "inputs/vocab-trees/{}.bin",
+            &hex::encode(hasher.finalize())[..32]
+        ),
+        path: path.clone(),
+    }))
+}
+
 /// `--gcp`, read and checked.
 pub fn control_input(args: &Args) -> anyhow::Result<Option<ControlInput>> {
     let Some(path) = &args.gcp else {
@@ -248,18 +292,10 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
             max_neighbors: args.neighbors,
             max_distance_m: recipe::SPATIAL_DISTANCE_M,
         }),
-        Pairs::Vocabtree => {
-            let tree = args
-                .vocab_tree
-                .as_ref()
-                .context("--pairs vocabtree needs --vocab-tree FILE")?;
-            let tree = std::fs::canonicalize(tree)
-                .with_context(|| format!("vocabulary tree {} does not exist", tree.display()))?;
-            PairsAsk::Given(PairStrategy::VocabTree {
-                tree: tree.display().to_string(),
-                num_images: 20,
-            })
-        }
+        Pairs::Vocabtree => PairsAsk::Given(PairStrategy::VocabTree {
+            tree: tree_input(args)?.map(|t| t.key),
+            num_images: args.num_images,
+        }),
     };
     Ok(Recipe {
         camera_model,

@@ -150,6 +150,9 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     if let Some(c) = control_input(args)? {
         engine.ports().objects.put(&c.key, c.bytes.into()).await?;
     }
+    if let Some(t) = args::tree_input(args)? {
+        engine.ports().objects.put_file(&t.key, &t.path).await?;
+    }
     let count = folder.photos.len();
     let mut plan = reconstruct::plan(
         spec,

@@ -110,16 +110,26 @@ pub async fn build_report(
         if !skipped {
             wall += r["wall_s"].as_f64().unwrap_or(0.0);
         }
-        let peak = [&r["process"], &r["passes"][0], &r["passes"][1]]
-            .iter()
-            .filter_map(|p| p["peak_rss_bytes"].as_u64())
-            .max();
-        stage_rows.push(serde_json::json!({
+        let peak = [
+            &r["process"],
+            &r["passes"][0],
+            &r["passes"][1],
+            &r["vocab_tree"]["process"],
+        ]
+        .iter()
+        .filter_map(|p| p["peak_rss_bytes"].as_u64())
+        .max();
+        let mut row = serde_json::json!({
             "stage": name, "state": t.state, "attempts": t.attempts, "skipped": skipped,
             "wall_s": r["wall_s"], "engine_s": r["engine_s"], "outside_engine_s": r["outside_engine_s"],
             "ran_ms": r["ran_ms"], "peak_rss_bytes": peak, "resource_class": t.resource_class,
             "last_error": t.last_error.as_ref().map(|e| serde_json::json!({"class": e.class, "message": e.message})),
-        }));
+        });
+        // What the match stage trained, where it trained a tree for retrieval pairs.
+        if !r["vocab_tree"].is_null() {
+            row["vocab_tree"] = r["vocab_tree"].clone();
+        }
+        stage_rows.push(row);
     }
     let mut report = Report {
         job_id: job_id.to_string(),

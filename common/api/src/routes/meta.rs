@@ -83,11 +83,12 @@ pub const CORE: [&str; 7] = [
 /// where a request can use it (§2.1); what the engine offers beyond these (bundle
 /// adjustment modes, exports, georegistration, …) runs inside Tessera's own stages and
 /// the CLI, not behind an sfmapi endpoint, and is listed under `x-tessera`.
-pub const SERVED: [&str; 7] = [
+pub const SERVED: [&str; 8] = [
     "features.extract.sift",
     "pairs.exhaustive",
     "pairs.sequential",
     "pairs.spatial",
+    "pairs.vocabtree",
     "map.incremental",
     "map.global",
     "map.hierarchical",

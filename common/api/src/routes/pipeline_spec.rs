@@ -170,7 +170,7 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
     }
     if !p["strategy"].is_null() && !p["strategy"].is_string() {
         return Err(Problem::validation(format!(
-            "pairs.strategy `{}`: use auto, exhaustive, sequential or spatial",
+            "pairs.strategy `{}`: use auto, exhaustive, sequential, spatial or vocabtree",
             p["strategy"]
         )));
     }
@@ -219,6 +219,32 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
                 }
             },
         }),
+        // Retrieval by a tree trained from the dataset's own features: a client cannot
+        // name a tree file, which would be a path on the server or another tenant's key.
+        Some("vocabtree" | "vocab_tree") => {
+            for field in ["tree", "vocab_tree", "vocab_tree_path"] {
+                if !p[field].is_null() {
+                    return Err(Problem::validation(format!(
+                        "pairs.{field}: a vocabulary tree cannot be named here; leave it out and Tessera trains one from the dataset's own features"
+                    )));
+                }
+            }
+            PairsAsk::Given(PairStrategy::VocabTree {
+                tree: None,
+                num_images: match &p["num_images"] {
+                    Value::Null => tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES,
+                    v => v
+                        .as_u64()
+                        .filter(|n| (1..=1000).contains(n))
+                        .map(|n| n as u32)
+                        .ok_or_else(|| {
+                            Problem::validation(format!(
+                                "pairs.num_images `{v}`: use a whole number 1–1000"
+                            ))
+                        })?,
+                },
+            })
+        }
         Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
     })
 }

@@ -146,7 +146,8 @@ pub(crate) fn require_capabilities(
     if let Some(p) = pairs.and_then(|p| p["strategy"].as_str())
         && p != "auto"
     {
-        let c = format!("pairs.{p}");
+        // The spec's own name, as a job's options show it, is sfmapi's `vocabtree`.
+        let c = format!("pairs.{}", if p == "vocab_tree" { "vocabtree" } else { p });
         if !served(&c) {
             return Err(Problem::capability_unavailable(&c));
         }

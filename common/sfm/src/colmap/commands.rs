@@ -58,6 +58,27 @@ pub fn extract(
     .collect()
 }
 
+/// `vocab_tree_builder`: a tree trained from the features in `db`. COLMAP samples
+/// whole photos (`max_num_images`), so the training's descriptor budget is met in
+/// photos.
+pub fn train_vocab_tree(
+    db: &Path,
+    tree: &Path,
+    training: crate::vocab_tree::TreeTraining,
+) -> Vec<String> {
+    vec![
+        "vocab_tree_builder".into(),
+        "--database_path".into(),
+        p(db),
+        "--vocab_tree_path".into(),
+        p(tree),
+        "--num_visual_words".into(),
+        training.words.to_string(),
+        "--max_num_images".into(),
+        training.photos.to_string(),
+    ]
+}
+
 /// The matcher for the pair strategy.
 pub fn match_pairs(
     pairs: &PairStrategy,

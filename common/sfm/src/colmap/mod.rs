@@ -162,6 +162,16 @@ impl EngineBackend for ColmapBackend {
         Ok(self.call(args))
     }
 
+    fn train_vocab_tree(
+        &self,
+        db: &Path,
+        tree: &Path,
+        training: crate::vocab_tree::TreeTraining,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("pairs.vocabtree")?;
+        Ok(self.call(commands::train_vocab_tree(db, tree, training)))
+    }
+
     fn match_pairs(
         &self,
         pairs: &PairStrategy,

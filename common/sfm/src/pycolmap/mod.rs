@@ -261,6 +261,24 @@ impl EngineBackend for PycolmapBackend {
         Ok(vec![self.call("extract", flags)])
     }
 
+    fn train_vocab_tree(
+        &self,
+        db: &Path,
+        tree: &Path,
+        training: crate::vocab_tree::TreeTraining,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("pairs.vocabtree", "")?;
+        Ok(vec![self.call(
+            "train-tree",
+            vec![
+                ("database", p(db)),
+                ("out", p(tree)),
+                ("words", training.words.to_string()),
+                ("descriptors", training.descriptors.to_string()),
+            ],
+        )])
+    }
+
     fn match_pairs(
         &self,
         pairs: &PairStrategy,

@@ -114,6 +114,41 @@ def extract(args):
     settle(args.database)
 
 
+def train_tree(args):
+    """A vocabulary tree trained from this database's own SIFT descriptors (what COLMAP's
+    vocab_tree_builder does), for retrieval pairs where no tree ships. An even, seeded
+    sample of each photo's descriptors is read one photo at a time, so memory is the
+    sample (`--descriptors` × 128 floats), not the set."""
+    db = pycolmap.Database.open(args.database)
+    try:
+        images = db.read_all_images()
+        if not images:
+            fail("the database has no photos to train a vocabulary tree from")
+        per_image = max(1, args.descriptors // len(images))
+        rng = np.random.default_rng(SEED)
+        sample = []
+        for im in images:
+            d = db.read_descriptors(im.image_id).to_float().data
+            if d.shape[0] > per_image:
+                d = d[np.sort(rng.choice(d.shape[0], per_image, replace=False))]
+            sample.append(np.asarray(d, dtype=np.float32))
+    finally:
+        db.close()
+    sample = np.concatenate(sample) if sample else np.zeros((0, 128), np.float32)
+    words = min(args.words, max(1, sample.shape[0] // 40))
+    if sample.shape[0] < 2 or words < 2:
+        fail(f"{sample.shape[0]} descriptors are too few to train a vocabulary tree; match every pair instead")
+    index = pycolmap.VisualIndex.create(sample.shape[1], 64)
+    options = pycolmap.VisualIndex.BuildOptions()
+    options.num_visual_words = words
+    options.num_iterations = 11
+    options.num_rounds = 1
+    index.build(options, pycolmap.FeatureDescriptorsFloat(pycolmap.FeatureExtractorType.SIFT, sample))
+    index.write(args.out)
+    emit("figure", name="tree_words", value=words)
+    emit("figure", name="tree_descriptors", value=int(sample.shape[0]))
+
+
 def match(args):
     matching = pycolmap.FeatureMatchingOptions()
     verification = pycolmap.TwoViewGeometryOptions()
@@ -347,6 +382,13 @@ def main():
     p.add_argument("--num-images", type=int, default=50)
     p.add_argument("--gpu", type=int, default=0)
     p.set_defaults(run=match)
+
+    p = sub.add_parser("train-tree")
+    p.add_argument("--database", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--words", type=int, required=True)
+    p.add_argument("--descriptors", type=int, required=True)
+    p.set_defaults(run=train_tree)
 
     p = sub.add_parser("map")
     p.add_argument("--database", required=True)
