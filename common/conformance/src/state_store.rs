@@ -111,6 +111,45 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         "FieldAtMost on a missing item fails"
     );
 
+    // A field not set: absent or null, on an item that exists.
+    let n = ItemKey::new(unique("conf#"), "A");
+    let unset = || Condition::field_null("published_at");
+    store
+        .put(Item::new(n.clone(), json!({"at": 1})), Condition::Absent)
+        .await
+        .unwrap();
+    store
+        .put(
+            Item::new(n.clone(), json!({"at": 2, "published_at": null})),
+            unset(),
+        )
+        .await
+        .expect("FieldNull holds on an absent field");
+    store
+        .put(
+            Item::new(n.clone(), json!({"at": 3, "published_at": 5})),
+            unset(),
+        )
+        .await
+        .expect("FieldNull holds on a null field");
+    let e = store
+        .put(Item::new(n.clone(), json!({"at": 4})), unset())
+        .await
+        .expect_err("FieldNull fails on a set field");
+    assert!(e.is_conflict(), "{e}");
+    assert_eq!(store.get(&n).await.unwrap().unwrap().body["at"], 3);
+    assert!(
+        store
+            .put(
+                Item::new(ItemKey::new(unique("conf#"), "A"), json!({})),
+                unset()
+            )
+            .await
+            .unwrap_err()
+            .is_conflict(),
+        "FieldNull on a missing item fails"
+    );
+
     // All or nothing, and the conflict names the failing write.
     let (a, b) = (
         ItemKey::new(unique("conf#"), "A"),

@@ -16,6 +16,11 @@ pub struct TaskError {
     pub class: ErrorClass,
     /// What failed and what to do about it.
     pub message: String,
+    /// The run found, before it could finish, that the state it decided from had moved
+    /// on (a conditional write it made mid-run conflicted with a change it did not
+    /// make): nothing failed, so the task runs again with its attempt given back, as a
+    /// conflict on a write named in [`TaskOutput::moved_on`] does at completion.
+    pub moved_on: bool,
 }
 
 impl TaskError {
@@ -24,6 +29,7 @@ impl TaskError {
         TaskError {
             class: ErrorClass::Transient,
             message: m.into(),
+            moved_on: false,
         }
     }
     /// Out of memory or time: retry one resource class up.
@@ -31,6 +37,7 @@ impl TaskError {
         TaskError {
             class: ErrorClass::Resource,
             message: m.into(),
+            moved_on: false,
         }
     }
     /// Bad input: fail now.
@@ -38,6 +45,7 @@ impl TaskError {
         TaskError {
             class: ErrorClass::Permanent,
             message: m.into(),
+            moved_on: false,
         }
     }
     /// Cannot even be interpreted: archive now.
@@ -45,6 +53,7 @@ impl TaskError {
         TaskError {
             class: ErrorClass::Poison,
             message: m.into(),
+            moved_on: false,
         }
     }
     /// Stopped on request.
@@ -52,6 +61,18 @@ impl TaskError {
         TaskError {
             class: ErrorClass::Cancelled,
             message: m.into(),
+            moved_on: false,
+        }
+    }
+
+    /// What the run decided from moved on while it ran ([`TaskError::moved_on`]): run
+    /// again with the attempt given back, up to [`crate::lifecycle::MOVED_ON_LIMIT`]
+    /// times in a row, then an ordinary transient failure.
+    pub fn moved_on(m: impl Into<String>) -> Self {
+        TaskError {
+            class: ErrorClass::Transient,
+            message: m.into(),
+            moved_on: true,
         }
     }
 
@@ -60,6 +81,7 @@ impl TaskError {
         TaskError {
             class: e.class(),
             message: e.to_string(),
+            moved_on: false,
         }
     }
 }

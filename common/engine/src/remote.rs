@@ -198,6 +198,7 @@ impl Engine {
         let error = TaskError {
             class: end.class(),
             message: format!("remote job {} failed: {}", end.job_id, end.reason),
+            moved_on: false,
         };
         if let Some(h) = self.fail_abandoned(end.task, &owner, error).await? {
             tracing::warn!(task_id = %end.task, remote_job = %end.job_id, reason = %end.reason, "remote job failed while running its task");

@@ -56,6 +56,7 @@ impl TaskHandler for Flaky {
             return Err(TaskError {
                 class: self.class,
                 message: format!("planned failure {n}"),
+                moved_on: false,
             });
         }
         Ok(TaskOutput::result(
@@ -788,6 +789,58 @@ async fn the_attempt_ceiling_ends_in_dead_with_compensation() {
         comp.is_some(),
         "the compensating write committed with the dead state"
     );
+}
+
+/// Finds `times` runs in a row that what it decided from moved on mid-run, then
+/// succeeds.
+struct MovesOn {
+    times: u32,
+    runs: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl TaskHandler for MovesOn {
+    async fn run(&self, _ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        if n <= self.times {
+            return Err(TaskError::moved_on(format!(
+                "the row changed under run {n}"
+            )));
+        }
+        Ok(TaskOutput::result(json!(n)))
+    }
+}
+
+/// A run that finds mid-run that the state moved on (a conditional write refused by a
+/// change it did not make) runs again with its attempt given back: more such runs than
+/// the task's attempt ceiling still end in success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_whose_state_moved_on_mid_run_spends_no_attempt() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicU32::new(0));
+    let engine = h
+        .engine(
+            registry_with(
+                "moves_on",
+                MovesOn {
+                    times: 5,
+                    runs: runs.clone(),
+                },
+            ),
+            LEASE,
+        )
+        .await;
+    let mut tp = TaskPlan::new("m", "moves_on", json!(null));
+    tp.max_attempts = Some(3);
+    let job = engine.submit(plan("moves on", vec![tp])).await.unwrap();
+    let j = run_until_done(&engine, job.job_id, WAIT).await;
+    let t = task_named(&engine, job.job_id, "m").await;
+    assert_eq!(
+        (t.state, t.attempts, t.moved_on, runs.load(Ordering::SeqCst)),
+        (TaskState::Succeeded, 1, 5, 6),
+        "{t:?}"
+    );
+    assert_eq!(j.status(), JobStatus::Succeeded);
 }
 
 /// With no ceiling of its own, a task gets its kind's from the attempt policy table: a

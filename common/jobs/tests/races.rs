@@ -231,6 +231,24 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     release_failing.notify_one();
     all_over(&r, change10.reblur_job, "after the re-decision's failure").await;
 
+    // 11. Regions saved on a published photo (which unpublishes it), and the
+    //     re-decision that would publish them cancelled before it staged anything:
+    //     the photo is failed with the reason, not withheld with nobody to say why.
+    let (photo11, event11) = r.upload(&q, "composite_pd_1280x896.jpg").await;
+    let ingested11 = r.ingest(&q, &event11).await;
+    all_over(&r, ingested11, "before the cancelled re-decision").await;
+    assert!(r.photo(photo11).await.published_at.is_some());
+    let (reached, release_cancelled11) = fault::hold(fault::BEFORE_STAGING);
+    r.set_regions(photo11, &[region]).await;
+    let redecision11 = r.redecide(photo11).await;
+    wait("staging of the re-decision to cancel", reached).await;
+    r.engine
+        .cancel(redecision11, CancelMode::Force)
+        .await
+        .unwrap();
+    release_cancelled11.notify_one();
+    all_over(&r, redecision11, "after the cancelled re-decision").await;
+
     stop.cancel();
     running.await.unwrap();
     r.settle().await;
@@ -367,10 +385,17 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     );
 
     // The run without the regions staged nothing: its staging was refused, and it ran
-    // again reading them (it may have by now). The run with them staged and published,
-    // or stood down to that second run, which read them too; either way the region is
-    // in the file. (Staged without them, its publication is what is refused instead.)
-    assert_eq!(stale.moved_on, 0, "{stale:?}");
+    // again reading them, with its attempt given back (nothing failed: a user saving
+    // regions again and again must not spend its attempts). The run with them staged and
+    // published, or stood down to that second run, which read them too; either way the
+    // region is in the file. (Staged without them, its publication is what is refused
+    // instead.)
+    assert_eq!(stale.state, TaskState::Queued, "to run again: {stale:?}");
+    assert_eq!(
+        (stale.attempts, stale.moved_on),
+        (0, 1),
+        "its attempt given back: {stale:?}"
+    );
     assert!(
         stale
             .last_error
@@ -477,6 +502,19 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
             .as_deref()
             .is_some_and(|f| f.contains("injected failure")),
         "{row:?}"
+    );
+
+    let row = r.photo(photo11).await;
+    assert!(row.published_at.is_none(), "{row:?}");
+    assert!(
+        row.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("cancelled")),
+        "withheld with the reason: {row:?}"
+    );
+    assert_eq!(
+        r.engine.job(redecision11).await.unwrap().status(),
+        JobStatus::Cancelled
     );
 }
 

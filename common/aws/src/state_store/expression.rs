@@ -56,6 +56,13 @@ impl Expr {
                     "attribute_exists({k}) AND (attribute_not_exists({b}.{f}) OR {b}.{f} <= {v})"
                 ))
             }
+            Condition::FieldNull(f) => {
+                let (k, b, f) = (self.name(PK), self.name(BODY), self.name(f));
+                let null = self.value(AttributeValue::S("NULL".into()));
+                Some(format!(
+                    "attribute_exists({k}) AND (attribute_not_exists({b}.{f}) OR attribute_type({b}.{f}, {null}))"
+                ))
+            }
             Condition::All(cs) => {
                 let parts: Vec<String> = cs
                     .iter()

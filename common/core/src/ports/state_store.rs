@@ -93,6 +93,8 @@ pub enum Condition {
     /// later than this one wrote it". A field holding anything else (null, text, a
     /// fraction) fails the condition, as DynamoDB's `<=` fails across types.
     FieldAtMost(String, i64),
+    /// The item exists and its top-level body field is absent or null: "not set".
+    FieldNull(String),
     /// All of these hold.
     All(Vec<Condition>),
 }
@@ -108,6 +110,11 @@ impl Condition {
         Condition::FieldAtMost(field.to_string(), n)
     }
 
+    /// `field` absent or null on an existing item.
+    pub fn field_null(field: &str) -> Self {
+        Condition::FieldNull(field.to_string())
+    }
+
     /// Evaluate against the current item (or its absence). Adapters that cannot push a
     /// condition down to their store use this; it is also the reference semantics.
     pub fn holds(&self, current: Option<&Item>) -> bool {
@@ -121,6 +128,9 @@ impl Condition {
                 None => true,
                 Some(v) => v.as_i64().is_some_and(|x| x <= *n),
             }),
+            Condition::FieldNull(f) => {
+                current.is_some_and(|i| i.body.get(f).is_none_or(Value::is_null))
+            }
             Condition::All(cs) => cs.iter().all(|c| c.holds(current)),
         }
     }

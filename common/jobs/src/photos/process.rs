@@ -332,7 +332,9 @@ impl TaskHandler for Process {
                 tracing::info!(photo = %id, version = photo.variant_version, "a newer run staged a version first; it publishes the photo");
                 return Ok(TaskOutput::result(taken.result));
             }
-            return Err(TaskError::transient(format!(
+            // Nothing failed: the run that reads them is this one, again, with its
+            // attempt given back (a user saving regions ten times must not kill it).
+            return Err(TaskError::moved_on(format!(
                 "photo {id} changed after it was read (regions saved, or erased); it is decided again"
             )));
         }
@@ -417,6 +419,9 @@ impl TaskHandler for Process {
                         ("subjects_rev", row::json(&decided_rev)),
                         ("published_at", row::json(&published_at)),
                         ("rendered", row::json(&rendered)),
+                        // A cancelled re-decision may have failed the row after this run
+                        // staged ([`row::fail_cancelled`]): what is published has no failure.
+                        ("failure", serde_json::Value::Null),
                     ],
                 ),
                 privacy_view::still_at(photo.project, id, decided_rev),
@@ -485,7 +490,8 @@ impl TaskHandler for Process {
         )]
     }
 
-    /// A run cancelled after it staged a version leaves the photo unpublished, and an
+    /// A run cancelled leaves the photo unpublished (it staged a version, or it was the
+    /// re-decision that saved regions waited for, or the first processing), and an
     /// older run of the photo may have stood down to it: the photo is failed with the
     /// reason, so that it is not left withheld with nobody to publish it or say why.
     fn compensates_cancellation(&self) -> bool {
@@ -494,16 +500,16 @@ impl TaskHandler for Process {
 
     /// At a final failure the photo is failed unless a run submitted later has staged
     /// a version since ([`row::fail`]): that run publishes it or fails it itself. At a
-    /// cancellation only while the row holds the version this task staged
-    /// ([`row::fail_staged_by`]): a task cancelled before it staged, or after a newer run
-    /// staged over it, leaves the photo to what it is or to that run.
+    /// cancellation the same, whether or not the run got to stage, but only a photo that
+    /// is withheld, and for a re-decision of regions only while the regions are still
+    /// the ones it was for ([`row::fail_cancelled`]).
     fn compensate(&self, task: &Task) -> Vec<Write> {
         let reason = task.failure_message(&format!("task `{}` ended without success", task.name));
         let Ok(id) = payload_photo(task) else {
             return Vec::new();
         };
         if task.state == TaskState::Cancelled {
-            return vec![row::fail_staged_by(id, task.id, &reason)];
+            return vec![row::fail_cancelled(id, task, &reason)];
         }
         vec![row::fail(id, task, &reason)]
     }

@@ -65,6 +65,9 @@ pub(super) async fn unchanged(
     let decided_rev = against.view.subjects_rev;
     tracing::info!(photo = %photo.id, version = photo.variant_version, subjects_rev = decided_rev, faces = faces.len(), "decided again with the same files: published again as they are");
     fields.push(("subjects_rev", row::json(&decided_rev)));
+    // A cancelled re-decision may have failed the row since it was read
+    // ([`row::fail_cancelled`]): what is published has no failure.
+    fields.push(("failure", serde_json::Value::Null));
     Ok(Some(TaskOutput {
         result: serde_json::json!({
             "photo": photo.id,

@@ -11,7 +11,7 @@ use tessera_core::photo::{Face, Photo};
 use tessera_core::ports::state_store::{Condition, StateStore, Write};
 use tessera_core::ports::{ObjectStore, ObjectStoreError};
 use tessera_core::task::Task;
-use tessera_core::{PhotoId, TaskId, records};
+use tessera_core::{PhotoId, records};
 use tessera_engine::TaskError;
 
 /// The photo's row, or `None` when there is none. A task of a photo's own jobs
@@ -106,16 +106,27 @@ pub fn unpublish(id: PhotoId) -> Write {
     }
 }
 
-/// Unpublish and say why, only while the version the row holds is the one `task`
-/// staged ([`STAGED_BY`]): what a run cancelled by a person commits. A run that never
-/// staged, or that a newer run staged over (which publishes the photo or fails it
-/// itself), leaves the photo as it is: the write is refused, and the task ends without it.
-pub fn fail_staged_by(id: PhotoId, task: TaskId, reason: &str) -> Write {
-    fail_if(id, reason, Condition::field_eq(STAGED_BY, json(&task)))
+/// Say why a withheld photo stays withheld: what a run of its processing cancelled by a
+/// person commits, whether or not it got to stage. A run that staged unpublished the
+/// photo; one that never ran leaves it as withheld as it found it (saving regions
+/// unpublished it, a first processing never published it), with nobody left to publish
+/// it or say why. A published photo is left as it is (what was cancelled had changed
+/// nothing), and so is a photo a run submitted later staged since, or whose regions were
+/// saved again since a re-decision of regions was asked for: each of those has a run of
+/// its own that publishes the photo or fails it.
+pub fn fail_cancelled(id: PhotoId, task: &Task, reason: &str) -> Write {
+    let mut all = vec![
+        Condition::field_null("published_at"),
+        Condition::field_at_most(STAGED_BY_SUBMITTED, task.created_at.0),
+    ];
+    if let Some(rev) = task.payload.get("edits_rev").and_then(Value::as_u64) {
+        all.push(Condition::field_eq("edits_rev", rev));
+    }
+    fail_if(id, reason, Condition::All(all))
 }
 
 /// The row field naming the task whose run staged the version the row holds; written
-/// with each staging, read only by conditions.
+/// with each staging, for whoever reads the row to find the run.
 pub const STAGED_BY: &str = "staged_by";
 
 /// The row field holding when the task whose run staged the row's version was
