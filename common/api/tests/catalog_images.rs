@@ -398,3 +398,73 @@ async fn erasing_a_dataset_removes_its_contents_and_their_records() {
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A reconstruction maps the set it was asked for or none: the dataset's images as
+/// listed when the run starts must have the spec's digest. An image registered after the
+/// run was asked for (or not yet in the index that lists them) and one deleted since
+/// each make the listing a transient error that says so, never a run over another set
+/// under the same fingerprint.
+#[tokio::test]
+async fn a_run_lists_the_set_it_was_asked_for_or_none() {
+    use tessera_jobs::reconstruct::image_set;
+    let w = world().await;
+    let tenant: TenantId = "tenant-a".parse().unwrap();
+    let set = datasets::images_prefix(w.dataset.dataset_id);
+    w.register("a.jpg", 1).await;
+    let b = w.register("b.jpg", 2).await;
+    let asked = datasets::image_set_digest(
+        &datasets::all_images(w.store.as_ref(), w.dataset.dataset_id)
+            .await
+            .unwrap(),
+    );
+    let list = |digest: Option<String>| {
+        let (store, objects, tenant, set) = (
+            w.store.clone(),
+            w.objects.clone(),
+            tenant.clone(),
+            set.clone(),
+        );
+        async move {
+            image_set::list(
+                store.as_ref(),
+                objects.as_ref(),
+                &tenant,
+                &set,
+                digest.as_deref(),
+            )
+            .await
+        }
+    };
+    let photos = list(Some(asked.clone())).await.unwrap();
+    assert_eq!(photos.len(), 2);
+
+    w.register("c.jpg", 3).await;
+    let e = list(Some(asked.clone())).await.unwrap_err();
+    assert_eq!(e.class, tessera_core::ErrorClass::Transient, "{e}");
+    assert!(
+        e.message.contains("3 images") && e.message.contains("submit the run again"),
+        "{e}"
+    );
+    // No digest asked (a relocalization's new photos): whatever is there.
+    assert_eq!(list(None).await.unwrap().len(), 3);
+
+    datasets::delete_image(w.store.as_ref(), w.objects.as_ref(), &b)
+        .await
+        .unwrap();
+    let e = list(Some(asked)).await.unwrap_err();
+    assert_eq!(e.class, tessera_core::ErrorClass::Transient, "{e}");
+
+    // Under `datasets/`, nothing but a dataset's image set is listed.
+    let contents = format!("datasets/{}/contents", w.dataset.dataset_id);
+    let e = image_set::list(
+        w.store.as_ref(),
+        w.objects.as_ref(),
+        &tenant,
+        &contents,
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.class, tessera_core::ErrorClass::Permanent, "{e}");
+    assert!(e.message.contains("names no dataset's images"), "{e}");
+}

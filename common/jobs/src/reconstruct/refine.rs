@@ -230,6 +230,7 @@ impl TaskHandler for Relocalize {
             ctx.ports().objects.as_ref(),
             &ctx.job().tenant,
             &spec.image_set,
+            None,
         )
         .await?;
         let mut new = Vec::new();

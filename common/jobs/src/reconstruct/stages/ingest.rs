@@ -13,6 +13,7 @@ impl Run<'_> {
             objects.as_ref(),
             &self.ctx.job().tenant,
             &self.spec.image_set,
+            self.spec.image_set_digest.as_deref(),
         )
         .await?;
         let total = photos.len() as u64;
