@@ -635,9 +635,10 @@ async fn a_photos_jobs_queued_before_its_erasure_end_without_acting() {
     assert!(r.objects(&prefix).await.is_empty(), "no file written back");
 }
 
-/// Cancelling a photo's re-decision before it ran leaves the photo as it was: the run
-/// staged nothing, so there is nothing to fail (a run cancelled after it staged fails
-/// the photo with the reason: `races.rs`).
+/// Cancelling a published photo's re-decision before it ran leaves the photo as it was:
+/// the run changed nothing, so there is nothing to fail (a run cancelled after it staged,
+/// or a re-decision of saved regions, which unpublished the photo, cancelled before it
+/// staged, fails the photo with the reason: `races.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_decision_cancelled_before_it_ran_leaves_the_photo_as_it_was() {
     let r = rig().await;
