@@ -90,6 +90,40 @@ impl Engine {
         Ok((jobs, next))
     }
 
+    /// Whether every job of `tenant` has ended, told apart from a moment that only looks
+    /// so. [`Engine::list_jobs`] is no snapshot: it reads its shards one after another,
+    /// so a job a running task submits between two reads is missed while that task's own
+    /// job, read later, is already over. `seen` carries the previous call's job ids: the
+    /// answer is `true` only when two calls in a row, the second begun after the first
+    /// ended, list the same jobs, all over. A job created during the second call was
+    /// created by a task of a job that was running then, and so not over in the first.
+    /// Call it in a loop, keeping `seen`, until it answers `true`.
+    pub async fn all_jobs_over(
+        &self,
+        tenant: &TenantId,
+        seen: &mut Option<Vec<JobId>>,
+    ) -> Result<bool, EngineError> {
+        let mut ids = Vec::new();
+        let mut over = true;
+        let mut after = None;
+        loop {
+            let (page, next) = self.list_jobs(tenant, after, 500).await?;
+            over &= page.iter().all(Job::is_over);
+            ids.extend(page.iter().map(|j| j.id));
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        if !over {
+            *seen = None;
+            return Ok(false);
+        }
+        let same = seen.as_ref() == Some(&ids);
+        *seen = Some(ids);
+        Ok(same)
+    }
+
     /// Every task of a job (read a page at a time).
     pub async fn job_tasks(&self, id: JobId) -> Result<Vec<Task>, EngineError> {
         let mut q = Query::partition(Index::ByParent, records::job_tasks_partition(id), 500);

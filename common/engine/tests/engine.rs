@@ -1605,6 +1605,49 @@ async fn a_remote_job_is_launched_once_per_epoch_and_its_failure_closes_the_task
     );
 }
 
+/// "Every job is over" is only said after two listings in a row show the same jobs, all
+/// over: one listing reads its shards one after another and can miss a job submitted
+/// meanwhile (a flaky wait in the photo tests returned before a follow-up ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_over_only_when_two_listings_in_a_row_agree() {
+    let h = Harness::new();
+    let engine = h.engine(registry_with("concat", Concat), LEASE).await;
+    let tenant = tessera_core::TenantId::local();
+    let mut seen = None;
+    assert!(!engine.all_jobs_over(&tenant, &mut seen).await.unwrap());
+    assert!(
+        engine.all_jobs_over(&tenant, &mut seen).await.unwrap(),
+        "no job, twice"
+    );
+    let first = engine
+        .submit(plan("one", vec![TaskPlan::new("a", "concat", json!(null))]))
+        .await
+        .unwrap()
+        .job_id;
+    assert!(
+        !engine.all_jobs_over(&tenant, &mut seen).await.unwrap(),
+        "one running"
+    );
+    run_until_done(&engine, first, WAIT).await;
+    assert!(
+        !engine.all_jobs_over(&tenant, &mut seen).await.unwrap(),
+        "over once is not yet over"
+    );
+    assert!(engine.all_jobs_over(&tenant, &mut seen).await.unwrap());
+    // A job that appears between two listings that were all over: not over.
+    let second = engine
+        .submit(plan("two", vec![TaskPlan::new("a", "concat", json!(null))]))
+        .await
+        .unwrap()
+        .job_id;
+    run_until_done(&engine, second, WAIT).await;
+    assert!(
+        !engine.all_jobs_over(&tenant, &mut seen).await.unwrap(),
+        "a new job, even over, is checked again"
+    );
+    assert!(engine.all_jobs_over(&tenant, &mut seen).await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_job_listing_is_spread_over_shards_and_pages_in_order() {
     // One index partition took every listing entry of a tenant (about four jobs a

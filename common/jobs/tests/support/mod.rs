@@ -231,14 +231,14 @@ impl Rig {
         let s = stop.clone();
         let h = tokio::spawn(async move { worker.run(s).await });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut seen = None;
         loop {
-            let jobs = self
+            if self
                 .engine
-                .list_jobs(&TenantId::local(), None, 1000)
+                .all_jobs_over(&TenantId::local(), &mut seen)
                 .await
                 .unwrap()
-                .0;
-            if jobs.iter().all(|j| j.is_over()) {
+            {
                 break;
             }
             assert!(
