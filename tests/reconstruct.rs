@@ -351,6 +351,13 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
 }
 
+/// Photos retrieved per photo in the retrieval test: every other photo of the six. With
+/// 3, COLMAP 3.8's unseeded tree and RANSAC sometimes left no initial pair (once in five
+/// runs under load): a ranking over six photos is noise, and the test is of the path
+/// (train, store, retrieve, map), not of ranking quality, which the API test's pycolmap
+/// run (4 of 6) covers.
+const RETRIEVED: &str = "5";
+
 /// Retrieval pairs on either engine: with no tree given, the match stage trains one from
 /// the photos' own features and says so; a tree file given with `--vocab-tree` is stored
 /// under its digest and read from the store, never from the path.
@@ -370,7 +377,7 @@ fn retrieval_pairs_train_a_tree_from_the_photos_on_either_engine() {
                 "--pairs",
                 "vocabtree",
                 "--num-images",
-                "3",
+                RETRIEVED,
             ],
         );
         assert!(o.status.success(), "{engine}: {}", stderr(&o));
@@ -428,7 +435,7 @@ fn retrieval_pairs_train_a_tree_from_the_photos_on_either_engine() {
             "--pairs",
             "vocabtree",
             "--num-images",
-            "3",
+            RETRIEVED,
             "--vocab-tree",
             tree.to_str().unwrap(),
         ],
