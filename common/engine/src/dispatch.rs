@@ -338,17 +338,6 @@ impl Engine {
                     .await
             }
             Err(e) => {
-                if e.moved_on
-                    && let Some(next) = lifecycle::moved_on(
-                        &claimed,
-                        &e.message,
-                        Millis::now(),
-                        self.backoff(&claimed.kind)
-                            .delay(claimed.moved_on + 1, fastrand::f64()),
-                    )
-                {
-                    return self.run_again(&claimed, next, deferred).await;
-                }
                 self.fail_with(&claimed, e, Some(ctx.fence()), deferred)
                     .await
             }

@@ -74,20 +74,12 @@ impl Engine {
                 }
                 let message =
                     format!("write #{write} of the task's result conflicted with stored state");
-                if i >= cache_slots
-                    && moved_on.contains(&write)
-                    && let Some(next) = lifecycle::moved_on(
-                        claimed,
-                        &format!("{message}: what the run decided from moved on"),
-                        Millis::now(),
-                        self.backoff(&claimed.kind)
-                            .delay(claimed.moved_on + 1, fastrand::f64()),
-                    )
-                {
-                    return self.run_again(claimed, next, deferred).await;
-                }
-                self.fail_with(claimed, TaskError::transient(message), None, deferred)
-                    .await
+                let err = if i >= cache_slots && moved_on.contains(&write) {
+                    TaskError::moved_on(format!("{message}: what the run decided from moved on"))
+                } else {
+                    TaskError::transient(message)
+                };
+                self.fail_with(claimed, err, None, deferred).await
             }
         }
     }
@@ -200,6 +192,20 @@ impl Engine {
         fence: Option<Fence>,
         deferred: Vec<(EventKind, Millis)>,
     ) -> Result<Handled, EngineError> {
+        // What the run decided from moved on (mid-run, or a write named in
+        // `TaskOutput::moved_on` at completion): run again with the attempt given back,
+        // until MOVED_ON_LIMIT runs in a row ended so.
+        if err.moved_on
+            && let Some(next) = lifecycle::moved_on(
+                claimed,
+                &err.message,
+                Millis::now(),
+                self.backoff(&claimed.kind)
+                    .delay(claimed.moved_on + 1, fastrand::f64()),
+            )
+        {
+            return self.run_again(claimed, next, deferred).await;
+        }
         let now = Millis::now();
         let next = lifecycle::failed(
             claimed,

@@ -190,17 +190,10 @@ pub struct ControlInput {
     pub file: tessera_core::gcp::ControlFile,
 }
 
-/// The tree `--vocab-tree` names: its object-store key, named by its content so the same
-/// tree makes the same spec wherever the file lies, and the file to store there.
-pub struct TreeInput {
-    /// Where it is stored.
-    pub key: String,
-    /// The file.
-    pub path: PathBuf,
-}
-
-/// `--vocab-tree`, hashed as it is read (a tree can be hundreds of megabytes).
-pub fn tree_input(args: &Args) -> anyhow::Result<Option<TreeInput>> {
+/// The object-store key of the tree `--vocab-tree` names: named by its content, so the
+/// same tree makes the same spec wherever the file lies. Hashed as it is read (a tree can
+/// be hundreds of megabytes), once: the run stores the file under the key its spec holds.
+fn tree_key(args: &Args) -> anyhow::Result<Option<String>> {
     use sha2::Digest;
     let Some(path) = &args.vocab_tree else {
         return Ok(None);
@@ -219,13 +212,10 @@ pub fn tree_input(args: &Args) -> anyhow::Result<Option<TreeInput>> {
             path.display()
         );
     }
-    Ok(Some(TreeInput {
-        key: format!(
-            "inputs/vocab-trees/{}.bin",
-            &hex::encode(hasher.finalize())[..32]
-        ),
-        path: path.clone(),
-    }))
+    Ok(Some(format!(
+        "inputs/vocab-trees/{}.bin",
+        &hex::encode(hasher.finalize())[..32]
+    )))
 }
 
 /// `--gcp`, read and checked.
@@ -282,6 +272,7 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
             })?;
         exports.push(f);
     }
+    let tree = tree_key(args)?;
     let pairs = match args.pairs {
         Pairs::Auto => PairsAsk::Auto,
         Pairs::Exhaustive => PairsAsk::Given(PairStrategy::Exhaustive),
@@ -293,7 +284,7 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
             max_distance_m: recipe::SPATIAL_DISTANCE_M,
         }),
         Pairs::Vocabtree => PairsAsk::Given(PairStrategy::VocabTree {
-            tree: tree_input(args)?.map(|t| t.key),
+            tree,
             num_images: args.num_images,
         }),
     };

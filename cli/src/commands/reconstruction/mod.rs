@@ -20,6 +20,7 @@ use tessera_core::TenantId;
 use tessera_core::event::EventKind;
 use tessera_core::job::{CancelMode, JobStatus};
 use tessera_core::spec::BackendSpec;
+use tessera_core::spec::PairStrategy;
 use tessera_engine::{Engine, Worker};
 use tessera_jobs::reconstruct::recipe::{self, PhotoFact, Placement};
 use tessera_jobs::reconstruct::{self};
@@ -150,8 +151,15 @@ pub async fn reconstruct(state: &Path, args: &Args, ui: bool) -> anyhow::Result<
     if let Some(c) = control_input(args)? {
         engine.ports().objects.put(&c.key, c.bytes.into()).await?;
     }
-    if let Some(t) = args::tree_input(args)? {
-        engine.ports().objects.put_file(&t.key, &t.path).await?;
+    // The tree `--vocab-tree` gave, under the key the recipe named it by (hashed once).
+    if let (
+        PairStrategy::VocabTree {
+            tree: Some(key), ..
+        },
+        Some(path),
+    ) = (&spec.pairs, &args.vocab_tree)
+    {
+        engine.ports().objects.put_file(key, path).await?;
     }
     let count = folder.photos.len();
     let mut plan = reconstruct::plan(

@@ -174,18 +174,19 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
             p["strategy"]
         )));
     }
-    let count = |field: &str, default: u32| -> Result<u32, Problem> {
+    let count_to = |field: &str, default: u32, max: u64| -> Result<u32, Problem> {
         match &p[field] {
             Value::Null => Ok(default),
             v => v
                 .as_u64()
-                .filter(|n| (1..=500).contains(n))
+                .filter(|n| (1..=max).contains(n))
                 .map(|n| n as u32)
                 .ok_or_else(|| {
-                    Problem::validation(format!("pairs.{field} `{v}`: use a whole number 1–500"))
+                    Problem::validation(format!("pairs.{field} `{v}`: use a whole number 1–{max}"))
                 }),
         }
     };
+    let count = |field: &str, default: u32| count_to(field, default, 500);
     Ok(match p["strategy"].as_str() {
         None | Some("auto") => PairsAsk::Auto,
         Some("exhaustive") => PairsAsk::Given(PairStrategy::Exhaustive),
@@ -231,18 +232,11 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
             }
             PairsAsk::Given(PairStrategy::VocabTree {
                 tree: None,
-                num_images: match &p["num_images"] {
-                    Value::Null => tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES,
-                    v => v
-                        .as_u64()
-                        .filter(|n| (1..=1000).contains(n))
-                        .map(|n| n as u32)
-                        .ok_or_else(|| {
-                            Problem::validation(format!(
-                                "pairs.num_images `{v}`: use a whole number 1–1000"
-                            ))
-                        })?,
-                },
+                num_images: count_to(
+                    "num_images",
+                    tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES,
+                    1000,
+                )?,
             })
         }
         Some(other) => return Err(Problem::capability_unavailable(&format!("pairs.{other}"))),
