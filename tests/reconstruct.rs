@@ -339,6 +339,14 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
         .as_f64()
         .unwrap_or_else(|| panic!("an alignment residual in {report}"));
     assert!(residual < 10.0, "metric and placed: {residual} m");
+    // What a surveyor reads before trusting the coordinates: the median distance and the
+    // scale still left between the cameras and their GPS, over every placed photo.
+    let fit = &report["georeference"]["gps_fit"];
+    assert_eq!(fit["photos"], 6, "{report}");
+    let median = fit["median_m"].as_f64().unwrap();
+    assert!(median > 0.0 && median < 10.0, "{fit}");
+    let scale_error = fit["scale_error"].as_f64().unwrap();
+    assert!(scale_error < 0.2, "placed at metric scale: {fit}");
     // The command-line engine cannot run the global mapper (COLMAP 3.8 has none): refused
     // by name before anything runs.
     let o = reconstruct(
@@ -349,6 +357,63 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("map.global"), "{}", stderr(&o));
+}
+
+/// Spatial pairs along flight strips on either engine: eight photos of a fixed-wing
+/// survey (one turn after the third), each matched with its one nearest photo by GPS and
+/// the next two of its own strip. The strips are found from the GPS alone, and the
+/// listed pairs are matched by the engine (more pairs than nearest neighbours alone can
+/// give); `flight_strips`' own tests cover the cut.
+#[test]
+fn spatial_pairs_follow_flight_strips_on_either_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir_all(&photos).unwrap();
+    let survey = tessera_tests::repo_root().join("../shared/datasets/odm_seneca_80/images");
+    for n in 533..541 {
+        let name = format!("IMG_{n:04}.jpg");
+        std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
+    }
+    for engine in ["pycolmap", "colmap"] {
+        let o = reconstruct(
+            &dir.path().join(format!("state-{engine}")),
+            &photos,
+            &dir.path().join(format!("out-{engine}")),
+            &[
+                "--engine",
+                engine,
+                "--pairs",
+                "spatial",
+                "--neighbors",
+                "1",
+                "--strip-overlap",
+                "2",
+            ],
+        );
+        // COLMAP 3.8's mapper may find no initial pair among eight weakly textured
+        // photos this sparsely matched; the test is of the matching, which both do.
+        assert!(
+            o.status.success() || engine == "colmap",
+            "{engine}: {}",
+            stderr(&o)
+        );
+        let report = json(&o);
+        let matched = stage(&report, "match");
+        // Strips of 3 and 5 photos: 2 + 1 and 2 + 2 + 2 + 1 pairs.
+        assert_eq!(matched["strips"]["strips"], 2, "{engine}: {matched}");
+        assert_eq!(matched["strips"]["pairs"], 10, "{engine}: {matched}");
+        // One nearest neighbour each gives at most 8 pairs of 8 photos.
+        let pairs = matched["database"]["matched_pairs"].as_u64().unwrap();
+        // COLMAP 3.8's spatial matcher counts a photo as its own nearest neighbour, so
+        // with one neighbour it matches no pair there and every matched pair is listed;
+        // COLMAP 4's nearest neighbours give at most 8.
+        let listed_alone = if engine == "colmap" { 8 } else { 10 };
+        assert!(
+            pairs >= listed_alone,
+            "{engine}: the listed pairs were matched: {matched}"
+        );
+        assert_eq!(matched["state"], "succeeded", "{engine}: {report}");
+    }
 }
 
 /// Photos retrieved per photo in the retrieval test: every other photo of the six. With

@@ -224,6 +224,12 @@ pub trait EngineBackend: Send + Sync + 'static {
         vocab_tree: Option<&Path>,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
+    /// Matching (and verification) of the pairs listed in `list`, one `name1 name2` per
+    /// line, after [`EngineBackend::match_pairs`] in the same database: spatial pairs'
+    /// flight-strip neighbours. Pairs the strategy already matched are skipped by the
+    /// engine, so a pair costs its matching once.
+    fn match_listed(&self, db: &Path, list: &Path) -> Result<Vec<Invocation>, Unsupported>;
+
     /// Mapping into `out`, writing snapshots every `snapshot_every` registered images into
     /// `snapshots`; `input` continues from a snapshot. `clusters` sizes the hierarchical
     /// mapper's own clusters (leaf size and overlap; COLMAP's 500 and 50 where `None`).

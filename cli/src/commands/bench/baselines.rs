@@ -136,6 +136,8 @@ pub(super) fn bare_run(
         stages,
         note,
         gps_residual_m: None,
+        gps_median_m: None,
+        gps_scale_error: None,
         error: None,
     })
 }
@@ -197,6 +199,8 @@ pub(super) fn bare_pycolmap_run(files: &[PathBuf], dir: &Path) -> anyhow::Result
         stages: said["stages"].as_array().cloned().unwrap_or_default(),
         note: Some("pycolmap's defaults: every pair, its own features and image size".into()),
         gps_residual_m: None,
+        gps_median_m: None,
+        gps_scale_error: None,
         error: None,
     })
 }

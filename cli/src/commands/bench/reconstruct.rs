@@ -78,6 +78,10 @@ pub(super) struct EngineRun {
     /// Mean distance of the placed cameras from their photos' GPS, where Tessera
     /// georeferenced the model (no option given: photos that carry GPS).
     pub(super) gps_residual_m: Option<f64>,
+    /// Median distance of the same cameras from their GPS.
+    pub(super) gps_median_m: Option<f64>,
+    /// The scale still left between the placed cameras and their GPS (0.01: 1 %).
+    pub(super) gps_scale_error: Option<f64>,
     pub(super) error: Option<String>,
 }
 
@@ -180,6 +184,8 @@ async fn tessera_run(
         stages,
         note: None,
         gps_residual_m: report.georeference["alignment_residual_m"].as_f64(),
+        gps_median_m: report.georeference["gps_fit"]["median_m"].as_f64(),
+        gps_scale_error: report.georeference["gps_fit"]["scale_error"].as_f64(),
         error: (report.status != "succeeded").then(|| format!("job {}", report.status)),
     })
 }
@@ -301,6 +307,7 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         pairs: b.pairs,
         overlap: b.overlap,
         neighbors: tessera_jobs::reconstruct::recipe::SPATIAL_NEIGHBOURS,
+        strip_overlap: 0,
         vocab_tree: None,
         num_images: tessera_jobs::reconstruct::pairing::VOCAB_TREE_IMAGES,
         engine,
@@ -362,6 +369,8 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
             stages: Vec::new(),
             note: None,
             gps_residual_m: None,
+            gps_median_m: None,
+            gps_scale_error: None,
             error: Some(format!("{e:#}")),
         };
         let run = match which {
@@ -489,7 +498,11 @@ fn text(r: &ReconstructReport) -> String {
                 run.points,
                 run.mean_reprojection_error.unwrap_or(f64::NAN),
                 run.gps_residual_m
-                    .map(|m| format!(", GPS residual {m:.2} m"))
+                    .map(|m| format!(
+                        ", GPS residual {m:.2} m (median {:.2} m, scale error {:.2} %)",
+                        run.gps_median_m.unwrap_or(f64::NAN),
+                        run.gps_scale_error.map_or(f64::NAN, |e| e * 100.0)
+                    ))
                     .unwrap_or_default()
                     + &run.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
             ),

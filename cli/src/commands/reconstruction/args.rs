@@ -92,6 +92,10 @@ pub struct Args {
     /// Spatial pairs: neighbours per image.
     #[arg(long, default_value_t = recipe::SPATIAL_NEIGHBOURS, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub neighbors: u32,
+    /// Spatial pairs: each photo also with this many following photos of its flight
+    /// strip (0: none; `--pairs auto` adds 4 for geotagged sets).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub strip_overlap: u32,
     /// Vocabulary-tree pairs: a tree file built for this engine (COLMAP 4's for pycolmap);
     /// without one, a tree is trained from the photos' own features.
     #[arg(long)]
@@ -282,6 +286,7 @@ pub fn recipe_from(args: &Args) -> anyhow::Result<Recipe> {
         Pairs::Spatial => PairsAsk::Given(PairStrategy::Spatial {
             max_neighbors: args.neighbors,
             max_distance_m: recipe::SPATIAL_DISTANCE_M,
+            strip_overlap: args.strip_overlap,
         }),
         Pairs::Vocabtree => PairsAsk::Given(PairStrategy::VocabTree {
             tree,

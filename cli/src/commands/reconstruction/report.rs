@@ -115,6 +115,7 @@ pub async fn build_report(
             &r["passes"][0],
             &r["passes"][1],
             &r["vocab_tree"]["process"],
+            &r["strips"]["process"],
         ]
         .iter()
         .filter_map(|p| p["peak_rss_bytes"].as_u64())
@@ -128,6 +129,14 @@ pub async fn build_report(
         // What the match stage trained, where it trained a tree for retrieval pairs.
         if !r["vocab_tree"].is_null() {
             row["vocab_tree"] = r["vocab_tree"].clone();
+        }
+        // The flight strips the match stage found, where spatial pairs followed them,
+        // and what the matching came to.
+        if !r["strips"].is_null() {
+            row["strips"] = r["strips"].clone();
+        }
+        if !r["database"].is_null() {
+            row["database"] = r["database"].clone();
         }
         stage_rows.push(row);
     }
@@ -165,7 +174,7 @@ pub async fn build_report(
     {
         report.georeference = serde_json::json!({
             "frame": r["frame"], "alignment_residual_m": r["alignment_residual_m"],
-            "placed": r["frame"] != "none", "why": r["why"],
+            "gps_fit": r["gps_fit"], "placed": r["frame"] != "none", "why": r["why"],
             "by": r["by"], "control_crs": r["control_crs"], "control": r["control"],
         });
         // Null members (GPS georeferencing has no control points) are left out.

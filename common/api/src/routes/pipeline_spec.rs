@@ -219,6 +219,20 @@ fn pairs_asked(pairs: Option<&Value>) -> Result<PairsAsk, Problem> {
                         })?,
                 }
             },
+            // None unless asked: the spec leaves 0 out of its JSON, so a job's options
+            // sent back ("run again") must read as 0 to give the same job.
+            strip_overlap: match &p["strip_overlap"] {
+                Value::Null => 0,
+                v => v
+                    .as_u64()
+                    .filter(|n| *n <= 100)
+                    .map(|n| n as u32)
+                    .ok_or_else(|| {
+                        Problem::validation(format!(
+                            "pairs.strip_overlap `{v}`: use a whole number 0–100 (0: no flight-strip pairs)"
+                        ))
+                    })?,
+            },
         }),
         // Retrieval by a tree trained from the dataset's own features: a client cannot
         // name a tree file, which would be a path on the server or another tenant's key.

@@ -118,6 +118,11 @@ pub enum PairStrategy {
         max_neighbors: u32,
         /// Farthest neighbour in metres.
         max_distance_m: f64,
+        /// Also each photo with the next `strip_overlap` photos of its flight strip (its
+        /// line of flight, cut at turns and gaps, in capture order); 0: none. Left out of
+        /// the JSON when 0, so a spec written before it keeps its fingerprint.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        strip_overlap: u32,
     },
     /// Retrieval with a vocabulary tree: each photo is matched with the photos that look
     /// most like it, so a large unordered set costs photos × `num_images` pairs instead of
@@ -366,7 +371,14 @@ impl ReconstructionSpec {
             PairStrategy::Spatial {
                 max_neighbors,
                 max_distance_m,
+                strip_overlap,
             } => {
+                if *strip_overlap > 100 {
+                    p.add(
+                        "pairs.strip_overlap",
+                        format!("{strip_overlap} is out of range; use 0 (none) to 100"),
+                    );
+                }
                 if !(1..=500).contains(max_neighbors) {
                     p.add(
                         "pairs.max_neighbors",
@@ -490,6 +502,11 @@ pub struct TriangulateSpec {
 }
 
 /// Each format once.
+/// For `skip_serializing_if`: a count of zero is left out of a spec's JSON.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 fn check_exports(p: &mut Problems, exports: &[ExportFormat]) {
     let mut seen = std::collections::BTreeSet::new();
     for e in exports {

@@ -109,6 +109,27 @@ fn a_vocabulary_tree_is_trained_or_read_from_the_store_never_from_a_path() {
 }
 
 #[test]
+fn strip_neighbours_are_bounded_and_a_spec_without_them_keeps_its_shape() {
+    let check = |pairs: Value| {
+        let mut v = valid();
+        v["pairs"] = pairs;
+        parse::<ReconstructionSpec>(v).unwrap().validate()
+    };
+    let spatial = json!({"strategy": "spatial", "max_neighbors": 10, "max_distance_m": 500.0});
+    check(spatial.clone()).unwrap();
+    let mut with = spatial.clone();
+    with["strip_overlap"] = json!(4);
+    check(with.clone()).unwrap();
+    with["strip_overlap"] = json!(101);
+    assert_eq!(
+        check(with).unwrap_err().errors[0].field,
+        "pairs.strip_overlap"
+    );
+    let parsed: PairStrategy = serde_json::from_value(spatial.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&parsed).unwrap(), spatial);
+}
+
+#[test]
 fn a_frame_no_engine_produces_is_refused_not_replaced() {
     let refused = |georef: Value| {
         let mut v = valid();

@@ -84,7 +84,11 @@ pub fn pairs(strategy: &PairStrategy, images: usize) -> f64 {
     match strategy {
         PairStrategy::Exhaustive => n * (n - 1.0).max(0.0) / 2.0,
         PairStrategy::Sequential { overlap } => n * f64::from(*overlap).min(n),
-        PairStrategy::Spatial { max_neighbors, .. } => n * f64::from(*max_neighbors).min(n),
+        PairStrategy::Spatial {
+            max_neighbors,
+            strip_overlap,
+            ..
+        } => n * (f64::from(*max_neighbors) + f64::from(*strip_overlap)).min(n),
         PairStrategy::VocabTree { num_images, .. } => n * f64::from(*num_images).min(n),
     }
 }

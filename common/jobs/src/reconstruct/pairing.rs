@@ -27,6 +27,15 @@ pub const VOCAB_TREE_IMAGES: u32 = 50;
 /// Share of photos with GPS above which neighbours by position are used.
 const GPS_SHARE: f64 = 0.8;
 
+/// Geotagged sets: neighbours by position per photo. With [`STRIP_NEIGHBOURS`] on top,
+/// 10 registered all 80 photos of `odm_seneca_80` as 20 nearest alone did, with 561
+/// pairs instead of 957 and matching in 0.38× the time (pycolmap, same run).
+pub const GPS_NEIGHBOURS: u32 = 10;
+
+/// Geotagged sets: following photos along the photo's flight strip
+/// (`flight_strips`), on top of [`GPS_NEIGHBOURS`].
+pub const STRIP_NEIGHBOURS: u32 = 4;
+
 /// What was chosen and why (kept in the report and the job's events).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Choice {
@@ -43,9 +52,18 @@ impl Choice {
         match &self.strategy {
             PairStrategy::Exhaustive => "exhaustive".into(),
             PairStrategy::Sequential { overlap } => format!("sequential, overlap {overlap}"),
-            PairStrategy::Spatial { max_neighbors, .. } => {
-                format!("spatial, {max_neighbors} neighbours")
-            }
+            PairStrategy::Spatial {
+                max_neighbors,
+                strip_overlap: 0,
+                ..
+            } => format!("spatial, {max_neighbors} neighbours"),
+            PairStrategy::Spatial {
+                max_neighbors,
+                strip_overlap,
+                ..
+            } => format!(
+                "spatial, {max_neighbors} neighbours and the next {strip_overlap} along each flight strip"
+            ),
             PairStrategy::VocabTree {
                 tree: None,
                 num_images,
@@ -79,10 +97,13 @@ pub fn choose(names: &[&str], with_gps: usize) -> Choice {
     if with_gps as f64 >= GPS_SHARE * n as f64 {
         return Choice {
             strategy: PairStrategy::Spatial {
-                max_neighbors: 20,
+                max_neighbors: GPS_NEIGHBOURS,
                 max_distance_m: 1000.0,
+                strip_overlap: STRIP_NEIGHBOURS,
             },
-            why: format!("{with_gps} of {n} photos carry GPS: the 20 nearest within 1 km"),
+            why: format!(
+                "{with_gps} of {n} photos carry GPS: the {GPS_NEIGHBOURS} nearest within 1 km, and the next {STRIP_NEIGHBOURS} along each flight strip"
+            ),
         };
     }
     if ordered(names) {

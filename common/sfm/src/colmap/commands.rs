@@ -98,6 +98,7 @@ pub fn match_pairs(
         PairStrategy::Spatial {
             max_neighbors,
             max_distance_m,
+            ..
         } => push(&[
             "spatial_matcher",
             "--SpatialMatching.is_gps",
@@ -122,6 +123,25 @@ pub fn match_pairs(
         gpu(cuda),
     ]);
     a
+}
+
+/// `matches_importer` on a list of image pairs (`name1 name2` per line): COLMAP matches
+/// and verifies each listed pair as the strategies' matchers do.
+pub fn match_listed(db: &Path, list: &Path, cuda: bool) -> Vec<String> {
+    [
+        "matches_importer",
+        "--database_path",
+        &p(db),
+        "--match_list_path",
+        &p(list),
+        "--match_type",
+        "pairs",
+        "--SiftMatching.use_gpu",
+        gpu(cuda),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// `mapper` (incremental) or `hierarchical_mapper`, writing snapshots every

@@ -195,6 +195,11 @@ impl EngineBackend for ColmapBackend {
         Ok(self.call(commands::match_pairs(pairs, db, self.info.cuda, vocab_tree)))
     }
 
+    fn match_listed(&self, db: &Path, list: &Path) -> Result<Vec<Invocation>, Unsupported> {
+        self.require("pairs.spatial")?;
+        Ok(self.call(commands::match_listed(db, list, self.info.cuda)))
+    }
+
     fn map(
         &self,
         mapper: MapperKind,

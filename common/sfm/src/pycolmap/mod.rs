@@ -296,6 +296,7 @@ impl EngineBackend for PycolmapBackend {
             PairStrategy::Spatial {
                 max_neighbors,
                 max_distance_m,
+                ..
             } => {
                 flags.push(("strategy", "spatial".into()));
                 flags.push(("max-neighbors", max_neighbors.to_string()));
@@ -314,6 +315,19 @@ impl EngineBackend for PycolmapBackend {
             }
         }
         Ok(vec![self.call("match", flags)])
+    }
+
+    fn match_listed(&self, db: &Path, list: &Path) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("pairs.spatial", "")?;
+        Ok(vec![self.call(
+            "match",
+            vec![
+                ("database", p(db)),
+                ("gpu", self.gpu()),
+                ("strategy", "listed".into()),
+                ("pairs", p(list)),
+            ],
+        )])
     }
 
     fn map(

@@ -166,6 +166,12 @@ def match(args):
         pairing.max_num_neighbors = args.max_neighbors
         pairing.max_distance = args.max_distance
         call = lambda: pycolmap.match_spatial(args.database, matching, pairing, **kw)  # noqa: E731
+    elif args.strategy == "listed":
+        # Pairs Tessera listed (a survey's flight-strip neighbours); the ones already
+        # in the database are skipped by COLMAP's matcher.
+        pairing = pycolmap.ImportedPairingOptions()
+        pairing.match_list_path = args.pairs
+        call = lambda: pycolmap.match_image_pairs(args.database, matching, pairing, **kw)  # noqa: E731
     elif args.strategy == "vocabtree":
         pairing = pycolmap.VocabTreePairingOptions()
         pairing.vocab_tree_path = args.vocab_tree
@@ -380,6 +386,7 @@ def main():
     p.add_argument("--max-distance", type=float, default=1000.0)
     p.add_argument("--vocab-tree", default="")
     p.add_argument("--num-images", type=int, default=50)
+    p.add_argument("--pairs", default="")
     p.add_argument("--gpu", type=int, default=0)
     p.set_defaults(run=match)
 

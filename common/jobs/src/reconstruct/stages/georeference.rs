@@ -66,16 +66,23 @@ impl Run<'_> {
         let before = model_bin::read(&input).map_err(TaskError::from_classified)?;
         let after = model_bin::read(&out).map_err(TaskError::from_classified)?;
         let gps = self.photos_gps().await?;
-        let residual = crate::reconstruct::geo::gps_residual(&after, &gps, ecef);
-        if let Some(r) = residual {
+        let fit = crate::reconstruct::geo::gps_fit(&after, &gps, ecef);
+        if let Some(f) = fit {
             self.ctx
-                .metric("alignment_residual_m", r, Some("m"))
+                .metric("alignment_residual_m", f.mean_m, Some("m"))
                 .await?;
+            self.ctx
+                .metric("alignment_residual_median_m", f.median_m, Some("m"))
+                .await?;
+            if let Some(e) = f.scale_error {
+                self.ctx.metric("gps_scale_error", e, None).await?;
+            }
         }
+        let residual = fit.map(|f| f.mean_m);
         let frame = if ecef { "ecef" } else { "enu" };
         // Where the frame is on the earth: what the survey exports place it by.
         let origin = crate::reconstruct::geo::enu_origin(&gps);
-        let result = json!({ "frame": frame, "origin": origin, "alignment_residual_m": residual, "registered_before": before.images.len(), "process": Self::report_json(&report) });
+        let result = json!({ "frame": frame, "origin": origin, "alignment_residual_m": residual, "gps_fit": fit, "registered_before": before.images.len(), "process": Self::report_json(&report) });
         self.seal_model(Stage::Georeference, &dir, &out, result)
             .await
     }

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::reconstruct::split::{self, Member};
-use tessera_core::geodesy;
 
 impl Run<'_> {
     pub(super) async fn map_cluster(&self) -> Result<Value, TaskError> {
@@ -133,34 +132,10 @@ impl Run<'_> {
     }
 }
 
-/// The photos as the cut sees them: east and north of the first photo by name with a
-/// position, in metres.
+/// The photos as the cut sees them.
 fn members(photos: &[PhotoFacts]) -> Vec<Member> {
-    let origin = photos
-        .iter()
-        .filter_map(|p| p.gps.as_ref().map(|g| (&p.name, g)))
-        .min_by(|a, b| a.0.cmp(b.0))
-        .map(|(_, g)| geodesy::Geodetic {
-            lat: g.lat,
-            lon: g.lon,
-            h: 0.0,
-        });
-    photos
-        .iter()
-        .map(|p| Member {
-            name: p.name.clone(),
-            position: match (&p.gps, &origin) {
-                (Some(g), Some(o)) => {
-                    let here = geodesy::Geodetic {
-                        lat: g.lat,
-                        lon: g.lon,
-                        h: 0.0,
-                    };
-                    let enu = geodesy::ecef_to_enu(geodesy::to_ecef(&here), o);
-                    Some([enu[0], enu[1]])
-                }
-                _ => None,
-            },
-        })
+    crate::reconstruct::geo::east_north(photos)
+        .into_iter()
+        .map(|(name, position)| Member { name, position })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! The matching stage: the pairs the spec's strategy chooses, matched.
 
 use super::*;
+use crate::reconstruct::flight_strips;
 use tessera_sfm::vocab_tree::TreeTraining;
 
 impl Run<'_> {
@@ -32,17 +33,46 @@ impl Run<'_> {
             }
             _ => None,
         };
+        let strips = match &self.spec.pairs {
+            PairStrategy::Spatial { strip_overlap, .. } if *strip_overlap > 0 => {
+                Some(strip_pairs(&photos, *strip_overlap as usize, &dir)?)
+            }
+            _ => None,
+        };
+        // An engine that cannot match a list of pairs still matches the spatial ones:
+        // the strips are dropped with a warning, not the run.
+        let mut listed = None;
+        if let Some(s) = strips.as_ref().filter(|s| s.pairs > 0) {
+            match backend.match_listed(&db, &s.list) {
+                Ok(i) => listed = Some(i),
+                Err(e) => {
+                    self.ctx
+                        .emit(EventKind::Warning {
+                            message: format!(
+                                "flight-strip pairs are not matched on this engine ({}): spatial pairs only",
+                                e.hint
+                            ),
+                        })
+                        .await?;
+                }
+            }
+        }
         let invocations = (|| {
             let mut all = Vec::new();
             if let (Some(t), Some(tree)) = (training, &tree) {
                 all.extend(backend.train_vocab_tree(&db, tree, t)?);
             }
             all.extend(backend.match_pairs(&self.spec.pairs, &db, tree.as_deref())?);
+            all.extend(listed.clone().unwrap_or_default());
             Ok(all)
         })();
         let mut reports = self
             .exec(invocations, Phase::Matching, Some(photos.len() as u64))
             .await?;
+        let listed = match listed {
+            Some(_) => reports.pop(),
+            None => None,
+        };
         let report = reports
             .pop()
             .ok_or_else(|| TaskError::permanent("the engine gave no matcher to run"))?;
@@ -58,6 +88,14 @@ impl Run<'_> {
             .metric("matched_pairs", stats.matched_pairs as f64, None)
             .await?;
         let mut result = json!({ "database": stats, "process": Self::report_json(&report) });
+        if let Some(s) = &strips {
+            result["strips"] = json!({
+                "overlap": s.overlap,
+                "strips": s.strips,
+                "pairs": s.pairs,
+                "process": listed.as_ref().map(Self::report_json),
+            });
+        }
         if let (Some(t), Some(trained)) = (training, reports.first()) {
             result["vocab_tree"] = json!({
                 "trained": t.describe(),
@@ -69,4 +107,35 @@ impl Run<'_> {
         self.publish(Stage::Match, &dir, &["database.db"], result)
             .await
     }
+}
+
+/// The flight-strip neighbours of the photos that carry GPS, written to
+/// `dir/strip_pairs.txt` for the engine, one `name1 name2` per line. COLMAP reads that
+/// list by words, so a photo whose name holds a space is left out of it (its spatial
+/// neighbours are still matched).
+fn strip_pairs(photos: &[PhotoFacts], overlap: usize, dir: &Path) -> Result<StripPairs, TaskError> {
+    let placed: Vec<(String, [f64; 2])> = crate::reconstruct::geo::east_north(photos)
+        .into_iter()
+        .filter(|(name, _)| !name.contains(char::is_whitespace))
+        .filter_map(|(name, at)| Some((name, at?)))
+        .collect();
+    let strips = flight_strips::strips(&placed);
+    let pairs = flight_strips::pairs(&strips, overlap);
+    let list = dir.join("strip_pairs.txt");
+    let text: String = pairs.iter().map(|(a, b)| format!("{a} {b}\n")).collect();
+    std::fs::write(&list, text).map_err(io("writing the flight-strip pairs"))?;
+    Ok(StripPairs {
+        overlap,
+        strips: strips.len(),
+        pairs: pairs.len(),
+        list,
+    })
+}
+
+/// What the flight-strip pairs came to.
+struct StripPairs {
+    overlap: usize,
+    strips: usize,
+    pairs: usize,
+    list: PathBuf,
 }
