@@ -54,16 +54,14 @@ impl Choice {
             PairStrategy::Sequential { overlap } => format!("sequential, overlap {overlap}"),
             PairStrategy::Spatial {
                 max_neighbors,
-                strip_overlap: 0,
-                ..
-            } => format!("spatial, {max_neighbors} neighbours"),
-            PairStrategy::Spatial {
-                max_neighbors,
                 strip_overlap,
                 ..
-            } => format!(
-                "spatial, {max_neighbors} neighbours and the next {strip_overlap} along each flight strip"
-            ),
+            } => match strip_overlap {
+                0 => format!("spatial, {max_neighbors} neighbours"),
+                k => format!(
+                    "spatial, {max_neighbors} neighbours and the next {k} along each flight strip"
+                ),
+            },
             PairStrategy::VocabTree {
                 tree: None,
                 num_images,

@@ -39,39 +39,24 @@ impl Run<'_> {
             }
             _ => None,
         };
-        // An engine that cannot match a list of pairs still matches the spatial ones:
-        // the strips are dropped with a warning, not the run.
-        let mut listed = None;
-        if let Some(s) = strips.as_ref().filter(|s| s.pairs > 0) {
-            match backend.match_listed(&db, &s.list) {
-                Ok(i) => listed = Some(i),
-                Err(e) => {
-                    self.ctx
-                        .emit(EventKind::Warning {
-                            message: format!(
-                                "flight-strip pairs are not matched on this engine ({}): spatial pairs only",
-                                e.hint
-                            ),
-                        })
-                        .await?;
-                }
-            }
-        }
         let invocations = (|| {
             let mut all = Vec::new();
             if let (Some(t), Some(tree)) = (training, &tree) {
                 all.extend(backend.train_vocab_tree(&db, tree, t)?);
             }
             all.extend(backend.match_pairs(&self.spec.pairs, &db, tree.as_deref())?);
-            all.extend(listed.clone().unwrap_or_default());
+            if let Some(s) = strips.as_ref().filter(|s| s.pairs > 0) {
+                all.extend(backend.match_listed(&db, &s.list)?);
+            }
             Ok(all)
         })();
         let mut reports = self
             .exec(invocations, Phase::Matching, Some(photos.len() as u64))
             .await?;
-        let listed = match listed {
-            Some(_) => reports.pop(),
-            None => None,
+        // The listed pairs' matcher runs last, where there is a list.
+        let listed = match &strips {
+            Some(s) if s.pairs > 0 => reports.pop(),
+            _ => None,
         };
         let report = reports
             .pop()
