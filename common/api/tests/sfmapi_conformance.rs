@@ -1452,6 +1452,17 @@ async fn s6_8_2_pipelines_run_and_s6_9_submodel_files() {
         (StatusCode::NOT_IMPLEMENTED, Some("recon.merge")),
         "{e}"
     );
+    // §3.11: dense stereo is never offered; sfmapi's suite probes it on a
+    // reconstruction that does not exist and wants 501, not 404.
+    for url in [
+        format!("{}/v1/reconstructions/{}/dense", s.base, ulid_like()),
+        format!("{}/v1/reconstructions/{rid}/dense", s.base),
+    ] {
+        let r = c.post(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED, "{url}");
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(e["capability"], "dense.patch_match_stereo", "{url}: {e}");
+    }
     for url in [
         format!("{}/v1/reconstructions/{}/localize", s.base, ulid_like()),
         format!("{}/v1/reconstructions/{rid}/localize", s.base),

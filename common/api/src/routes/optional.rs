@@ -144,6 +144,12 @@ async fn snapshot_capability(
     Err(Problem::capability_unavailable(capability))
 }
 
+/// `POST /v1/reconstructions/{rid}/dense`: Tessera makes sparse models; dense
+/// stereo is not offered.
+pub async fn dense(_caller: Caller) -> Result<(), Problem> {
+    Err(Problem::capability_unavailable("dense.patch_match_stereo"))
+}
+
 /// `POST /v1/reconstructions:merge`.
 pub async fn merge(_caller: Caller) -> Result<(), Problem> {
     Err(Problem::capability_unavailable("recon.merge"))
