@@ -1565,6 +1565,68 @@ fn a_split_run_maps_its_clusters_side_by_side_and_merges_them_as_well_as_one_run
     assert!(events.contains("map: joined"), "{events}");
     sfmapi_conformant(&events, "split");
 
+    // A cluster that placed a photo with a wrong pose (injected into the real run: the
+    // first photo moved by the whole survey's extent after the join): the merge finds it
+    // by its GPS, registers it again against the joined model, and the result is as good
+    // as one run's.
+    let state = dir.path().join("state-misplaced");
+    let out = dir.path().join("out-misplaced");
+    let mut args = vec![
+        "--state",
+        state.to_str().unwrap(),
+        "--json",
+        "reconstruct",
+        photos.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--split",
+        "5/3",
+    ];
+    args.extend_from_slice(FAST);
+    let o = Command::new(tessera_bin())
+        .args(&args)
+        .env_remove("TESSERA_STATE")
+        .env("TESSERA_FAULT", "misplace-after-join")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let healed = json(&o);
+    let placement = &healed["split"]["placement"];
+    let first = std::fs::read_dir(&photos)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .min()
+        .unwrap();
+    let named = |list: &serde_json::Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().or(m.as_str()).unwrap().to_string())
+            .collect()
+    };
+    // Found by its GPS (with any photo whose fix is as far off: the sample has two,
+    // whose poses the whole model confirms) and registered again. Left where the fault
+    // put it, three times the survey's extent away, it would take the mean residual
+    // below past 1.2× the single run's.
+    assert!(
+        named(&placement["misplaced"]).contains(&first),
+        "the moved photo is found: {placement}"
+    );
+    assert_eq!(placement["registered_again"], true, "{placement}");
+    assert!(
+        registered(&healed) >= registered(&whole),
+        "split {healed}\nwhole {whole}"
+    );
+    assert!(
+        residual(&healed) <= 1.2 * residual(&whole),
+        "GPS residual {} m with a photo placed again, {} m whole",
+        residual(&healed),
+        residual(&whole)
+    );
+    let events = job_events(&state, &healed);
+    assert!(events.contains("registering them again"), "{events}");
+    sfmapi_conformant(&events, "split, a photo placed again");
+
     // The same clusters made by the hierarchical mapper inside one task instead.
     let state = dir.path().join("state-hierarchical");
     let o = reconstruct(

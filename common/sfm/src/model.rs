@@ -133,6 +133,35 @@ impl Image {
 }
 
 impl Reconstruction {
+    /// Take the images `ids` out of the model, as COLMAP deregisters a frame: their
+    /// observations leave the tracks, and a point left with fewer than two (no longer
+    /// triangulated by anything) goes too, releasing its keypoints in the other images.
+    /// Cameras stay. What [`Reconstruction::validate`] checks still holds after.
+    pub fn remove_images(&mut self, ids: &std::collections::BTreeSet<u32>) {
+        self.images.retain(|id, _| !ids.contains(id));
+        let mut orphaned = Vec::new();
+        self.points.retain(|_, p| {
+            p.track.retain(|o| !ids.contains(&o.image_id));
+            let keep = p.track.len() >= 2;
+            if !keep {
+                orphaned.push((p.id, std::mem::take(&mut p.track)));
+            }
+            keep
+        });
+        for (point, track) in orphaned {
+            for o in track {
+                if let Some(k) = self
+                    .images
+                    .get_mut(&o.image_id)
+                    .and_then(|img| img.points2d.get_mut(o.point2d_idx as usize))
+                    && k.point3d_id == point
+                {
+                    k.point3d_id = NO_POINT;
+                }
+            }
+        }
+    }
+
     /// Check every reference: images name existing cameras with the right parameter
     /// count, tracks name existing images and keypoints, keypoints name existing points.
     pub fn validate(&self) -> Result<(), ModelError> {

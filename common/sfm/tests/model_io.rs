@@ -266,3 +266,55 @@ mod fuzzed {
         }
     }
 }
+
+#[test]
+fn removing_images_keeps_the_points_two_others_still_see() {
+    let mut r = model();
+    // A third image that sees the first 25 points as image 2 does.
+    let mut third = r.images[&2].clone();
+    third.id = 3;
+    third.name = "img 3.jpg".into();
+    for (k, p) in third.points2d.iter().enumerate() {
+        if p.point3d_id != NO_POINT && p.point3d_id < 125 {
+            r.points
+                .get_mut(&p.point3d_id)
+                .unwrap()
+                .track
+                .push(Observation {
+                    image_id: 3,
+                    point2d_idx: k as u32,
+                });
+        }
+    }
+    for p in third.points2d.iter_mut().filter(|p| p.point3d_id >= 125) {
+        p.point3d_id = NO_POINT;
+    }
+    r.images.insert(3, third);
+    r.validate().unwrap();
+
+    r.remove_images(&[2].into());
+    r.validate().unwrap();
+    assert_eq!(r.images.keys().copied().collect::<Vec<_>>(), [1, 3]);
+    assert_eq!(r.points.len(), 25, "the points image 1 alone saw are gone");
+    assert!(r.points.values().all(|p| p.track.len() == 2));
+    let seen = r.images[&1]
+        .points2d
+        .iter()
+        .filter(|p| p.point3d_id != NO_POINT)
+        .count();
+    assert_eq!(
+        seen, 25,
+        "image 1's keypoints of the dropped points are released"
+    );
+    assert_eq!(r.cameras.len(), 2);
+
+    r.remove_images(&[1].into());
+    r.validate().unwrap();
+    assert!(r.points.is_empty());
+    assert!(
+        r.images[&3]
+            .points2d
+            .iter()
+            .all(|p| p.point3d_id == NO_POINT)
+    );
+}

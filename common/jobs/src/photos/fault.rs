@@ -13,11 +13,22 @@ pub const AFTER_VARIANT_UPLOAD: &str = "after-variant-upload";
 
 /// Abort the process here if `TESSERA_FAULT` names `point`.
 pub fn crash_point(point: &str) {
-    if std::env::var(FAULT_ENV).is_ok_and(|v| v == point) {
+    if injected(point) {
         tracing::error!(point, "injected crash");
         std::process::abort();
     }
 }
+
+/// Whether `TESSERA_FAULT` names `point`: for a fault that is a wrong result, not a
+/// crash, which the code at `point` then makes itself.
+pub fn injected(point: &str) -> bool {
+    std::env::var(FAULT_ENV).is_ok_and(|v| v == point)
+}
+
+/// In the map stage of a split run, once the clusters are joined and before the points
+/// are triangulated again: the first photo by name is moved far from where its cluster
+/// placed it, as a cluster that registered it with a wrong pose would have left it.
+pub const MISPLACE_AFTER_JOIN: &str = "misplace-after-join";
 
 /// After a photo's erasure is committed (its row gone), before the rest of it is
 /// taken away.

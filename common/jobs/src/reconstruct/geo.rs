@@ -106,19 +106,173 @@ pub fn gps_fit(
         .zip(&targets)
         .map(|(c, t)| tessera_sfm::align::distance(*c, *t))
         .collect();
-    distances.sort_by(f64::total_cmp);
     let n = distances.len();
-    let median_m = if n % 2 == 1 {
-        distances[n / 2]
-    } else {
-        (distances[n / 2 - 1] + distances[n / 2]) / 2.0
-    };
     Some(GpsFit {
         photos: n,
         mean_m: distances.iter().sum::<f64>() / n as f64,
-        median_m,
+        median_m: median(&mut distances),
         scale_error: tessera_sfm::align::Sim3::fit(&centres, &targets)
             .map(|s| (s.scale - 1.0).abs()),
+    })
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 for none.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// A photo's placement is judged against its GPS only beyond this many times the
+/// median distance of the others…
+pub const MISPLACED_FACTOR: f64 = 5.0;
+/// …and never within this many metres: a consumer GPS fix alone can be that far off.
+/// On `odm_seneca_80` the single map's photos stand at a median of 2.7 m and at most
+/// 11.8 m from their fixes; the photos a cluster placed by a wrong pose stood 37 and
+/// 92 m off.
+pub const MISPLACED_FLOOR_M: f64 = 10.0;
+/// Draws of three photos the first fit is chosen from.
+const LMEDS_DRAWS: usize = 500;
+/// Fewer photos with GPS than this cannot say which of them is wrong.
+const MISPLACED_MIN_PHOTOS: usize = 6;
+/// Where more than this share would be misplaced, the model as a whole disagrees with
+/// its GPS (a bent model, or fixes that are noise): not a few photos to place again.
+const MISPLACED_MAX_SHARE: f64 = 0.2;
+
+/// A registered photo that stands far from its GPS position once the model is fitted
+/// onto the others' positions.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Misplaced {
+    /// Its name.
+    pub name: String,
+    /// Its distance (m) from its GPS position after the fit.
+    pub off_m: f64,
+}
+
+/// A model's photos checked against their GPS: which stand where their fix says they
+/// are not.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Placement {
+    /// Photos compared: registered, with a full GPS position.
+    pub photos: usize,
+    /// The distance (m) beyond which a photo counts as misplaced:
+    /// [`MISPLACED_FACTOR`] × the median of the photos kept, at least
+    /// [`MISPLACED_FLOOR_M`].
+    pub bound_m: f64,
+    /// The photos beyond it, by name.
+    pub misplaced: Vec<Misplaced>,
+}
+
+/// Check `rec`, in any frame and scale, against its photos' GPS: fit a similarity onto
+/// the GPS positions robustly, then by least squares over the photos within the bound
+/// until that set settles, so that a far-off photo does not drag the fit it is judged
+/// by.
+/// `None` where it cannot be judged: too few photos with GPS, centres on one line, or
+/// more than a fifth of them misplaced.
+pub fn placement(rec: &tessera_sfm::Reconstruction, gps: &[(String, Gps)]) -> Option<Placement> {
+    let by_name: std::collections::HashMap<&str, Geodetic> = gps
+        .iter()
+        .filter_map(|(n, g)| Some((n.as_str(), geodetic(g)?)))
+        .collect();
+    let origin = enu_origin(gps)?;
+    let mut photos: Vec<(&str, [f64; 3], [f64; 3])> = rec
+        .images
+        .values()
+        .filter_map(|img| {
+            let at =
+                geodesy::ecef_to_enu(geodesy::to_ecef(by_name.get(img.name.as_str())?), &origin);
+            Some((img.name.as_str(), img.center(), at))
+        })
+        .collect();
+    photos.sort_by(|a, b| a.0.cmp(b.0));
+    let n = photos.len();
+    if n < MISPLACED_MIN_PHOTOS {
+        return None;
+    }
+    let distances = |fit: &tessera_sfm::align::Sim3| -> Vec<f64> {
+        photos
+            .iter()
+            .map(|p| tessera_sfm::align::distance(fit.apply(p.1), p.2))
+            .collect()
+    };
+    // The first kept set comes from the fit of three photos that leaves the smallest
+    // median distance (least median of squares, over seeded draws of three): a
+    // least-squares fit over all of them is dragged toward the far-off photos until,
+    // with two of nine off, none stands out.
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    let mut draw: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..LMEDS_DRAWS {
+        let pick = [0; 3].map(|_| {
+            draw ^= draw << 13;
+            draw ^= draw >> 7;
+            draw ^= draw << 17;
+            (draw % n as u64) as usize
+        });
+        if pick[0] == pick[1] || pick[1] == pick[2] || pick[0] == pick[2] {
+            continue;
+        }
+        let Some(fit) =
+            tessera_sfm::align::Sim3::fit(&pick.map(|i| photos[i].1), &pick.map(|i| photos[i].2))
+        else {
+            continue;
+        };
+        let off = distances(&fit);
+        let m = median(&mut off.clone());
+        if best.as_ref().is_none_or(|(b, _)| m < *b) {
+            best = Some((m, off));
+        }
+    }
+    let (least, first) = best?;
+    let first_bound = (MISPLACED_FACTOR * least).max(MISPLACED_FLOOR_M);
+    let mut kept: Vec<bool> = first.iter().map(|d| *d <= first_bound).collect();
+    let (mut off, mut bound) = (Vec::new(), 0.0);
+    // Then least squares over the kept photos. Each round can only leave out photos
+    // the last fit put beyond the bound; a few rounds settle it, and the last fit
+    // stands if they do not.
+    for _ in 0..5 {
+        if kept.iter().filter(|k| **k).count() < MISPLACED_MIN_PHOTOS {
+            return None;
+        }
+        let (from, to): (Vec<[f64; 3]>, Vec<[f64; 3]>) = photos
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| (p.1, p.2))
+            .unzip();
+        off = distances(&tessera_sfm::align::Sim3::fit(&from, &to)?);
+        let mut of_kept: Vec<f64> = off
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| **k)
+            .map(|(d, _)| *d)
+            .collect();
+        bound = (MISPLACED_FACTOR * median(&mut of_kept)).max(MISPLACED_FLOOR_M);
+        let next: Vec<bool> = off.iter().map(|d| *d <= bound).collect();
+        if next == kept {
+            break;
+        }
+        kept = next;
+    }
+    let misplaced: Vec<Misplaced> = photos
+        .iter()
+        .zip(&off)
+        .filter(|(_, d)| **d > bound)
+        .map(|(p, d)| Misplaced {
+            name: p.0.to_string(),
+            off_m: *d,
+        })
+        .collect();
+    if misplaced.len() as f64 > MISPLACED_MAX_SHARE * n as f64 {
+        return None;
+    }
+    Some(Placement {
+        photos: n,
+        bound_m: bound,
+        misplaced,
     })
 }
 
@@ -215,5 +369,79 @@ mod tests {
         assert_eq!(fit.photos, 3);
         assert_eq!(fit.scale_error, None);
         assert!(gps_fit(&Reconstruction::default(), &gps, false).is_none());
+    }
+
+    /// A model in its own frame: a twentieth of the size, turned a quarter about the
+    /// vertical and moved, with `off` added (in metres, before the shrink) to photo `i`.
+    fn own_frame(gps: &[(String, Gps)], off: impl Fn(usize) -> [f64; 3]) -> Reconstruction {
+        model(gps, |i, p| {
+            let d = off(i);
+            let p = [p[0] + d[0], p[1] + d[1], p[2] + d[2]];
+            [-p[1] / 20.0 + 3.0, p[0] / 20.0 - 7.0, p[2] / 20.0 + 1.0]
+        })
+    }
+
+    #[test]
+    fn a_photo_placed_far_from_its_fix_is_found_in_a_model_of_any_frame() {
+        let gps = grid();
+        let rec = own_frame(&gps, |i| if i == 4 { [40.0, -30.0, 0.0] } else { [0.0; 3] });
+        let check = placement(&rec, &gps).unwrap();
+        assert_eq!(check.photos, 9);
+        assert_eq!(check.bound_m, MISPLACED_FLOOR_M, "{check:?}");
+        assert_eq!(check.misplaced.len(), 1, "{check:?}");
+        assert_eq!(check.misplaced[0].name, "p4.jpg");
+        // Fitted on the others alone, it stands its full 50 m off.
+        assert!((check.misplaced[0].off_m - 50.0).abs() < 1e-6, "{check:?}");
+    }
+
+    #[test]
+    fn gps_noise_of_a_few_metres_misplaces_nobody() {
+        let gps = grid();
+        let wobble = |i: usize| {
+            let a = i as f64 * 2.4;
+            [
+                4.0 * a.cos(),
+                4.0 * a.sin(),
+                if i.is_multiple_of(2) { 2.5 } else { -2.5 },
+            ]
+        };
+        let check = placement(&own_frame(&gps, wobble), &gps).unwrap();
+        assert!(check.misplaced.is_empty(), "{check:?}");
+    }
+
+    #[test]
+    fn a_model_that_disagrees_with_its_gps_as_a_whole_is_not_judged_photo_by_photo() {
+        let gps = grid();
+        // Two of nine far off is more than a fifth: not a few photos to place again.
+        let two = |i: usize| match i {
+            1 => [60.0, 0.0, 0.0],
+            6 => [0.0, 80.0, 0.0],
+            _ => [0.0; 3],
+        };
+        assert_eq!(placement(&own_frame(&gps, two), &gps), None);
+        // A third of them far off moves the median itself: nobody stands out.
+        let three = |i: usize| match i {
+            1 | 4 | 6 => [60.0 * i as f64, 0.0, 0.0],
+            _ => [0.0; 3],
+        };
+        let check = placement(&own_frame(&gps, three), &gps);
+        assert!(
+            check.as_ref().is_none_or(|c| c.misplaced.is_empty()),
+            "{check:?}"
+        );
+        // Too few photos, or centres on one line, say nothing either.
+        let five: Vec<(String, Gps)> = gps.iter().take(5).cloned().collect();
+        assert_eq!(placement(&own_frame(&five, |_| [0.0; 3]), &five), None);
+        let line: Vec<(String, Gps)> = (0..7)
+            .map(|i| {
+                let g = Gps {
+                    lat: 42.0,
+                    lon: -76.0 + i as f64 * 0.001,
+                    alt: Some(120.0),
+                };
+                (format!("l{i}.jpg"), g)
+            })
+            .collect();
+        assert_eq!(placement(&own_frame(&line, |_| [0.0; 3]), &line), None);
     }
 }

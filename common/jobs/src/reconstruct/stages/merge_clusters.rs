@@ -1,6 +1,7 @@
 //! The map stage of a split run: the clusters' models joined through the photos they
 //! share (`tessera_sfm::merge`), their points triangulated again from the database with
-//! the joined poses held, and sealed as the run's model, so bundle adjustment,
+//! the joined poses held, the photos standing far from their GPS placed again
+//! (`merge_placement`), and sealed as the run's model, so bundle adjustment,
 //! georeferencing and the exports run on it as on a model from one mapper run. A cluster
 //! that cannot be joined is kept as a sub-model and reported, never dropped.
 
@@ -56,7 +57,7 @@ impl Run<'_> {
             }
             clusters.push(report);
         }
-        let Some(merged) = merge::merge(parts) else {
+        let Some(mut merged) = merge::merge(parts) else {
             return Err(TaskError::permanent(format!(
                 "none of the {count} clusters registered any of the {} photos: no initial pair with enough overlap was found in any",
                 photos.len()
@@ -91,6 +92,9 @@ impl Run<'_> {
                 ),
             })
             .await?;
+        if crate::photos::fault::injected(crate::photos::fault::MISPLACE_AFTER_JOIN) {
+            super::merge_placement::misplace_first(&mut merged.model);
+        }
         let posed = dir.join("posed");
         fresh_dir(&posed)?;
         model_bin::write(&merged.model, &posed).map_err(TaskError::from_classified)?;
@@ -142,6 +146,7 @@ impl Run<'_> {
                 }
             }
         }
+        let (model, placement) = self.place_again_by_gps(&db, &dir, &photos, model).await?;
         let primary = metrics::compute(&model);
         self.ctx
             .phase_completed(Phase::HierarchicalMerge, started)
@@ -210,6 +215,7 @@ impl Run<'_> {
                 "base": merged.base,
                 "joined": merged.joined.len() + 1,
                 "registered_after_join": registered_after_join,
+                "placement": placement,
             },
             "total_images": photos.len(),
             "left_out": left_out,

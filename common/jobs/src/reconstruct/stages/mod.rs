@@ -16,6 +16,7 @@ mod map;
 mod map_cluster;
 mod match_pairs;
 mod merge_clusters;
+mod merge_placement;
 mod snapshots;
 mod verify;
 
