@@ -99,7 +99,7 @@ pub fn table() -> Vec<Operation> {
         op(M::GET, "/v1/submodels/{submodel_id}", "/v1/submodels/{submodel_id}", "A sub-model", "reconstructions", 200, get(reconstructions::get_submodel)),
         op(M::GET, "/v1/reconstructions/{recon_id}/snapshots", "/v1/reconstructions/{recon_id}/snapshots", "Sealed snapshot sequence numbers", "reconstructions", 200, get(reconstructions::snapshots)),
         op(M::GET, "/v1/reconstructions/{recon_id}/snapshots/{seq}/submodels/{idx}/{name}", "/v1/reconstructions/{recon_id}/snapshots/{seq}/submodels/{idx}/{name}", "A sealed snapshot's file for one sub-model (immutable; ETag, Range)", "reconstructions", 200, get(reconstructions::submodel_file)),
-        op(M::POST, "/v1/reconstructions/{recon_id}/dense", "/v1/reconstructions/{recon_id}/dense", "Dense stereo on a reconstruction (optional; 501: dense.patch_match_stereo)", "optional", 202, post(optional::dense)),
+        op(M::POST, "/v1/reconstructions/{recon_id}/dense", "/v1/reconstructions/{recon_id}/dense", "Dense stereo on a reconstruction (optional; 501: dense.patch_match_stereo)", "reconstructions", 202, post(optional::dense)),
         op(M::POST, "/v1/reconstructions:merge", "/v1/reconstructions:merge", "Merge reconstructions (optional; 501: recon.merge)", "reconstructions", 202, post(optional::merge)),
         op(M::POST, "/v1/reconstructions/{recon_id}/localize", "/v1/reconstructions/{recon_id}/localize", "Localize a photo against a reconstruction (optional; 501: localize.from_memory)", "reconstructions", 202, post(optional::localize)),
         op(M::POST, "/v1/oneshot/localize", "/v1/oneshot/localize", "Localize a photo (optional; 501: localize.from_memory)", "reconstructions", 202, post(optional::oneshot_localize)),

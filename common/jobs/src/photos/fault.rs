@@ -26,8 +26,9 @@ pub fn injected(point: &str) -> bool {
 }
 
 /// In the map stage of a split run, once the clusters are joined and before the points
-/// are triangulated again: the first photo by name is moved far from where its cluster
-/// placed it, as a cluster that registered it with a wrong pose would have left it.
+/// are triangulated again: the first photo by name is moved three times the camera
+/// centres' extent along the model's first axis, as a cluster that registered it with a
+/// wrong pose would have left it.
 pub const MISPLACE_AFTER_JOIN: &str = "misplace-after-join";
 
 /// After a photo's erasure is committed (its row gone), before the rest of it is

@@ -116,8 +116,10 @@ pub fn gps_fit(
     })
 }
 
-/// The middle value (the mean of the two middle ones for an even count); 0 for none.
+/// The middle value (the mean of the two middle ones for an even count). Callers pass
+/// at least one value; 0 for none.
 fn median(values: &mut [f64]) -> f64 {
+    debug_assert!(!values.is_empty(), "the median of nothing");
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
@@ -127,8 +129,8 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// A photo's placement is judged against its GPS only beyond this many times the
-/// median distance of the others…
+/// A photo counts as misplaced only beyond this many times the median distance of the
+/// photos the fit keeps…
 pub const MISPLACED_FACTOR: f64 = 5.0;
 /// …and never within this many metres: a consumer GPS fix alone can be that far off.
 /// On `odm_seneca_80` the single map's photos stand at a median of 2.7 m and at most
@@ -171,8 +173,9 @@ pub struct Placement {
 /// the GPS positions robustly, then by least squares over the photos within the bound
 /// until that set settles, so that a far-off photo does not drag the fit it is judged
 /// by.
-/// `None` where it cannot be judged: too few photos with GPS, centres on one line, or
-/// more than a fifth of them misplaced.
+/// `None` where it cannot be judged: fewer than six photos with GPS (or kept by a fit),
+/// centres on one line (no fit), or more than a fifth of them misplaced. A centre or a
+/// fix that is not a finite number is not compared.
 pub fn placement(rec: &tessera_sfm::Reconstruction, gps: &[(String, Gps)]) -> Option<Placement> {
     let by_name: std::collections::HashMap<&str, Geodetic> = gps
         .iter()
@@ -185,7 +188,9 @@ pub fn placement(rec: &tessera_sfm::Reconstruction, gps: &[(String, Gps)]) -> Op
         .filter_map(|img| {
             let at =
                 geodesy::ecef_to_enu(geodesy::to_ecef(by_name.get(img.name.as_str())?), &origin);
-            Some((img.name.as_str(), img.center(), at))
+            let centre = img.center();
+            let finite = centre.iter().chain(&at).all(|v| v.is_finite());
+            finite.then_some((img.name.as_str(), centre, at))
         })
         .collect();
     photos.sort_by(|a, b| a.0.cmp(b.0));

@@ -16,12 +16,13 @@ use tessera_sfm::Reconstruction;
 impl Run<'_> {
     /// Check the joined `model` against the photos' GPS ([`geo::placement`]); take the
     /// misplaced photos out and let the registrator place them again with every other
-    /// pose held. The model comes back with every photo it had: one the registrator
-    /// cannot place again keeps its cluster's pose, and one it places where its cluster
-    /// did is kept there with a warning (a GPS fix can be as far off as a pose; on the
-    /// 12-photo sample two fixes stand 31 and 42 m off and both the single map and the
-    /// registrator agree on the photos' poses). Returns the model and what was done,
-    /// `null` where the photos' GPS cannot judge the model.
+    /// pose held. The model comes back with every photo it had: if the registrator
+    /// cannot place them all again, they all keep their clusters' poses; one it places
+    /// still far from its fix is kept at the registrator's pose with a warning (a GPS fix
+    /// can be as far off as a pose; on the 12-photo sample two fixes stand 31 and 42 m
+    /// off and both the single map and the registrator agree on the photos' poses).
+    /// Returns the model and what was done, `null` where the photos' GPS cannot judge the
+    /// model.
     pub(super) async fn place_again_by_gps(
         &self,
         db: &Path,
@@ -37,7 +38,7 @@ impl Run<'_> {
             return Ok((model, Value::Null));
         };
         if check.misplaced.is_empty() {
-            return Ok((model, json!(check)));
+            return Ok((model, report(&check, false, &[], Some(&[]))));
         }
         self.ctx
             .emit(EventKind::LogLine {
@@ -65,7 +66,19 @@ impl Run<'_> {
             )
             .await
         {
-            Ok(_) => model_bin::read(&again).ok(),
+            Ok(_) => match model_bin::read(&again) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.ctx
+                        .emit(EventKind::Warning {
+                            message: format!(
+                                "the model the misplaced photos were registered into could not be read: {e}"
+                            ),
+                        })
+                        .await?;
+                    None
+                }
+            },
             Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
             Err(e) => {
                 self.ctx
@@ -89,11 +102,7 @@ impl Run<'_> {
                 .values()
                 .all(|i| held.contains(i.name.as_str()))
         };
-        let replaced = registered.filter(holds_all);
-        let registered_again = replaced.is_some();
-        if let Some(r) = replaced {
-            model = r;
-        } else {
+        let Some(registered) = registered.filter(holds_all) else {
             self.ctx
                 .emit(EventKind::Warning {
                     message: format!(
@@ -102,13 +111,25 @@ impl Run<'_> {
                     ),
                 })
                 .await?;
-        }
+            return Ok((model, report(&check, false, &[], Some(&check.misplaced))));
+        };
+        model = registered;
         // Judged again by the rule that found them. One that the whole model places
-        // where its cluster did, still far from its fix, has a fix that is off (or a
-        // scene that cannot tell): it is kept, with a warning, not dropped.
-        let still: Vec<Misplaced> = geo::placement(&model, &gps)
-            .map(|c| c.misplaced)
-            .unwrap_or_default()
+        // as its cluster did, still far from its fix, has a fix that is off (or a scene
+        // that cannot tell): it is kept at the registrator's pose, with a warning.
+        let Some(rejudged) = geo::placement(&model, &gps) else {
+            self.ctx
+                .emit(EventKind::Warning {
+                    message: format!(
+                        "{} were registered again, but the model can no longer be judged by its GPS",
+                        brief(&check.misplaced)
+                    ),
+                })
+                .await?;
+            return Ok((model, report(&check, true, &[], None)));
+        };
+        let still: Vec<Misplaced> = rejudged
+            .misplaced
             .into_iter()
             .filter(|m| names.contains(m.name.as_str()))
             .collect();
@@ -122,25 +143,31 @@ impl Run<'_> {
                 })
                 .await?;
         }
-        let placed_again: Vec<&str> = if registered_again {
-            names
-                .iter()
-                .copied()
-                .filter(|n| !still.iter().any(|m| m.name == *n))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let report = json!({
-            "photos": check.photos,
-            "bound_m": check.bound_m,
-            "misplaced": check.misplaced,
-            "registered_again": registered_again,
-            "placed_again": placed_again,
-            "still_misplaced": still,
-        });
-        Ok((model, report))
+        let placed_again: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !still.iter().any(|m| m.name == *n))
+            .collect();
+        Ok((model, report(&check, true, &placed_again, Some(&still))))
     }
+}
+
+/// The report's `split.placement`, one shape whatever happened: `still_misplaced` is
+/// `null` where the model could not be judged again.
+fn report(
+    check: &geo::Placement,
+    registered_again: bool,
+    placed_again: &[&str],
+    still: Option<&[Misplaced]>,
+) -> Value {
+    json!({
+        "photos": check.photos,
+        "bound_m": check.bound_m,
+        "misplaced": check.misplaced,
+        "registered_again": registered_again,
+        "placed_again": placed_again,
+        "still_misplaced": still,
+    })
 }
 
 /// "IMG_1.jpg (36.8 m), IMG_2.jpg (92.5 m)".
