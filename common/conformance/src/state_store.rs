@@ -150,6 +150,72 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         "FieldNull on a missing item fails"
     );
 
+    // Any: one of them is enough, none given is never; on a Set as a photo's failure is
+    // written (withheld because unpublished, or because decided before an opt-out).
+    let y = ItemKey::new(unique("conf#"), "A");
+    store
+        .put(
+            Item::new(y.clone(), json!({"published_at": 5, "subjects_rev": 2})),
+            Condition::Absent,
+        )
+        .await
+        .unwrap();
+    let withheld = |rev: i64| {
+        Condition::Any(vec![
+            Condition::field_null("published_at"),
+            Condition::field_at_most("subjects_rev", rev),
+        ])
+    };
+    let fail = |condition| {
+        vec![Write::Set {
+            key: y.clone(),
+            fields: vec![("failure".into(), json!("cancelled"))],
+            condition,
+        }]
+    };
+    let e = store
+        .transact(fail(withheld(1)))
+        .await
+        .expect_err("Any fails when none holds");
+    assert!(e.is_conflict(), "{e}");
+    let e = store
+        .transact(fail(Condition::Any(vec![])))
+        .await
+        .expect_err("Any of nothing never holds");
+    assert!(e.is_conflict(), "{e}");
+    store
+        .transact(fail(withheld(2)))
+        .await
+        .expect("Any holds when its second holds");
+    assert_eq!(
+        store.get(&y).await.unwrap().unwrap().body["failure"],
+        "cancelled"
+    );
+    store
+        .transact(vec![Write::Set {
+            key: y.clone(),
+            fields: vec![("published_at".into(), json!(null))],
+            condition: Condition::None,
+        }])
+        .await
+        .unwrap();
+    store
+        .transact(fail(withheld(0)))
+        .await
+        .expect("Any holds when its first holds");
+    assert!(
+        store
+            .transact(vec![Write::Set {
+                key: ItemKey::new(unique("conf#"), "A"),
+                fields: vec![("failure".into(), json!("x"))],
+                condition: withheld(i64::MAX),
+            }])
+            .await
+            .unwrap_err()
+            .is_conflict(),
+        "Any on a missing item fails"
+    );
+
     // All or nothing, and the conflict names the failing write.
     let (a, b) = (
         ItemKey::new(unique("conf#"), "A"),

@@ -635,6 +635,50 @@ async fn a_photos_jobs_queued_before_its_erasure_end_without_acting() {
     assert!(r.objects(&prefix).await.is_empty(), "no file written back");
 }
 
+/// An opt-out withholds every photo decided before it, though `published_at` is still
+/// set. Cancelling such a photo's re-decision before it ran leaves nobody to publish it:
+/// it is failed with the reason, as an unpublished one is, not left `processing` for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_decision_after_an_opt_out_cancelled_before_it_ran_fails_the_photo_with_the_reason() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (photo, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let before = r.photo(photo).await;
+    assert!(before.published_at.is_some(), "{before:?}");
+    let (_, change) = r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    // The sweep the opt-out committed would submit the re-decision itself; here it is
+    // submitted directly, and both are cancelled before any runs.
+    r.engine
+        .cancel(
+            change.reblur_job,
+            tessera_core::job::CancelMode::Cooperative,
+        )
+        .await
+        .unwrap();
+    let job = r.redecide(photo).await;
+    r.engine
+        .cancel(job, tessera_core::job::CancelMode::Cooperative)
+        .await
+        .unwrap();
+    r.settle().await;
+    let row = r.photo(photo).await;
+    assert!(
+        row.subjects_rev < change.subjects_rev,
+        "never decided again: {row:?}"
+    );
+    let state = tessera_jobs::photos::status::current(&row, change.subjects_rev);
+    match state {
+        tessera_jobs::photos::status::PhotoState::Failed { reason } => {
+            assert!(reason.contains("cancel"), "{reason}")
+        }
+        other => panic!("withheld with nobody to publish it: {other:?}\n{row:?}"),
+    }
+    assert!(row.published_at.is_none(), "{row:?}");
+}
+
 /// Cancelling a published photo's re-decision before it ran leaves the photo as it was:
 /// the run changed nothing, so there is nothing to fail (a run cancelled after it staged,
 /// or a re-decision of saved regions, which unpublished the photo, cancelled before it

@@ -71,6 +71,21 @@ impl Expr {
                     .collect();
                 (!parts.is_empty()).then(|| parts.join(" AND "))
             }
+            Condition::Any(cs) => {
+                let mut parts = Vec::new();
+                for c in cs {
+                    // One that always holds makes the whole hold.
+                    parts.push(format!("({})", self.condition(c)?));
+                }
+                if parts.is_empty() {
+                    // None given never holds, as `Condition::holds` says.
+                    let k = self.name(PK);
+                    return Some(format!(
+                        "attribute_exists({k}) AND attribute_not_exists({k})"
+                    ));
+                }
+                Some(parts.join(" OR "))
+            }
         }
     }
 

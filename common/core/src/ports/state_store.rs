@@ -97,6 +97,10 @@ pub enum Condition {
     FieldNull(String),
     /// All of these hold.
     All(Vec<Condition>),
+    /// At least one of these holds (none given: never). For a write that has more than
+    /// one reason to be made, such as failing a photo that is withheld either because it
+    /// was unpublished or because it was decided before the latest opt-out.
+    Any(Vec<Condition>),
 }
 
 impl Condition {
@@ -132,6 +136,7 @@ impl Condition {
                 current.is_some_and(|i| i.body.get(f).is_none_or(Value::is_null))
             }
             Condition::All(cs) => cs.iter().all(|c| c.holds(current)),
+            Condition::Any(cs) => cs.iter().any(|c| c.holds(current)),
         }
     }
 }

@@ -107,16 +107,26 @@ pub fn unpublish(id: PhotoId) -> Write {
 }
 
 /// Say why a withheld photo stays withheld: what a run of its processing cancelled by a
-/// person commits, whether or not it got to stage. A run that staged unpublished the
-/// photo; one that never ran leaves it as withheld as it found it (saving regions
-/// unpublished it, a first processing never published it), with nobody left to publish
-/// it or say why. A published photo is left as it is (what was cancelled had changed
-/// nothing), and so is a photo a run submitted later staged since, or whose regions were
-/// saved again since a re-decision of regions was asked for: each of those has a run of
-/// its own that publishes the photo or fails it.
+/// person commits, whether or not it got to stage. A photo is withheld when it is
+/// unpublished (a run that staged unpublished it, saving regions unpublished it, a first
+/// processing never published it) or when it was decided before the subjects the run
+/// was asked to decide it at (an opt-out came since: its files are not served, though
+/// `published_at` is still set). Either way, with the run cancelled, nobody is left to
+/// publish it or say why. A photo decided at those subjects and published is left as it
+/// is (what was cancelled had changed nothing), and so is a photo a run submitted later
+/// staged since, or whose regions were saved again since a re-decision of regions was
+/// asked for: each of those has a run of its own that publishes the photo or fails it.
 pub fn fail_cancelled(id: PhotoId, task: &Task, reason: &str) -> Write {
+    let mut withheld = vec![Condition::field_null("published_at")];
+    let asked_at = task.payload.get("subjects_rev").and_then(Value::as_u64);
+    if let Some(rev) = asked_at
+        .and_then(|r| i64::try_from(r).ok())
+        .filter(|r| *r > 0)
+    {
+        withheld.push(Condition::field_at_most("subjects_rev", rev - 1));
+    }
     let mut all = vec![
-        Condition::field_null("published_at"),
+        Condition::Any(withheld),
         Condition::field_at_most(STAGED_BY_SUBMITTED, task.created_at.0),
     ];
     if let Some(rev) = task.payload.get("edits_rev").and_then(Value::as_u64) {
