@@ -207,10 +207,16 @@ impl Drop for Served {
 /// face models and `env` set; returns once it listens. Its log is drained in the
 /// background so it never blocks on a full pipe.
 pub fn serve(state: &Path, auth: &str, env: &[(&str, &str)]) -> Served {
+    serve_with(state, auth, &[], env)
+}
+
+/// [`serve`] with more of `tessera serve`'s arguments.
+pub fn serve_with(state: &Path, auth: &str, args: &[&str], env: &[(&str, &str)]) -> Served {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(tessera_bin())
         .args(["--state", state.to_str().expect("a UTF-8 path")])
         .args(["serve", "--addr", "127.0.0.1:0", "--auth", auth])
+        .args(args)
         .env("TESSERA_MODELS", repo_root().join("../shared/models"))
         .envs(env.iter().copied())
         .env_remove("TESSERA_FAULT")

@@ -94,3 +94,61 @@ fn serve_exits_non_zero_when_its_worker_loop_dies() {
         "{log}"
     );
 }
+
+/// `--local-root` over the folder that holds the server's own state (the working folder,
+/// where the state is by default): no dataset source reaches the state's objects, which
+/// are every original unblurred. A source rooted inside the state is refused by name, and
+/// one over the whole root imports the photos beside it and nothing of the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_root_over_the_state_folder_never_reaches_the_servers_own_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let photos = tessera_tests::sample_photos(&root, 1);
+    let state = root.join(".tessera");
+    // An original where the folder store keeps one, before the server starts.
+    let original = state.join("objects/uploads/p/ph/IMG_secret.jpg");
+    std::fs::create_dir_all(original.parent().unwrap()).unwrap();
+    let first = std::fs::read_dir(&photos).unwrap().next().unwrap().unwrap();
+    std::fs::copy(first.path(), &original).unwrap();
+    let root_arg = root.to_str().unwrap();
+    let served = tessera_tests::serve_with(
+        &state,
+        "api_key",
+        &["--no-workers", "--local-root", root_arg],
+        &[],
+    );
+    let c = served.admin_client();
+    let p = tessera_tests::post_json(
+        &c,
+        &format!("{}/v1/projects", served.base),
+        serde_json::json!({ "name": "flight" }),
+    )
+    .await;
+    let pid = p["project_id"].as_str().unwrap();
+    let create = |source: serde_json::Value| {
+        c.post(format!("{}/v1/projects/{pid}/datasets", served.base))
+            .json(&serde_json::json!({ "name": "d", "source": source }))
+            .send()
+    };
+    for inside in [state.clone(), state.join("objects/uploads")] {
+        let r = create(serde_json::json!({ "kind": "local", "root": inside, "recursive": true }))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{}", inside.display());
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(
+            v["detail"].as_str().unwrap().contains("state folder"),
+            "{v}"
+        );
+    }
+    let r = create(serde_json::json!({ "kind": "local", "root": root, "recursive": true }))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let d: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        d["x-import"]["registered"], 1,
+        "the photo beside the state only: {d}"
+    );
+    assert!(!d.to_string().contains("IMG_secret"), "{d}");
+}

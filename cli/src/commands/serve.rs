@@ -47,7 +47,11 @@ pub struct Args {
 pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let mut sources = tessera_api::sources::Sources::default();
     if !args.local_roots.is_empty() {
-        let folders = tessera_api::sources::LocalFolders::new(&args.local_roots)
+        // The state folder is made here rather than at open, so that it exists to be
+        // withheld: its objects are every original, unblurred.
+        std::fs::create_dir_all(state)
+            .with_context(|| format!("making the state folder {}", state.display()))?;
+        let folders = tessera_api::sources::LocalFolders::new(&args.local_roots, &[state.into()])
             .context("--local-root must name existing folders")?;
         sources.0.push(std::sync::Arc::new(folders));
     }

@@ -74,20 +74,35 @@ fn field<'a>(spec: &'a Value, name: &str, kind: &str) -> Result<&'a str, Problem
         })
 }
 
-/// Folders on the server's own disk, below the roots it was started with.
+/// Folders on the server's own disk, below the roots it was started with, never inside
+/// the folders it withholds.
 pub struct LocalFolders {
     roots: Vec<PathBuf>,
+    withheld: Vec<PathBuf>,
 }
 
 impl LocalFolders {
-    /// Allow folders below these roots (each must exist).
-    pub fn new(roots: &[PathBuf]) -> std::io::Result<Self> {
-        Ok(LocalFolders {
-            roots: roots
+    /// Allow folders below these roots (each must exist), except the `withheld` folders
+    /// and everything below them (each must exist). `tessera serve` withholds its state
+    /// folder: its objects are every original unblurred, every subject's reference
+    /// photos and variants, and a root over the working folder (where the state is by
+    /// default) would otherwise let any key import them as dataset images and read them
+    /// back.
+    pub fn new(roots: &[PathBuf], withheld: &[PathBuf]) -> std::io::Result<Self> {
+        let canonical = |paths: &[PathBuf]| {
+            paths
                 .iter()
                 .map(|r| r.canonicalize())
-                .collect::<Result<_, _>>()?,
+                .collect::<std::io::Result<Vec<_>>>()
+        };
+        Ok(LocalFolders {
+            roots: canonical(roots)?,
+            withheld: canonical(withheld)?,
         })
+    }
+
+    fn is_withheld(&self, resolved: &Path) -> bool {
+        self.withheld.iter().any(|w| resolved.starts_with(w))
     }
 
     /// The source's root, resolved, if it lies below an allowed root.
@@ -116,6 +131,12 @@ impl LocalFolders {
                     .join(", ")
             )));
         }
+        if self.is_withheld(&resolved) {
+            return Err(Problem::validation(format!(
+                "source.root `{}` is inside this server's own state folder, which no source may read; name a folder of photos",
+                root.display()
+            )));
+        }
         if !resolved.is_dir() {
             return Err(Problem::validation(format!(
                 "source.root `{}` is not a folder",
@@ -126,12 +147,14 @@ impl LocalFolders {
     }
 }
 
-/// Files under `dir` (recursively or not), as paths relative to `base`; symbolic links
-/// are never followed, so a source cannot reach outside its root.
+/// Files under `dir` (recursively or not), as paths relative to `base`, leaving out the
+/// `withheld` folders; symbolic links are never followed, so a source cannot reach
+/// outside its root (and `base` is canonical, so each folder's path is too).
 fn walk(
     base: &Path,
     dir: &Path,
     recursive: bool,
+    withheld: &[PathBuf],
     out: &mut Vec<SourceFile>,
 ) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
@@ -139,7 +162,10 @@ fn walk(
         let kind = entry.file_type()?;
         let path = entry.path();
         if kind.is_dir() && recursive {
-            walk(base, &path, recursive, out)?;
+            if withheld.iter().any(|w| path.starts_with(w)) {
+                continue;
+            }
+            walk(base, &path, recursive, withheld, out)?;
         } else if kind.is_file() {
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
@@ -181,9 +207,10 @@ impl ImageSource for LocalFolders {
             .get("recursive")
             .and_then(|v| v.as_bool())
             .unwrap_or(false);
+        let withheld = self.withheld.clone();
         let files = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            walk(&root, &root, recursive, &mut out).map(|()| out)
+            walk(&root, &root, recursive, &withheld, &mut out).map(|()| out)
         })
         .await
         .map_err(Problem::internal)?
@@ -205,9 +232,9 @@ impl ImageSource for LocalFolders {
         let resolved = path
             .canonicalize()
             .map_err(|e| Problem::validation(format!("`{rel_path}` cannot be read: {e}")))?;
-        if !resolved.starts_with(&root) {
+        if !resolved.starts_with(&root) || self.is_withheld(&resolved) {
             return Err(Problem::validation(format!(
-                "`{rel_path}` resolves outside source.root"
+                "`{rel_path}` resolves outside source.root, or into this server's state folder"
             )));
         }
         tokio::fs::read(&resolved)

@@ -461,7 +461,8 @@ async fn a_local_source_registers_the_images_under_its_root_and_nothing_outside(
     std::os::unix::fs::symlink(outside.path().join("secret.jpg"), root.join("link.jpg")).unwrap();
     std::os::unix::fs::symlink(outside.path(), root.join("linked-dir")).unwrap();
 
-    let folders = tessera_api::sources::LocalFolders::new(&[allowed.path().to_path_buf()]).unwrap();
+    let folders =
+        tessera_api::sources::LocalFolders::new(&[allowed.path().to_path_buf()], &[]).unwrap();
     let s = serve_sources(
         AuthMode::ApiKey,
         false,

@@ -3,7 +3,9 @@
 //! metadata kept, blur regions removed), and an admin's weakening is on record; a
 //! subject's own variant and whom each face matched are an admin's to see; a
 //! refused upload is erasable, counted and collected; a project with subjects or
-//! refusals is not deleted leaving them unreachable; photos are under a tenant quota.
+//! refusals is not deleted leaving them unreachable; photos are under a tenant quota;
+//! keeping originals longer is an admin's change; an object in the incoming folder is
+//! taken in once, so no key re-adds an original to a project with nobody opted out.
 //! Real face models, real SQLite, real HTTP. (Blur regions racing a render, and files
 //! deleted at unpublish: `common/jobs/tests/races.rs` and `photos.rs`.)
 
@@ -237,6 +239,125 @@ async fn weakening_privacy_needs_an_admin_key_and_is_audited() {
             .any(|e| e["action"] == "photo.blur_regions" && e["detail"]["uncovered"] == 1)
     );
     assert!(items.iter().any(|e| e["action"] == "subject.remove"));
+}
+
+/// An original kept longer can be read (by an admin), leaked or re-added for longer:
+/// lengthening or clearing a project's retention is an admin's change, and on record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeping_originals_longer_needs_an_admin_key_and_is_audited() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
+    let pid = json_of(
+        viewer
+            .post(format!("{}/v1/projects", s.base))
+            .json(&json!({ "name": "event" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["project_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url = format!("{}/v1/projects/{pid}", s.base);
+    let retention = |c: &reqwest::Client, days: Value| {
+        c.patch(&url)
+            .json(&json!({ "upload_retention_days": days }))
+            .send()
+    };
+    // Shorter is anyone's: from "for ever" to 30 days, then 7.
+    for days in [json!(30), json!(7)] {
+        let r = retention(&viewer, days.clone()).await.unwrap();
+        assert_eq!(r.status(), 200, "{days}");
+        assert_eq!(json_of(r).await["x-tessera"]["upload_retention_days"], days);
+    }
+    for longer in [json!(8), json!(null)] {
+        let r = retention(&viewer, longer.clone()).await.unwrap();
+        let v = problem(r, StatusCode::FORBIDDEN).await;
+        assert!(
+            v["detail"].as_str().unwrap().contains("admin key"),
+            "{longer}: {v}"
+        );
+    }
+    let now = json_of(viewer.get(&url).send().await.unwrap()).await;
+    assert_eq!(now["x-tessera"]["upload_retention_days"], 7, "{now}");
+    let r = retention(&admin, json!(null)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let audit = json_of(
+        admin
+            .get(format!("{}/v1/x-tessera/audit", s.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let kept: Vec<&Value> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "project.upload_retention")
+        .collect();
+    assert_eq!(kept.len(), 1, "only the weakening is on record: {audit}");
+    assert_eq!(kept[0]["detail"]["from"], 7);
+    assert_eq!(kept[0]["detail"]["to"], Value::Null);
+}
+
+/// An object put in the tenant's incoming folder is taken in once. Left there, any key
+/// of the tenant could add it again to a project of its own with nobody opted out, and
+/// read the unblurred photo back as that project's public file: the admin-only original
+/// read without an admin, and a copy that erasing the photo would not reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incoming_photo_is_taken_in_once_and_cannot_be_added_again_elsewhere() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
+    let objects = s.engine.ports().objects.clone();
+    let key = "incoming/local/event/IMG_0001.jpg";
+    objects
+        .put(key, face_photo("astronaut.png").into())
+        .await
+        .unwrap();
+    let project = |c: &reqwest::Client, name: &str| {
+        let c = c.clone();
+        let body = json!({ "name": name, "match_threshold": 0.363 });
+        let url = format!("{}/v1/projects", s.base);
+        async move {
+            json_of(c.post(url).json(&body).send().await.unwrap()).await["project_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let event = project(&admin, "event").await;
+    let r = admin
+        .post(format!("{}/v1/x-tessera/projects/{event}/photos", s.base))
+        .json(&json!({ "s3_key": key }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert!(
+        objects.head(key).await.unwrap().is_none(),
+        "the incoming object is gone once taken in"
+    );
+    let mine = project(&viewer, "mine").await;
+    let r = viewer
+        .post(format!("{}/v1/x-tessera/projects/{mine}/photos", s.base))
+        .json(&json!({ "s3_key": key }))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        v["detail"].as_str().unwrap().contains("no object there"),
+        "{v}"
+    );
+    let (originals, _) = objects.list("uploads/", None, 100).await.unwrap();
+    assert_eq!(
+        originals.len(),
+        1,
+        "one original, in the project it was added to"
+    );
+    assert!(originals[0].key.contains(&event), "{:?}", originals[0].key);
 }
 
 /// A subject's own variant shows them unblurred, as the original does: it is an admin's

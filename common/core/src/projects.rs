@@ -17,6 +17,9 @@ pub enum ProjectError {
     /// A request that cannot be carried out as asked.
     #[error("{0}")]
     Invalid(String),
+    /// A change that takes protection away, asked for by someone who may not make it.
+    #[error(transparent)]
+    Forbidden(#[from] crate::weakening::NotAllowed),
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -25,7 +28,9 @@ pub enum ProjectError {
 impl Classify for ProjectError {
     fn class(&self) -> ErrorClass {
         match self {
-            ProjectError::NotFound(_) | ProjectError::Invalid(_) => ErrorClass::Permanent,
+            ProjectError::NotFound(_) | ProjectError::Invalid(_) | ProjectError::Forbidden(_) => {
+                ErrorClass::Permanent
+            }
             ProjectError::Store(e) => e.class(),
         }
     }
@@ -161,11 +166,14 @@ pub fn check_name(name: &str) -> Result<(), ProjectError> {
 }
 
 /// Set how many days a project keeps its photos' originals (`None`: for ever). Applies
-/// to photos ingested from now on.
+/// to photos ingested from now on. Keeping them longer than now
+/// ([`crate::weakening::retention_weakened`]) is an admin's change, and on record; the
+/// write holds only while the retention is still the one that was judged.
 pub async fn set_upload_retention(
     store: &dyn StateStore,
     id: ProjectId,
     days: Option<u32>,
+    actor: &crate::audit::Actor,
 ) -> Result<(), ProjectError> {
     // At least a day: an original must outlive its own processing.
     if days.is_some_and(|d| !(1..=36_500).contains(&d)) {
@@ -173,23 +181,53 @@ pub async fn set_upload_retention(
             "upload_retention_days must be 1 to 36500 days, or null to keep originals".into(),
         ));
     }
+    let Some(item) = store.get(&records::project_key(id)).await? else {
+        return Err(ProjectError::NotFound(format!(
+            "project {id} does not exist"
+        )));
+    };
+    let now: Project = records::decode(&item)?;
+    if now.upload_retention_days == days {
+        return Ok(());
+    }
+    let weakens = crate::weakening::retention_weakened(now.upload_retention_days, days);
+    crate::weakening::authorize(
+        actor,
+        &format!("changing how long project {id} keeps its originals"),
+        weakens.clone(),
+    )?;
+    let audited = (!weakens.is_empty()).then(|| {
+        crate::audit::entry(
+            actor,
+            "project.upload_retention",
+            format!("project/{id}"),
+            json!({ "from": now.upload_retention_days, "to": days, "weakens": weakens }),
+        )
+    });
     let fields = vec![("upload_retention_days".to_string(), json!(days))];
+    let judged = match now.upload_retention_days {
+        Some(d) => Condition::field_eq("upload_retention_days", d),
+        None => Condition::field_null("upload_retention_days"),
+    };
     let project = Write::Set {
         key: records::project_key(id),
         fields: fields.clone(),
-        condition: Condition::Exists,
+        condition: judged,
     };
     // With the project's privacy view, which ingest reads it from; or, where the project
     // has no view yet, on the condition that none is made meanwhile (one made from the
     // project as it was would keep the old value).
     let mut with_view = vec![project.clone()];
     with_view.extend(privacy_view::set_all(id, fields));
-    for writes in [with_view, vec![project, privacy_view::none_yet(id)]] {
+    let mut without_view = vec![project, privacy_view::none_yet(id)];
+    with_view.extend(audited.clone());
+    without_view.extend(audited);
+    for writes in [with_view, without_view] {
         match store.transact(writes).await {
             Ok(()) => return Ok(()),
             Err(StoreError::Conflict { index: 0, .. }) => {
-                return Err(ProjectError::NotFound(format!(
-                    "project {id} does not exist"
+                return Err(ProjectError::Invalid(format!(
+                    "project {id} was deleted, or its upload_retention_days changed meanwhile; read it and try again"
                 )));
             }
             Err(e) if e.is_conflict() => continue,

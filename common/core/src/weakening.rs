@@ -9,7 +9,10 @@
 //! - an opted-out subject removed;
 //! - the face box grown less before blurring;
 //! - an EXIF field kept that was dropped;
-//! - a manual blur region removed or shrunk (an old region not inside a new one).
+//! - a manual blur region removed or shrunk (an old region not inside a new one);
+//! - originals kept longer (a retention lengthened, or cleared to keep them for ever):
+//!   an original is the unblurred photo, and the longer it is kept the longer it can be
+//!   read, re-added or leaked.
 //!
 //! The rule lives here once; the HTTP API, the CLI and the handlers only say who acts.
 
@@ -71,6 +74,20 @@ pub fn settings_weakened(old: &PrivacySettings, new: &PrivacySettings) -> Vec<St
     out
 }
 
+/// What changing how many days originals are kept (`None`: for ever) from `old` to
+/// `new` takes away: nothing unless they are now kept longer.
+pub fn retention_weakened(old: Option<u32>, new: Option<u32>) -> Vec<String> {
+    match (old, new) {
+        (Some(a), None) => vec![format!(
+            "upload_retention_days cleared: originals kept for ever where they were deleted after {a} days"
+        )],
+        (Some(a), Some(b)) if b > a => vec![format!(
+            "upload_retention_days raised from {a} to {b}: originals kept longer"
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// The manual blur regions of `old` that `new` no longer covers (each old region must
 /// lie inside one new region, within a hair of rounding).
 pub fn regions_uncovered(old: &[FracRect], new: &[FracRect]) -> usize {
@@ -127,6 +144,16 @@ mod tests {
                 ..KeepMetadata::default()
             },
         }
+    }
+
+    #[test]
+    fn only_keeping_originals_longer_weakens_retention() {
+        assert!(retention_weakened(Some(30), Some(7)).is_empty());
+        assert!(retention_weakened(Some(30), Some(30)).is_empty());
+        assert!(retention_weakened(None, Some(7)).is_empty());
+        assert!(retention_weakened(None, None).is_empty());
+        assert_eq!(retention_weakened(Some(7), Some(30)).len(), 1);
+        assert_eq!(retention_weakened(Some(7), None).len(), 1);
     }
 
     #[test]

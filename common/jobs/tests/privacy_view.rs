@@ -203,7 +203,7 @@ async fn the_view_follows_every_change_and_a_removed_subjects_set_is_deleted() {
     )
     .await
     .unwrap();
-    projects::set_upload_retention(r.store(), p.id, Some(30))
+    projects::set_upload_retention(r.store(), p.id, Some(30), &Actor::cli(TenantId::local()))
         .await
         .unwrap();
     for shard in 0..VIEW_SHARDS {
@@ -279,7 +279,7 @@ async fn a_project_without_a_view_gets_one_on_first_use_and_a_deleted_project_ke
             .is_none()
     );
     // Retention changes on such a project without making a view from the old value.
-    projects::set_upload_retention(r.store(), p.id, Some(7))
+    projects::set_upload_retention(r.store(), p.id, Some(7), &Actor::cli(TenantId::local()))
         .await
         .unwrap();
     assert!(

@@ -16,14 +16,24 @@ async fn originals_past_retention_are_deleted_and_their_photos_fail_closed() {
     let r = rig().await;
     let p = r.project(Some(0.363)).await;
     assert!(
-        projects::set_upload_retention(r.store(), p.id, Some(0))
-            .await
-            .is_err(),
+        projects::set_upload_retention(
+            r.store(),
+            p.id,
+            Some(0),
+            &tessera_core::audit::Actor::cli(p.tenant.clone())
+        )
+        .await
+        .is_err(),
         "an original must outlive its processing"
     );
-    projects::set_upload_retention(r.store(), p.id, Some(1))
-        .await
-        .unwrap();
+    projects::set_upload_retention(
+        r.store(),
+        p.id,
+        Some(1),
+        &tessera_core::audit::Actor::cli(p.tenant.clone()),
+    )
+    .await
+    .unwrap();
     let p = projects::load(r.store(), p.id).await.unwrap();
     assert_eq!(p.upload_retention_days, Some(1));
     let (photo, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;

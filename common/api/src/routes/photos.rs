@@ -25,7 +25,8 @@ pub struct AddPhoto {
     /// A finalized upload…
     #[serde(default)]
     pub blob_sha: Option<String>,
-    /// …or an object already in the store (on AWS: a key of the stack's bucket).
+    /// …or an object the tenant put in its incoming folder (on AWS: a key of the stack's
+    /// bucket), deleted from there once taken in ([`intake::add_incoming`]).
     #[serde(default)]
     pub s3_key: Option<String>,
     /// File name (default: the last segment of `s3_key`).
@@ -47,33 +48,24 @@ pub async fn add_photo(
             "the body must be JSON {{\"blob_sha\": …, \"name\": …}} or {{\"s3_key\": …}}: {e}"
         ))
     })?;
-    let (bytes, name) = match (&b.blob_sha, &b.s3_key) {
+    let added = match (&b.blob_sha, &b.s3_key) {
         (Some(sha), None) => {
             let name = b
                 .name
-                .clone()
+                .as_deref()
                 .ok_or_else(|| Problem::validation("`name` is required with `blob_sha`"))?;
             let bytes =
                 super::uploads::read_blob(&s, &caller.tenant, "blob_sha", sha, intake::MAX_BYTES)
                     .await?;
-            (bytes, name)
+            intake::add(&s.engine, &p, name, bytes).await?
         }
-        (None, Some(k)) => {
-            let bytes =
-                intake::read_incoming(s.engine.ports().objects.as_ref(), &caller.tenant, k).await?;
-            let name = b
-                .name
-                .clone()
-                .unwrap_or_else(|| k.rsplit('/').next().unwrap_or(k).to_string());
-            (bytes, name)
-        }
+        (None, Some(k)) => intake::add_incoming(&s.engine, &p, k, b.name.as_deref()).await?,
         _ => {
             return Err(Problem::validation(
                 "give exactly one of `blob_sha` (with `name`) and `s3_key`",
             ));
         }
     };
-    let added = intake::add(&s.engine, &p, &name, bytes).await?;
     Ok(accepted(
         &[added.job],
         json!({ "photo_id": added.photo, "_links": super::links(&format!("/v1/x-tessera/photos/{}", added.photo), &[]) }),

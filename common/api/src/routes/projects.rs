@@ -48,6 +48,7 @@ impl From<ProjectError> for Problem {
             ProjectError::NotFound(m) => Problem::not_found(m),
             ProjectError::Invalid(m) if m.contains("exists already") => Problem::conflict(m),
             ProjectError::Invalid(m) => Problem::validation(m),
+            ProjectError::Forbidden(e) => Problem::forbidden(e.to_string()),
             ProjectError::Store(e) => e.into(),
         }
     }
@@ -185,7 +186,13 @@ pub async fn patch(
     let b: PatchProject = serde_json::from_value(body)
         .map_err(|e| Problem::validation(format!("the project PATCH body: {e}")))?;
     if let Some(days) = b.upload_retention_days {
-        projects::set_upload_retention(s.engine.ports().store.as_ref(), p.id, days).await?;
+        projects::set_upload_retention(
+            s.engine.ports().store.as_ref(),
+            p.id,
+            days,
+            &caller.actor(),
+        )
+        .await?;
     }
     let p = projects::update(
         s.engine.ports().store.as_ref(),

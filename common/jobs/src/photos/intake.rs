@@ -159,7 +159,7 @@ pub async fn add(
 /// Read the object a tenant put in its incoming folder and names as a photo: only its
 /// own folder, and never more than [`MAX_BYTES`] + 1 bytes of it, in one read (a size
 /// checked first and a read after it could read an object replaced in between).
-pub async fn read_incoming(
+async fn read_incoming(
     objects: &dyn ObjectStore,
     tenant: &TenantId,
     key: &str,
@@ -178,6 +178,30 @@ pub async fn read_incoming(
             },
             other => IntakeError::Objects(other),
         })
+}
+
+/// Take the object at `key` in `project`'s tenant's incoming folder in as a new photo
+/// named `name` (default: the key's last segment), and delete it from there once its
+/// original is stored. The incoming folder is an inbox, not a library: left there, the
+/// unblurred photo could be added again to another project, one with nobody opted out,
+/// by any key of the tenant (an admin's original read without an admin), and it would
+/// outlive the photo's erasure and its project's retention. A delete that fails after
+/// the photo was taken in is logged, not returned: the photo exists, and an error would
+/// have the caller add it twice.
+pub async fn add_incoming(
+    engine: &Engine,
+    project: &Project,
+    key: &str,
+    name: Option<&str>,
+) -> Result<Admitted, IntakeError> {
+    let objects = engine.ports().objects.as_ref();
+    let bytes = read_incoming(objects, &project.tenant, key).await?;
+    let name = name.unwrap_or_else(|| key.rsplit('/').next().unwrap_or(key));
+    let admitted = add(engine, project, name, bytes).await?;
+    if let Err(e) = objects.delete(key).await {
+        tracing::error!(key, photo = %admitted.photo, error = %e, "the incoming object was taken in but not deleted; delete it by hand");
+    }
+    Ok(admitted)
 }
 
 /// Submit the ingest job for an object-created event S3 sent (through SQS): the

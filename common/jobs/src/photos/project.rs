@@ -53,6 +53,7 @@ impl From<ProjectError> for PhotoError {
         match e {
             ProjectError::NotFound(m) => PhotoError::NotFound(m),
             ProjectError::Invalid(m) => PhotoError::Invalid(m),
+            ProjectError::Forbidden(e) => PhotoError::Forbidden(e),
             ProjectError::Store(e) => PhotoError::Store(e),
         }
     }
