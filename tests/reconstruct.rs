@@ -980,6 +980,15 @@ fn new_photos_are_registered_into_a_finished_model_and_points_retriangulated_wit
     ));
     assert_eq!(base["status"], "succeeded");
     let job = base["job_id"].as_str().unwrap();
+    // The sample is 800×600 copies of 4000×3000 photos with their EXIF: COLMAP's prior
+    // from the focal plane is in pixels as taken (2,904 px) and is scaled to the photos
+    // (581 px). From the unscaled prior, one base model in eight settled at 3,811 px and
+    // this test registered one of the two new photos into it.
+    let events = job_events(&state, &base);
+    assert!(
+        events.contains("focal prior 2904 px") && events.contains("581 px at their size now"),
+        "{events}"
+    );
 
     let o = tessera(
         &state,

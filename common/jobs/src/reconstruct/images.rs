@@ -113,6 +113,56 @@ fn ascii_ref(e: &exif::Exif, tag: exif::Tag) -> Option<char> {
     }
 }
 
+/// What EXIF says of the sensor a photo was taken with: enough to tell a focal length in
+/// pixels of the photo as taken from one of the photo as it is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FocalPlane {
+    /// Focal length in millimetres.
+    pub focal_mm: f64,
+    /// Sensor pixels per millimetre, at the resolution the photo was taken at
+    /// (FocalPlaneXResolution in its unit).
+    pub px_per_mm: f64,
+    /// The longer side in pixels of the photo as taken (PixelX/YDimension): a photo
+    /// downscaled afterwards usually keeps it.
+    pub taken_long_side: f64,
+}
+
+/// The focal plane from EXIF, where every field of it is there and sensible.
+pub fn focal_plane(bytes: &[u8]) -> Option<FocalPlane> {
+    let e = exif::Reader::new()
+        .read_from_container(&mut std::io::Cursor::new(bytes))
+        .ok()?;
+    let field = |tag| e.get_field(tag, exif::In::PRIMARY);
+    let focal_mm = field(exif::Tag::FocalLength)
+        .and_then(|f| rational(f, 0))
+        .filter(|f| *f > 0.0)?;
+    let per_unit = field(exif::Tag::FocalPlaneXResolution)
+        .and_then(|f| rational(f, 0))
+        .filter(|r| *r > 0.0)?;
+    // 2: inch (the default), 3: centimetre; 4 and 5 (millimetre, micrometre) are written
+    // by some cameras though the standard stops at 3.
+    let mm_per_unit =
+        match field(exif::Tag::FocalPlaneResolutionUnit).and_then(|f| f.value.get_uint(0)) {
+            None | Some(2) => 25.4,
+            Some(3) => 10.0,
+            Some(4) => 1.0,
+            Some(5) => 0.001,
+            Some(_) => return None,
+        };
+    let side = |tag| {
+        field(tag)
+            .and_then(|f| f.value.get_uint(0))
+            .filter(|v| *v > 0)
+    };
+    let taken_long_side =
+        side(exif::Tag::PixelXDimension)?.max(side(exif::Tag::PixelYDimension)?) as f64;
+    Some(FocalPlane {
+        focal_mm,
+        px_per_mm: per_unit / mm_per_unit,
+        taken_long_side,
+    })
+}
+
 /// Focal length (mm) and GPS from EXIF; garbage EXIF gives `None`s, never an error.
 pub fn exif_facts(bytes: &[u8]) -> (Option<f64>, Option<Gps>) {
     let Ok(e) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(bytes)) else {
@@ -219,6 +269,15 @@ mod tests {
         );
         let (focal, gps) = exif_facts(&sample);
         assert_eq!(focal, Some(4.5));
+        // Downscaled to 800×600 from the 4000×3000 it was taken at, EXIF kept.
+        let plane = focal_plane(&sample).expect("the sample's EXIF has its focal plane");
+        assert_eq!(plane.taken_long_side, 4000.0);
+        assert!(
+            (plane.focal_mm * plane.px_per_mm - 2904.35).abs() < 1.0,
+            "{plane:?}"
+        );
+        assert_eq!(focal_plane(truncated), focal_plane(&sample));
+        assert_eq!(focal_plane(b"hello, I am text"), None);
         let gps = gps.unwrap();
         assert!(
             (gps.lat - 30.171).abs() < 0.01 && (gps.lon + 98.09).abs() < 0.01,

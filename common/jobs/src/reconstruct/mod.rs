@@ -21,6 +21,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod control;
 pub mod flight_strips;
+pub mod focal_prior;
 pub mod geo;
 pub mod georef_choice;
 pub mod image_set;

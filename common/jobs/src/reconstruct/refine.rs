@@ -325,6 +325,10 @@ impl TaskHandler for Relocalize {
                 ctx.checkpoint().await?;
                 run_backend(ctx, backend, &work, inv, phase, Some(new.len() as u64)).await?;
             }
+            if phase == Phase::FeatureExtraction {
+                // New photos of another size get a camera of their own, from EXIF.
+                super::focal_prior::correct_in(&db, &images).map_err(TaskError::from_classified)?;
+            }
         }
         let registered = work.join("registered");
         fresh_dir(&registered)?;

@@ -116,6 +116,102 @@ pub fn verified_pairs(path: &Path) -> Result<Vec<VerifiedPair>, DatabaseError> {
     Ok(pairs)
 }
 
+/// A camera whose focal length the engine took from the photos' EXIF (its prior), with
+/// the photos that share it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FocalPrior {
+    /// COLMAP's camera id.
+    pub camera_id: i64,
+    /// COLMAP's camera model id.
+    pub model: i64,
+    /// Width in pixels.
+    pub width: u64,
+    /// Height in pixels.
+    pub height: u64,
+    /// The model's parameters, focal length(s) first ([`focal_indices`]).
+    pub params: Vec<f64>,
+    /// The photos (by name) that share the camera.
+    pub images: Vec<String>,
+}
+
+/// Which of a camera model's parameters are focal lengths: `f` for the models with one
+/// (SIMPLE_PINHOLE, SIMPLE_RADIAL, RADIAL, SIMPLE_RADIAL_FISHEYE, RADIAL_FISHEYE),
+/// `fx, fy` for the rest COLMAP defines.
+pub fn focal_indices(model: i64) -> &'static [usize] {
+    match model {
+        0 | 2 | 3 | 8 | 9 => &[0],
+        _ => &[0, 1],
+    }
+}
+
+fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> DatabaseError + '_ {
+    move |e| DatabaseError {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    }
+}
+
+/// The cameras whose focal length is a prior from EXIF (read-only).
+pub fn focal_priors(path: &Path) -> Result<Vec<FocalPrior>, DatabaseError> {
+    let err = db_err(path);
+    let c = open(path)?;
+    let mut stmt = c
+        .prepare("SELECT camera_id, model, width, height, params FROM cameras WHERE prior_focal_length = 1 ORDER BY camera_id")
+        .map_err(&err)?;
+    let mut cameras: Vec<FocalPrior> = stmt
+        .query_map([], |r| {
+            let blob: Vec<u8> = r.get(4)?;
+            Ok(FocalPrior {
+                camera_id: r.get(0)?,
+                model: r.get(1)?,
+                width: r.get::<_, i64>(2)?.max(0) as u64,
+                height: r.get::<_, i64>(3)?.max(0) as u64,
+                params: blob
+                    .chunks_exact(8)
+                    .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .collect(),
+                images: Vec::new(),
+            })
+        })
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    let mut stmt = c
+        .prepare("SELECT camera_id, name FROM images ORDER BY name")
+        .map_err(&err)?;
+    for row in stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .map_err(&err)?
+    {
+        let (camera, name) = row.map_err(&err)?;
+        if let Some(c) = cameras.iter_mut().find(|c| c.camera_id == camera) {
+            c.images.push(name);
+        }
+    }
+    Ok(cameras)
+}
+
+/// Replace a camera's parameters (the only write Tessera makes to an engine's
+/// database: a focal prior corrected before matching).
+pub fn set_camera_params(path: &Path, camera_id: i64, params: &[f64]) -> Result<(), DatabaseError> {
+    let err = db_err(path);
+    let c = Connection::open(path).map_err(&err)?;
+    let blob: Vec<u8> = params.iter().flat_map(|p| p.to_le_bytes()).collect();
+    let n = c
+        .execute(
+            "UPDATE cameras SET params = ?1 WHERE camera_id = ?2",
+            rusqlite::params![blob, camera_id],
+        )
+        .map_err(&err)?;
+    if n != 1 {
+        return Err(DatabaseError {
+            path: path.display().to_string(),
+            why: format!("no camera {camera_id}"),
+        });
+    }
+    Ok(())
+}
+
 /// Read the counts (read-only; never modifies the file).
 pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
     let err = |e: rusqlite::Error| DatabaseError {

@@ -74,7 +74,19 @@ impl Run<'_> {
         self.ctx
             .metric("keypoints", stats.keypoints as f64, None)
             .await?;
-        let result = json!({ "database": stats, "process": Self::report_json(&report), "colmap_version": backend.info().version });
+        let corrected = crate::reconstruct::focal_prior::correct_in(&db, &images)
+            .map_err(TaskError::from_classified)?;
+        for c in &corrected {
+            self.ctx
+                .emit(EventKind::LogLine {
+                    line: format!(
+                        "extract: camera {} ({} photos): focal prior {:.0} px is the photos' size as taken; {:.0} px at their size now",
+                        c.camera_id, c.photos, c.from_px, c.to_px
+                    ),
+                })
+                .await?;
+        }
+        let result = json!({ "database": stats, "process": Self::report_json(&report), "colmap_version": backend.info().version, "focal_priors_corrected": corrected });
         self.publish(Stage::Extract, &dir, &["database.db"], result)
             .await
     }
