@@ -52,7 +52,14 @@ pub fn state(row: &Photo, servable: bool) -> PhotoState {
                 row.file_name
             ),
         },
-        (None, false) if row.faces.is_none() => PhotoState::Ingested,
+        // Never decided: faces not detected yet. A photo published without a search (a
+        // project with nobody opted out needs none) and withheld by an opt-out since
+        // is being decided again, not waiting for its first look.
+        (None, false)
+            if row.faces.is_none() && row.published_at.is_none() && row.renditions.is_empty() =>
+        {
+            PhotoState::Ingested
+        }
         (None, false) => PhotoState::Processing,
     }
 }
@@ -167,6 +174,25 @@ fn merged(rows: Vec<Photo>, refused: Vec<RefusedUpload>, subjects_rev: u64) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_photo_published_without_a_search_and_withheld_by_an_opt_out_is_processing() {
+        let mut row: Photo = serde_json::from_value(serde_json::json!({
+            "id": PhotoId::new(), "project": tessera_core::ProjectId::new(), "upload_key": "u",
+            "file_name": "a.jpg", "sha256": "0", "bytes": 1, "format": "jpeg", "width": 1,
+            "height": 1, "sequencer": "0", "pipeline": "thumbnail_dims", "faces": null,
+            "detector": null, "blur_regions": [], "edits_rev": 0, "variant_version": 1,
+            "renditions": [], "upload_thumb_key": null, "staged_keys": [], "replaced_keys": [],
+            "published_at": null, "created_at": 1, "rules": tessera_core::photo::RULES,
+            "subjects_rev": 0,
+        }))
+        .unwrap();
+        assert_eq!(current(&row, 0), PhotoState::Ingested);
+        row.published_at = Some(tessera_core::Millis(5));
+        assert_eq!(current(&row, 0), PhotoState::Published);
+        // An opt-out since: not served, and being decided again.
+        assert_eq!(current(&row, 1), PhotoState::Processing);
+    }
 
     #[test]
     fn a_failure_reads_as_failed_with_its_reason() {
