@@ -47,12 +47,16 @@ pub struct Args {
 pub async fn run(state: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let mut sources = tessera_api::sources::Sources::default();
     if !args.local_roots.is_empty() {
-        // The state folder is made here rather than at open, so that it exists to be
-        // withheld: its objects are every original, unblurred.
-        std::fs::create_dir_all(state)
+        // The state folder and its objects are made here rather than at open, so that
+        // they exist to be withheld: the objects are every original, unblurred. Both are
+        // withheld, as each resolves: an objects folder linked elsewhere is withheld
+        // where it is.
+        let objects = state.join("objects");
+        std::fs::create_dir_all(&objects)
             .with_context(|| format!("making the state folder {}", state.display()))?;
-        let folders = tessera_api::sources::LocalFolders::new(&args.local_roots, &[state.into()])
-            .context("--local-root must name existing folders")?;
+        let folders =
+            tessera_api::sources::LocalFolders::new(&args.local_roots, &[state.into(), objects])
+                .context("--local-root must name existing folders")?;
         sources.0.push(std::sync::Arc::new(folders));
     }
     // One set of face models for the photo tasks and for enrolment, loaded on first use.

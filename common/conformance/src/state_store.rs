@@ -187,6 +187,32 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         .transact(fail(withheld(2)))
         .await
         .expect("Any holds when its second holds");
+    // Inside All, as a cancelled run's compensation writes it.
+    store
+        .transact(fail(Condition::All(vec![
+            withheld(2),
+            Condition::field_at_most("staged_by_submitted_ms", 10),
+            Condition::field_eq("subjects_rev", 2),
+        ])))
+        .await
+        .expect("Any inside All");
+    // One of one, inside All: a run asked for at no subject revision has only the
+    // first reason.
+    store
+        .transact(fail(Condition::All(vec![
+            Condition::Any(vec![Condition::field_at_most("subjects_rev", 2)]),
+            Condition::All(vec![Condition::field_eq("subjects_rev", 2)]),
+        ])))
+        .await
+        .expect("a one-part Any and All inside All");
+    let e = store
+        .transact(fail(Condition::All(vec![
+            withheld(1),
+            Condition::field_eq("subjects_rev", 2),
+        ])))
+        .await
+        .expect_err("Any inside All fails when none of it holds");
+    assert!(e.is_conflict(), "{e}");
     assert_eq!(
         store.get(&y).await.unwrap().unwrap().body["failure"],
         "cancelled"
@@ -203,6 +229,13 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         .transact(fail(withheld(0)))
         .await
         .expect("Any holds when its first holds");
+    store
+        .transact(fail(Condition::Any(vec![
+            Condition::field_eq("published_at", 12345),
+            Condition::None,
+        ])))
+        .await
+        .expect("Any with a branch that always holds holds");
     assert!(
         store
             .transact(vec![Write::Set {

@@ -64,19 +64,16 @@ impl Expr {
                 ))
             }
             Condition::All(cs) => {
-                let parts: Vec<String> = cs
-                    .iter()
-                    .filter_map(|c| self.condition(c))
-                    .map(|p| format!("({p})"))
-                    .collect();
-                (!parts.is_empty()).then(|| parts.join(" AND "))
+                let parts: Vec<String> = cs.iter().filter_map(|c| self.condition(c)).collect();
+                joined(parts, " AND ")
             }
             Condition::Any(cs) => {
-                let mut parts = Vec::new();
-                for c in cs {
-                    // One that always holds makes the whole hold.
-                    parts.push(format!("({})", self.condition(c)?));
+                // One that always holds makes the whole hold; found before any name or
+                // value is placed, since DynamoDB refuses placeholders left unused.
+                if cs.iter().any(always_holds) {
+                    return None;
                 }
+                let parts: Vec<String> = cs.iter().filter_map(|c| self.condition(c)).collect();
                 if parts.is_empty() {
                     // None given never holds, as `Condition::holds` says.
                     let k = self.name(PK);
@@ -84,7 +81,7 @@ impl Expr {
                         "attribute_exists({k}) AND attribute_not_exists({k})"
                     ));
                 }
-                Some(parts.join(" OR "))
+                joined(parts, " OR ")
             }
         }
     }
@@ -95,6 +92,33 @@ impl Expr {
 
     pub(super) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
         (!self.values.is_empty()).then(|| self.values.clone())
+    }
+}
+
+/// `parts` joined by `op`, each in parentheses where there are several: DynamoDB refuses
+/// parentheses around a lone expression ("redundant parentheses"), which a one-part
+/// `All` or `Any` inside another would otherwise make.
+fn joined(parts: Vec<String>, op: &str) -> Option<String> {
+    match parts.len() {
+        0 => None,
+        1 => parts.into_iter().next(),
+        _ => Some(
+            parts
+                .iter()
+                .map(|p| format!("({p})"))
+                .collect::<Vec<_>>()
+                .join(op),
+        ),
+    }
+}
+
+/// Whether `c` holds whatever the item (what [`Expr::condition`] writes as no expression).
+fn always_holds(c: &Condition) -> bool {
+    match c {
+        Condition::None => true,
+        Condition::All(cs) => cs.iter().all(always_holds),
+        Condition::Any(cs) => cs.iter().any(always_holds),
+        _ => false,
     }
 }
 

@@ -66,8 +66,11 @@ pub(super) async fn unchanged(
     tracing::info!(photo = %photo.id, version = photo.variant_version, subjects_rev = decided_rev, faces = faces.len(), "decided again with the same files: published again as they are");
     fields.push(("subjects_rev", row::json(&decided_rev)));
     // A cancelled re-decision may have failed the row since it was read
-    // ([`row::fail_cancelled`]): what is published has no failure.
+    // ([`row::fail_cancelled`]), unpublishing it: what this run decided is published,
+    // with no failure. (Regions saved meanwhile change `edits_rev`, which the write
+    // checks.)
     fields.push(("failure", serde_json::Value::Null));
+    fields.push(("published_at", row::json(&photo.published_at)));
     Ok(Some(TaskOutput {
         result: serde_json::json!({
             "photo": photo.id,

@@ -13,9 +13,12 @@
 //! it afterwards fit it no better.
 //!
 //! The rule: a prior that equals the focal plane's value (within 2 %) for a photo
-//! whose longer side is smaller than the one EXIF says it was taken at is scaled by the
-//! ratio of the two. A prior COLMAP took another way is already in the photo's pixels
-//! and is left alone, and so is a camera whose photos disagree.
+//! whose longer side is smaller than the one EXIF says it was taken at, in the same
+//! shape (sides in the same ratio within 1 %), is scaled by the ratio of the sides. A
+//! crop keeps the pixels as taken and changes the shape: left alone (a crop to the same
+//! shape cannot be told from a downscale). So is a prior COLMAP took another way, which
+//! is in the photo's pixels already, a camera whose photos disagree, and a camera model
+//! whose focal parameters Tessera does not know.
 
 use super::images::{self, FocalPlane};
 use std::path::Path;
@@ -52,13 +55,17 @@ pub fn correct_in(db: &Path, images: &Path) -> Result<Vec<Corrected>, DatabaseEr
                     .and_then(|b| images::focal_plane(&b))
             })
             .collect();
+        let Some(focals) = database::focal_indices(camera.model) else {
+            continue;
+        };
         let long_side = camera.width.max(camera.height) as f64;
-        let Some(to) = for_camera(f, &planes, long_side) else {
+        let short_side = camera.width.min(camera.height) as f64;
+        let Some(to) = for_camera(f, &planes, long_side, short_side) else {
             continue;
         };
         let scale = to / f;
         let mut params = camera.params.clone();
-        for &i in database::focal_indices(camera.model) {
+        for &i in focals {
             if let Some(p) = params.get_mut(i) {
                 *p *= scale;
             }
@@ -77,11 +84,23 @@ pub fn correct_in(db: &Path, images: &Path) -> Result<Vec<Corrected>, DatabaseEr
 /// How close a prior must be to the focal plane's value to have been taken from it.
 const SAME_WAY: f64 = 0.02;
 
-/// The prior for a photo whose longer side is `long_side` px now, if `prior_px` came
-/// from its focal plane in pixels of the photo as taken (`None`: nothing to correct).
-pub fn corrected(prior_px: f64, plane: &FocalPlane, long_side: f64) -> Option<f64> {
+/// The prior for a photo of `long_side` × `short_side` px now, if `prior_px` came from
+/// its focal plane in pixels of the photo as taken (`None`: nothing to correct).
+pub fn corrected(
+    prior_px: f64,
+    plane: &FocalPlane,
+    long_side: f64,
+    short_side: f64,
+) -> Option<f64> {
     let scale = long_side / plane.taken_long_side;
     if !(scale.is_finite() && scale > 0.0 && scale < 0.99) {
+        return None;
+    }
+    let shape_now = short_side / long_side;
+    let shape_taken = plane.taken_short_side / plane.taken_long_side;
+    // Not the same shape, or not a number (a side of 0): no correction.
+    let same_shape = (shape_now / shape_taken - 1.0).abs() <= 0.01;
+    if !same_shape {
         return None;
     }
     let from_plane = plane.focal_mm * plane.px_per_mm;
@@ -90,10 +109,16 @@ pub fn corrected(prior_px: f64, plane: &FocalPlane, long_side: f64) -> Option<f6
 
 /// One camera's correction: the prior of every photo sharing it, corrected the same way
 /// (within 1 %), or `None` where any photo needs none or they disagree.
-pub fn for_camera(prior_px: f64, planes: &[Option<FocalPlane>], long_side: f64) -> Option<f64> {
-    let mut all = planes
-        .iter()
-        .map(|p| p.as_ref().and_then(|p| corrected(prior_px, p, long_side)));
+pub fn for_camera(
+    prior_px: f64,
+    planes: &[Option<FocalPlane>],
+    long_side: f64,
+    short_side: f64,
+) -> Option<f64> {
+    let mut all = planes.iter().map(|p| {
+        p.as_ref()
+            .and_then(|p| corrected(prior_px, p, long_side, short_side))
+    });
     let first = all.next()??;
     all.all(|c| c.is_some_and(|c| (c / first - 1.0).abs() <= 0.01))
         .then_some(first)
@@ -109,41 +134,48 @@ mod tests {
             focal_mm: 4.5,
             px_per_mm: 2904.35 / 4.5,
             taken_long_side: 4000.0,
+            taken_short_side: 3000.0,
         }
     }
 
     #[test]
     fn a_prior_from_the_focal_plane_of_a_downscaled_photo_is_scaled_to_it() {
-        let c = corrected(2904.35, &sx260(), 800.0).unwrap();
+        let c = corrected(2904.35, &sx260(), 800.0, 600.0).unwrap();
         assert!((c - 580.87).abs() < 0.01, "{c}");
-        let shared = for_camera(2904.35, &[Some(sx260()), Some(sx260())], 800.0).unwrap();
+        let shared = for_camera(2904.35, &[Some(sx260()), Some(sx260())], 800.0, 600.0).unwrap();
         assert!((shared - c).abs() < 1e-9);
     }
 
     #[test]
     fn a_photo_at_its_taken_size_or_a_prior_taken_another_way_is_left_alone() {
-        assert_eq!(corrected(2904.35, &sx260(), 4000.0), None);
-        assert_eq!(corrected(2904.35, &sx260(), 4100.0), None);
+        assert_eq!(corrected(2904.35, &sx260(), 4000.0, 3000.0), None);
+        assert_eq!(corrected(2904.35, &sx260(), 4100.0, 3075.0), None);
         // From COLMAP's sensor list or the 35 mm equivalent: already in the photo's pixels.
-        assert_eq!(corrected(583.0, &sx260(), 800.0), None);
+        assert_eq!(corrected(583.0, &sx260(), 800.0, 600.0), None);
         let odd = FocalPlane {
             taken_long_side: 0.0,
             ..sx260()
         };
-        assert_eq!(corrected(2904.35, &odd, 800.0), None);
+        assert_eq!(corrected(2904.35, &odd, 800.0, 600.0), None);
+        // A crop keeps the pixels as taken: another shape, left alone.
+        assert_eq!(corrected(2904.35, &sx260(), 3000.0, 3000.0), None);
+        assert_eq!(corrected(2904.35, &sx260(), 3000.0, 1688.0), None);
     }
 
     #[test]
     fn a_camera_whose_photos_disagree_or_lack_exif_is_left_alone() {
-        assert_eq!(for_camera(2904.35, &[Some(sx260()), None], 800.0), None);
+        assert_eq!(
+            for_camera(2904.35, &[Some(sx260()), None], 800.0, 600.0),
+            None
+        );
         let other = FocalPlane {
             taken_long_side: 2000.0,
             ..sx260()
         };
         assert_eq!(
-            for_camera(2904.35, &[Some(sx260()), Some(other)], 800.0),
+            for_camera(2904.35, &[Some(sx260()), Some(other)], 800.0, 600.0),
             None
         );
-        assert_eq!(for_camera(2904.35, &[], 800.0), None);
+        assert_eq!(for_camera(2904.35, &[], 800.0, 600.0), None);
     }
 }

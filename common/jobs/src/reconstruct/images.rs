@@ -125,6 +125,9 @@ pub struct FocalPlane {
     /// The longer side in pixels of the photo as taken (PixelX/YDimension): a photo
     /// downscaled afterwards usually keeps it.
     pub taken_long_side: f64,
+    /// The shorter side, likewise: with the longer, it tells a downscale (same shape)
+    /// from a crop (another shape, and the pixels as taken).
+    pub taken_short_side: f64,
 }
 
 /// The focal plane from EXIF, where every field of it is there and sensible.
@@ -154,12 +157,15 @@ pub fn focal_plane(bytes: &[u8]) -> Option<FocalPlane> {
             .and_then(|f| f.value.get_uint(0))
             .filter(|v| *v > 0)
     };
-    let taken_long_side =
-        side(exif::Tag::PixelXDimension)?.max(side(exif::Tag::PixelYDimension)?) as f64;
+    let (x, y) = (
+        side(exif::Tag::PixelXDimension)?,
+        side(exif::Tag::PixelYDimension)?,
+    );
     Some(FocalPlane {
         focal_mm,
         px_per_mm: per_unit / mm_per_unit,
-        taken_long_side,
+        taken_long_side: x.max(y) as f64,
+        taken_short_side: x.min(y) as f64,
     })
 }
 
@@ -271,7 +277,10 @@ mod tests {
         assert_eq!(focal, Some(4.5));
         // Downscaled to 800×600 from the 4000×3000 it was taken at, EXIF kept.
         let plane = focal_plane(&sample).expect("the sample's EXIF has its focal plane");
-        assert_eq!(plane.taken_long_side, 4000.0);
+        assert_eq!(
+            (plane.taken_long_side, plane.taken_short_side),
+            (4000.0, 3000.0)
+        );
         assert!(
             (plane.focal_mm * plane.px_per_mm - 2904.35).abs() < 1.0,
             "{plane:?}"

@@ -326,8 +326,11 @@ impl TaskHandler for Relocalize {
                 run_backend(ctx, backend, &work, inv, phase, Some(new.len() as u64)).await?;
             }
             if phase == Phase::FeatureExtraction {
-                // New photos of another size get a camera of their own, from EXIF.
-                super::focal_prior::correct_in(&db, &images).map_err(TaskError::from_classified)?;
+                // New photos of another size get a camera of their own, from EXIF; a
+                // correction that cannot be made leaves COLMAP's prior.
+                if let Err(e) = super::focal_prior::correct_in(&db, &images) {
+                    tracing::warn!(error = %e, "the new photos' focal prior was left as COLMAP read it");
+                }
             }
         }
         let registered = work.join("registered");

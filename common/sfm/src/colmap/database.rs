@@ -134,13 +134,15 @@ pub struct FocalPrior {
     pub images: Vec<String>,
 }
 
-/// Which of a camera model's parameters are focal lengths: `f` for the models with one
-/// (SIMPLE_PINHOLE, SIMPLE_RADIAL, RADIAL, SIMPLE_RADIAL_FISHEYE, RADIAL_FISHEYE),
-/// `fx, fy` for the rest COLMAP defines.
-pub fn focal_indices(model: i64) -> &'static [usize] {
+/// Which of a camera model's parameters are focal lengths: `f` for SIMPLE_PINHOLE,
+/// SIMPLE_RADIAL, RADIAL, SIMPLE_RADIAL_FISHEYE and RADIAL_FISHEYE; `fx, fy` for
+/// PINHOLE, OPENCV, OPENCV_FISHEYE, FULL_OPENCV, FOV and THIN_PRISM_FISHEYE; `None` for
+/// a model Tessera does not know (later COLMAP versions add some).
+pub fn focal_indices(model: i64) -> Option<&'static [usize]> {
     match model {
-        0 | 2 | 3 | 8 | 9 => &[0],
-        _ => &[0, 1],
+        0 | 2 | 3 | 8 | 9 => Some(&[0]),
+        1 | 4 | 5 | 6 | 7 | 10 => Some(&[0, 1]),
+        _ => None,
     }
 }
 

@@ -74,8 +74,19 @@ impl Run<'_> {
         self.ctx
             .metric("keypoints", stats.keypoints as f64, None)
             .await?;
-        let corrected = crate::reconstruct::focal_prior::correct_in(&db, &images)
-            .map_err(TaskError::from_classified)?;
+        // A correction that cannot be made leaves the engine's prior, which the mapper
+        // refines: a warning, not a failed run.
+        let corrected = match crate::reconstruct::focal_prior::correct_in(&db, &images) {
+            Ok(c) => c,
+            Err(e) => {
+                self.ctx
+                    .emit(EventKind::Warning {
+                        message: format!("the photos' focal prior was left as COLMAP read it: {e}"),
+                    })
+                    .await?;
+                Vec::new()
+            }
+        };
         for c in &corrected {
             self.ctx
                 .emit(EventKind::LogLine {
