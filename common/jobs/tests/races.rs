@@ -389,11 +389,17 @@ async fn an_opt_out_racing_an_upload_is_applied_before_anything_is_published() {
     // regions again and again must not spend its attempts). The run with them staged and
     // published, or stood down to that second run, which read them too; either way the
     // region is in the file. (Staged without them, its publication is what is refused
-    // instead.)
-    assert_eq!(stale.state, TaskState::Queued, "to run again: {stale:?}");
+    // instead.) It is seen queued to run again, or, where a worker claimed it again
+    // between two of `over`'s looks (16 ms apart once under CI's load), already run
+    // again: that second run is then its first counted attempt.
+    let given_back = match stale.state {
+        TaskState::Queued => 0,
+        TaskState::Succeeded => 1,
+        other => panic!("neither to run again nor run again ({other:?}): {stale:?}"),
+    };
     assert_eq!(
         (stale.attempts, stale.moved_on),
-        (0, 1),
+        (given_back, 1),
         "its attempt given back: {stale:?}"
     );
     assert!(
