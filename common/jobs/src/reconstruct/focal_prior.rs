@@ -20,7 +20,7 @@
 //! is in the photo's pixels already, a camera whose photos disagree, and a camera model
 //! whose focal parameters Tessera does not know.
 
-use super::images::{self, FocalPlane};
+use super::images::FocalPlane;
 use std::path::Path;
 use tessera_sfm::colmap::database::{self, DatabaseError};
 
@@ -38,26 +38,30 @@ pub struct Corrected {
 }
 
 /// Correct, in the engine's database `db`, the focal prior of each camera whose photos
-/// (read from `images`) were downscaled after they were taken. Before matching: the
-/// mapper starts from the prior. A photo that cannot be read counts as one without EXIF.
-pub fn correct_in(db: &Path, images: &Path) -> Result<Vec<Corrected>, DatabaseError> {
+/// were downscaled after they were taken, from each photo's focal plane as ingest read
+/// it ([`super::images::PhotoFacts::focal_plane`]). Before matching: the mapper starts
+/// from the prior. A photo not in `photos` counts as one without EXIF.
+pub fn correct_in(
+    db: &Path,
+    photos: &[super::images::PhotoFacts],
+) -> Result<Vec<Corrected>, DatabaseError> {
+    let plane_of: std::collections::HashMap<&str, FocalPlane> = photos
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.focal_plane?)))
+        .collect();
     let mut done = Vec::new();
     for camera in database::focal_priors(db)? {
         let Some(&f) = camera.params.first() else {
             continue;
         };
-        let planes: Vec<Option<FocalPlane>> = camera
-            .images
-            .iter()
-            .map(|name| {
-                std::fs::read(images.join(name))
-                    .ok()
-                    .and_then(|b| images::focal_plane(&b))
-            })
-            .collect();
         let Some(focals) = database::focal_indices(camera.model) else {
             continue;
         };
+        let planes: Vec<Option<FocalPlane>> = camera
+            .images
+            .iter()
+            .map(|name| plane_of.get(name.as_str()).copied())
+            .collect();
         let long_side = camera.width.max(camera.height) as f64;
         let short_side = camera.width.min(camera.height) as f64;
         let Some(to) = for_camera(f, &planes, long_side, short_side) else {

@@ -80,23 +80,9 @@ pub fn gps_fit(
     gps: &[(String, Gps)],
     ecef: bool,
 ) -> Option<GpsFit> {
-    let by_name: std::collections::HashMap<&str, Geodetic> = gps
-        .iter()
-        .filter_map(|(n, g)| Some((n.as_str(), geodetic(g)?)))
-        .collect();
-    let origin = enu_origin(gps)?;
-    let (centres, targets): (Vec<[f64; 3]>, Vec<[f64; 3]>) = rec
-        .images
-        .values()
-        .filter_map(|img| {
-            let p = geodesy::to_ecef(by_name.get(img.name.as_str())?);
-            let target = if ecef {
-                p
-            } else {
-                geodesy::ecef_to_enu(p, &origin)
-            };
-            Some((img.center(), target))
-        })
+    let (centres, targets): (Vec<[f64; 3]>, Vec<[f64; 3]>) = centres_and_fixes(rec, gps, ecef)?
+        .into_iter()
+        .map(|(_, c, t)| (c, t))
         .unzip();
     if centres.is_empty() {
         return None;
@@ -114,6 +100,41 @@ pub fn gps_fit(
         scale_error: tessera_sfm::align::Sim3::fit(&centres, &targets)
             .map(|s| (s.scale - 1.0).abs()),
     })
+}
+
+/// A registered photo's name, camera centre and GPS fix.
+type CentreAndFix<'a> = (&'a str, [f64; 3], [f64; 3]);
+
+/// Each registered photo with a full GPS position: its name, its camera centre and
+/// its fix, in the east-north-up frame of [`enu_origin`] (in ECEF where `ecef`). A
+/// centre or a fix that is not a finite number is left out. `None` where no photo
+/// carries GPS.
+fn centres_and_fixes<'a>(
+    rec: &'a tessera_sfm::Reconstruction,
+    gps: &[(String, Gps)],
+    ecef: bool,
+) -> Option<Vec<CentreAndFix<'a>>> {
+    let by_name: std::collections::HashMap<&str, Geodetic> = gps
+        .iter()
+        .filter_map(|(n, g)| Some((n.as_str(), geodetic(g)?)))
+        .collect();
+    let origin = enu_origin(gps)?;
+    Some(
+        rec.images
+            .values()
+            .filter_map(|img| {
+                let p = geodesy::to_ecef(by_name.get(img.name.as_str())?);
+                let fix = if ecef {
+                    p
+                } else {
+                    geodesy::ecef_to_enu(p, &origin)
+                };
+                let centre = img.center();
+                let finite = centre.iter().chain(&fix).all(|v| v.is_finite());
+                finite.then_some((img.name.as_str(), centre, fix))
+            })
+            .collect(),
+    )
 }
 
 /// The middle value (the mean of the two middle ones for an even count). Callers pass
@@ -177,22 +198,7 @@ pub struct Placement {
 /// centres on one line (no fit), or more than a fifth of them misplaced. A centre or a
 /// fix that is not a finite number is not compared.
 pub fn placement(rec: &tessera_sfm::Reconstruction, gps: &[(String, Gps)]) -> Option<Placement> {
-    let by_name: std::collections::HashMap<&str, Geodetic> = gps
-        .iter()
-        .filter_map(|(n, g)| Some((n.as_str(), geodetic(g)?)))
-        .collect();
-    let origin = enu_origin(gps)?;
-    let mut photos: Vec<(&str, [f64; 3], [f64; 3])> = rec
-        .images
-        .values()
-        .filter_map(|img| {
-            let at =
-                geodesy::ecef_to_enu(geodesy::to_ecef(by_name.get(img.name.as_str())?), &origin);
-            let centre = img.center();
-            let finite = centre.iter().chain(&at).all(|v| v.is_finite());
-            finite.then_some((img.name.as_str(), centre, at))
-        })
-        .collect();
+    let mut photos = centres_and_fixes(rec, gps, false)?;
     photos.sort_by(|a, b| a.0.cmp(b.0));
     let n = photos.len();
     if n < MISPLACED_MIN_PHOTOS {

@@ -34,6 +34,12 @@ pub struct PhotoFacts {
     pub focal_mm: Option<f64>,
     /// Position, from EXIF.
     pub gps: Option<Gps>,
+    /// The sensor the photo was taken with, from EXIF, read from the bytes as uploaded
+    /// (a photo turned upright is re-encoded): what the extract stage checks the
+    /// engine's focal prior against ([`super::focal_prior`]). Absent in checkpoints
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focal_plane: Option<FocalPlane>,
 }
 
 /// Width and height, or why a reconstruction does not take the file (naming it): the
@@ -115,7 +121,7 @@ fn ascii_ref(e: &exif::Exif, tag: exif::Tag) -> Option<char> {
 
 /// What EXIF says of the sensor a photo was taken with: enough to tell a focal length in
 /// pixels of the photo as taken from one of the photo as it is.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FocalPlane {
     /// Focal length in millimetres.
     pub focal_mm: f64,

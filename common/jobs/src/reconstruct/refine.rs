@@ -255,6 +255,7 @@ impl TaskHandler for Relocalize {
                         height,
                         focal_mm,
                         gps,
+                        focal_plane: images::focal_plane(&bytes),
                     });
                 }
                 Err(why) => {
@@ -328,7 +329,7 @@ impl TaskHandler for Relocalize {
             if phase == Phase::FeatureExtraction {
                 // New photos of another size get a camera of their own, from EXIF; a
                 // correction that cannot be made leaves COLMAP's prior.
-                if let Err(e) = super::focal_prior::correct_in(&db, &images) {
+                if let Err(e) = super::focal_prior::correct_in(&db, &new) {
                     tracing::warn!(error = %e, "the new photos' focal prior was left as COLMAP read it");
                 }
             }

@@ -79,10 +79,7 @@ fn open(path: &Path) -> Result<Connection, DatabaseError> {
 /// its clusters along, and what decides which photos a cluster shares with its
 /// neighbours.
 pub fn verified_pairs(path: &Path) -> Result<Vec<VerifiedPair>, DatabaseError> {
-    let err = |e: rusqlite::Error| DatabaseError {
-        path: path.display().to_string(),
-        why: e.to_string(),
-    };
+    let err = db_err(path);
     let c = open(path)?;
     let mut names = std::collections::HashMap::new();
     let mut stmt = c
@@ -146,7 +143,7 @@ pub fn focal_indices(model: i64) -> Option<&'static [usize]> {
     }
 }
 
-fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> DatabaseError + '_ {
+fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> DatabaseError + Copy + '_ {
     move |e| DatabaseError {
         path: path.display().to_string(),
         why: e.to_string(),
@@ -216,10 +213,7 @@ pub fn set_camera_params(path: &Path, camera_id: i64, params: &[f64]) -> Result<
 
 /// Read the counts (read-only; never modifies the file).
 pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
-    let err = |e: rusqlite::Error| DatabaseError {
-        path: path.display().to_string(),
-        why: e.to_string(),
-    };
+    let err = db_err(path);
     let c = open(path)?;
     let one = |sql: &str| -> Result<u64, DatabaseError> {
         c.query_row(sql, [], |r| r.get::<_, i64>(0))

@@ -76,7 +76,7 @@ impl Run<'_> {
             .await?;
         // A correction that cannot be made leaves the engine's prior, which the mapper
         // refines: a warning, not a failed run.
-        let corrected = match crate::reconstruct::focal_prior::correct_in(&db, &images) {
+        let corrected = match crate::reconstruct::focal_prior::correct_in(&db, &photos) {
             Ok(c) => c,
             Err(e) => {
                 self.ctx

@@ -74,6 +74,7 @@ impl Run<'_> {
                         height,
                         focal_mm,
                         gps,
+                        focal_plane: images::focal_plane(&bytes),
                     });
                 }
                 Err(why) => {
