@@ -290,9 +290,9 @@ pub(crate) fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// A photo as the CLI shows it, with its state at the project's subjects revision
-/// `subjects_rev` (the API's `status`, from the same rule).
-fn photo_view(p: &Photo, subjects_rev: u64) -> serde_json::Value {
+/// A photo as the CLI shows it, with its state in `project` as the project is now (the
+/// API's `status`, from the same rule).
+fn photo_view(p: &Photo, project: &Project) -> serde_json::Value {
     let mut v = serde_json::json!({
         "id": p.id, "file_name": p.file_name, "width": p.width, "height": p.height,
         "pipeline": p.pipeline, "variant_version": p.variant_version,
@@ -310,7 +310,7 @@ fn photo_view(p: &Photo, subjects_rev: u64) -> serde_json::Value {
         "embeddings_key": p.embeddings_key,
     });
     if let Ok(serde_json::Value::Object(state)) =
-        serde_json::to_value(tessera_jobs::photos::status::current(p, subjects_rev))
+        serde_json::to_value(tessera_jobs::photos::status::current(p, project))
     {
         v.as_object_mut().expect("an object").extend(state);
     }
@@ -331,7 +331,6 @@ async fn list(
 ) -> anyhow::Result<()> {
     use std::io::Write;
     use tessera_jobs::photos::status::{Listed, project_photos_page};
-    let rev = project.subjects_rev;
     let mut out = std::io::stdout().lock();
     let mut after = None;
     let mut first = true;
@@ -339,11 +338,11 @@ async fn list(
         write!(out, "[")?;
     }
     loop {
-        let (page, next) = project_photos_page(store, project.id, rev, after, page_size).await?;
+        let (page, next) = project_photos_page(store, project, after, page_size).await?;
         for listed in &page {
             if json {
                 let v = match listed {
-                    Listed::Row(p, _) => photo_view(p, rev),
+                    Listed::Row(p, _) => photo_view(p, project),
                     Listed::Refused(r) => serde_json::json!({
                         "id": r.photo_id, "file_name": r.name, "status": "failed",
                         "error": r.reason, "published_at": null, "faces": null,
@@ -358,7 +357,7 @@ async fn list(
                         p.id,
                         p.file_name,
                         p.variant_version,
-                        status_name(p, rev)
+                        status_name(p, project)
                     )?,
                     Listed::Refused(r) => {
                         writeln!(out, "{}  {}  -  failed: {}", r.photo_id, r.name, r.reason)?
@@ -379,8 +378,8 @@ async fn list(
 }
 
 /// The name of a photo's state (`published`, `processing`, …).
-fn status_name(p: &Photo, subjects_rev: u64) -> String {
-    serde_json::to_value(tessera_jobs::photos::status::current(p, subjects_rev))
+fn status_name(p: &Photo, project: &Project) -> String {
+    serde_json::to_value(tessera_jobs::photos::status::current(p, project))
         .ok()
         .and_then(|v| v["status"].as_str().map(str::to_string))
         .unwrap_or_default()
@@ -479,8 +478,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
         }
         PhotosCommand::Show { photo } => {
             let p = load_photo(&engine, parse_photo(&photo)?).await?;
-            let rev = project::load(store.as_ref(), p.project).await?.subjects_rev;
-            let v = photo_view(&p, rev);
+            let proj = project::load(store.as_ref(), p.project).await?;
+            let v = photo_view(&p, &proj);
             emit(json, &v, || {
                 serde_json::to_string_pretty(&v).expect("serializable")
             });
@@ -522,8 +521,8 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
             }
             let jobs = drive(&engine, vec![job], !json).await?;
             let p = load_photo(&engine, id).await?;
-            let rev = project::load(store.as_ref(), p.project).await?.subjects_rev;
-            let mut v = photo_view(&p, rev);
+            let proj = project::load(store.as_ref(), p.project).await?;
+            let mut v = photo_view(&p, &proj);
             if let Some(j) = jobs.first()
                 && let Some(e) = job_error(&engine, j).await?
             {
@@ -536,7 +535,7 @@ pub async fn photos_cmd(state: &Path, json: bool, cmd: PhotosCommand) -> anyhow:
                     "photo {id} re-blurred: version {}, {} file(s), {}",
                     p.variant_version,
                     p.renditions.len(),
-                    status_name(&p, rev)
+                    status_name(&p, &proj)
                 )
             });
             Ok(ExitCode::SUCCESS)

@@ -82,10 +82,16 @@ pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow:
                 "published": status.published,
                 "subjects_rev": status.subjects_rev,
                 "photos_not_current": status.not_current,
+                "sweep_stalled": status.sweep_stalled,
             });
             emit(json, &value, || {
+                let stalled = status
+                    .sweep_stalled
+                    .as_ref()
+                    .map(|s| format!("\nphotos not yet re-decided are {}", s.explain()))
+                    .unwrap_or_default();
                 format!(
-                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published, {} not yet re-decided at subjects rev {})",
+                    "project `{}` ({})\nthreshold: {}\nopted-out subjects: {}\nphotos: {} ({} published, {} not yet re-decided at subjects rev {}){}",
                     p.name,
                     p.id,
                     p.match_threshold
@@ -99,6 +105,7 @@ pub async fn projects(state: &Path, json: bool, cmd: ProjectsCommand) -> anyhow:
                     status.published,
                     status.not_current,
                     status.subjects_rev,
+                    stalled,
                 )
             });
         }

@@ -472,3 +472,116 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
         "newest first: {actions:?}"
     );
 }
+
+/// An opt-out's sweep cancelled before it reached a published photo leaves the photo
+/// withheld (decided before the opt-out) with nobody to re-decide it. The photo, the
+/// project's privacy view and the job all say so over HTTP, with the job to resume; once
+/// resumed, the photo is decided again and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
+    let s = serve_with(AuthMode::ApiKey, false, Some(face_models())).await;
+    let c = admin_client(&s).await;
+    let p: Value = c
+        .post(format!("{}/v1/projects", s.base))
+        .json(&json!({"name": "gala", "match_threshold": 0.363}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pid = p["project_id"].as_str().unwrap();
+    let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
+    let worker = start_worker(&s);
+    let photo = upload(&c, &s.base, &face_photo("grace_hopper.jpg"), 256 * 1024).await;
+    let added: Value = c
+        .post(format!("{x}/photos"))
+        .json(&json!({"blob_sha": photo, "name": "hopper.jpg"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let photo_url = format!(
+        "{}/v1/x-tessera/photos/{}",
+        s.base,
+        added["photo_id"].as_str().unwrap()
+    );
+    photo_when(&c, &photo_url, |v| v["status"] == "published").await;
+    // Nothing runs the sweep: it is cancelled while it waits in the queue.
+    worker.cancel();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let reference = upload(&c, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
+    let r = c
+        .post(format!("{x}/subjects"))
+        .json(&json!({"label": "astronaut", "blob_shas": [reference]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let enrolled: Value = r.json().await.unwrap();
+    let sweep = enrolled["reblur_job_id"].as_str().unwrap().to_string();
+    let privacy: Value = c
+        .get(format!("{x}/privacy"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(privacy["photos_not_current"], 1, "{privacy}");
+    let r = c
+        .post(format!("{}/v1/jobs/{sweep}:cancel", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let withheld: Value = c
+        .get(&photo_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(withheld["status"], "processing", "{withheld}");
+    let reason = withheld["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("hopper.jpg") && reason.contains(&format!("/v1/jobs/{sweep}:resume")),
+        "{withheld}"
+    );
+    assert!(withheld["published_at"].is_null(), "{withheld}");
+    let privacy: Value = c
+        .get(format!("{x}/privacy"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        privacy["sweep_stalled"]["job_id"],
+        sweep.as_str(),
+        "{privacy}"
+    );
+    let r = c
+        .post(format!("{}/v1/jobs/{sweep}:resume", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let _worker = start_worker(&s);
+    let again = photo_when(&c, &photo_url, |v| v["status"] == "published").await;
+    assert!(again["reason"].is_null(), "{again}");
+    let privacy: Value = c
+        .get(format!("{x}/privacy"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(privacy["sweep_stalled"].is_null(), "{privacy}");
+    assert_eq!(privacy["photos_not_current"], 0, "{privacy}");
+}

@@ -36,6 +36,47 @@ pub struct Project {
     /// a photo whose original is gone is unpublished when it would need re-deciding).
     #[serde(default)]
     pub upload_retention_days: Option<u32>,
+    /// The sweep that re-decides the photos at some subject revision, when it ended
+    /// without finishing (cancelled by someone, or dead after its last attempt). Its
+    /// photos not yet re-decided stay withheld (fail closed) with nobody to re-decide
+    /// them: this is what says so and how to go on. Cleared when the sweep runs again
+    /// and at the next subject change (whose own sweep covers every photo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_stalled: Option<SweepStall>,
     /// Created.
     pub created_at: Millis,
+}
+
+impl Project {
+    /// The stall of the sweep at the project's current subjects, if it stalled: one of
+    /// an older revision is superseded by the current one's sweep.
+    pub fn stalled_sweep(&self) -> Option<&SweepStall> {
+        self.sweep_stalled
+            .as_ref()
+            .filter(|s| s.subjects_rev == self.subjects_rev)
+    }
+}
+
+/// A re-decision sweep that ended without finishing ([`Project::sweep_stalled`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepStall {
+    /// The subject revision it was re-deciding the photos at.
+    pub subjects_rev: u64,
+    /// Its job: resuming that job (`POST /v1/jobs/{id}:resume`) goes on from where it
+    /// stopped.
+    pub job_id: String,
+    /// Why it ended (the part's last error, or who cancelled it).
+    pub reason: String,
+    /// When it ended.
+    pub at: Millis,
+}
+
+impl SweepStall {
+    /// What a photo the sweep did not reach says of it, and what to do.
+    pub fn explain(&self) -> String {
+        format!(
+            "withheld until it is decided again after the subject change at revision {}, but that re-decision (job {}) ended without finishing: {}; resume it (POST /v1/jobs/{}:resume, or `tessera jobs resume {}`) to publish the photos it did not reach",
+            self.subjects_rev, self.job_id, self.reason, self.job_id, self.job_id
+        )
+    }
 }

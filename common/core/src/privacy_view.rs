@@ -321,6 +321,7 @@ mod tests {
             opted_out: 1,
             keep_metadata: KeepMetadata::default(),
             upload_retention_days: None,
+            sweep_stalled: None,
             created_at: Millis(0),
         };
         let writes = put_all(&PrivacyView::of(&project, Some("k".into())));

@@ -17,6 +17,10 @@ pub enum ProjectError {
     /// A request that cannot be carried out as asked.
     #[error("{0}")]
     Invalid(String),
+    /// A request that conflicts with what is there now: a name another project holds,
+    /// or a field changed by someone else since it was read (read it and try again).
+    #[error("{0}")]
+    Conflict(String),
     /// A change that takes protection away, asked for by someone who may not make it.
     #[error(transparent)]
     Forbidden(#[from] crate::weakening::NotAllowed),
@@ -28,9 +32,10 @@ pub enum ProjectError {
 impl Classify for ProjectError {
     fn class(&self) -> ErrorClass {
         match self {
-            ProjectError::NotFound(_) | ProjectError::Invalid(_) | ProjectError::Forbidden(_) => {
-                ErrorClass::Permanent
-            }
+            ProjectError::NotFound(_)
+            | ProjectError::Invalid(_)
+            | ProjectError::Conflict(_)
+            | ProjectError::Forbidden(_) => ErrorClass::Permanent,
             ProjectError::Store(e) => e.class(),
         }
     }
@@ -75,6 +80,7 @@ pub async fn create(
         opted_out: 0,
         keep_metadata: Default::default(),
         upload_retention_days: None,
+        sweep_stalled: None,
         created_at: Millis::now(),
     };
     let name_item = Item::new(
@@ -94,7 +100,7 @@ pub async fn create(
         ])
         .await
     {
-        Err(StoreError::Conflict { index: 0, .. }) => Err(ProjectError::Invalid(format!(
+        Err(StoreError::Conflict { index: 0, .. }) => Err(ProjectError::Conflict(format!(
             "a project named `{name}` exists already; pick another name"
         ))),
         other => other.map(|()| p).map_err(Into::into),
@@ -226,7 +232,7 @@ pub async fn set_upload_retention(
         match store.transact(writes).await {
             Ok(()) => return Ok(()),
             Err(StoreError::Conflict { index: 0, .. }) => {
-                return Err(ProjectError::Invalid(format!(
+                return Err(ProjectError::Conflict(format!(
                     "project {id} was deleted, or its upload_retention_days changed meanwhile; read it and try again"
                 )));
             }
@@ -277,7 +283,7 @@ pub async fn update(
     });
     match store.transact(writes).await {
         Err(StoreError::Conflict { index: 0, .. }) if p.name != old_name => {
-            Err(ProjectError::Invalid(format!(
+            Err(ProjectError::Conflict(format!(
                 "a project named `{}` exists already; pick another name",
                 p.name
             )))

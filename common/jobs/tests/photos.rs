@@ -669,7 +669,9 @@ async fn a_re_decision_after_an_opt_out_cancelled_before_it_ran_fails_the_photo_
         row.subjects_rev < change.subjects_rev,
         "never decided again: {row:?}"
     );
-    let state = tessera_jobs::photos::status::current(&row, change.subjects_rev);
+    let project = photos::project::load(r.store(), p.id).await.unwrap();
+    assert_eq!(project.subjects_rev, change.subjects_rev);
+    let state = tessera_jobs::photos::status::current(&row, &project);
     match state {
         tessera_jobs::photos::status::PhotoState::Failed { reason } => {
             assert!(reason.contains("cancel"), "{reason}")
@@ -703,4 +705,74 @@ async fn a_re_decision_cancelled_before_it_ran_leaves_the_photo_as_it_was() {
         r.engine.job(job).await.unwrap().status(),
         tessera_core::job::JobStatus::Cancelled
     );
+}
+
+/// A re-decision sweep cancelled before it reached a project's photos leaves them
+/// withheld (decided before the opt-out) with nobody to re-decide them. Each says so,
+/// with the job to resume, rather than `processing` for ever; resuming the sweep
+/// re-decides and publishes them, and the project no longer says it stalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sweep_says_so_on_every_photo_it_left_withheld_until_it_is_resumed() {
+    use tessera_jobs::photos::status::{PhotoState, current, project_photos_page};
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let mut ids = Vec::new();
+    for file in ["astronaut.png", "grace_hopper.jpg"] {
+        let (photo, event) = r.upload(&p, file).await;
+        r.ingest(&p, &event).await;
+        ids.push(photo);
+    }
+    r.settle().await;
+    let (_, change) = r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    r.engine
+        .cancel(
+            change.reblur_job,
+            tessera_core::job::CancelMode::Cooperative,
+        )
+        .await
+        .unwrap();
+    r.settle().await;
+    let project = photos::project::load(r.store(), p.id).await.unwrap();
+    let stall = project
+        .stalled_sweep()
+        .expect("the project says its sweep stalled");
+    assert_eq!(stall.job_id, change.reblur_job.to_string());
+    assert_eq!(stall.subjects_rev, change.subjects_rev);
+    let (page, _) = project_photos_page(r.store(), &project, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 2);
+    for listed in &page {
+        let tessera_jobs::photos::status::Listed::Row(row, state) = listed else {
+            panic!("a refusal: {listed:?}");
+        };
+        assert!(!row.servable(project.subjects_rev), "{row:?}");
+        match state {
+            PhotoState::Stalled { reason } => assert!(
+                reason.contains(&row.file_name)
+                    && reason.contains("cancelled")
+                    && reason.contains(&format!("/v1/jobs/{}:resume", change.reblur_job)),
+                "{reason}"
+            ),
+            other => panic!("withheld with no word of why: {other:?}"),
+        }
+        let v = serde_json::to_value(state).unwrap();
+        assert_eq!(
+            v["status"], "processing",
+            "the API's states are unchanged: {v}"
+        );
+    }
+    r.engine.resume(change.reblur_job).await.unwrap();
+    r.settle().await;
+    let project = photos::project::load(r.store(), p.id).await.unwrap();
+    assert!(project.sweep_stalled.is_none(), "{project:?}");
+    for id in ids {
+        let row = r.photo(id).await;
+        assert_eq!(
+            current(&row, &project),
+            PhotoState::Published,
+            "{}",
+            r.story(id).await
+        );
+    }
 }

@@ -11,14 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 use sha2::Digest;
-use tessera_core::photo::Photo;
-use tessera_jobs::photos::status::{self, Listed, PhotoState};
-
-/// The state of one photo (its row as the caller may see it: `owned_photo` has already
-/// unset `published_at` where the files are not servable).
-pub(crate) fn state_of(p: &Photo) -> PhotoState {
-    status::state(p, p.published_at.is_some())
-}
+use tessera_jobs::photos::status::{self, Listed};
 
 /// `GET /v1/x-tessera/projects/{pid}/photos`: the photos, newest first, a page at a time
 /// (AIP-158 `page_size`, default 100, and `page_token`; no total, which would read the
@@ -46,14 +39,7 @@ pub async fn list(
         })
         .transpose()?;
     let store = s.engine.ports().store.as_ref();
-    let (page, next) = status::project_photos_page(
-        store,
-        project.id,
-        project.subjects_rev,
-        after,
-        paging.size(),
-    )
-    .await?;
+    let (page, next) = status::project_photos_page(store, &project, after, paging.size()).await?;
     let none = std::collections::HashMap::new();
     let items: Vec<Value> = page
         .into_iter()

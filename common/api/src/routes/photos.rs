@@ -135,15 +135,26 @@ pub async fn presign_photo(
 }
 
 pub(crate) async fn owned_photo(s: &ApiState, caller: &Caller, id: &str) -> Result<Photo, Problem> {
+    Ok(owned_photo_and_state(s, caller, id).await?.0)
+}
+
+/// The caller's photo `id` as the caller may see it, and its state in its project as
+/// the project is now.
+pub(crate) async fn owned_photo_and_state(
+    s: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(Photo, photos::status::PhotoState), Problem> {
     let (mut photo, project) =
         tessera_core::catalog::tenancy::photo(s.engine.ports().store.as_ref(), &caller.tenant, id)
             .await?;
+    let state = photos::status::current(&photo, &project);
     // Files decided before the project's last subject change are not served (nor linked)
     // until the photo is decided again: the photo reads as unpublished meanwhile.
     if !photo.servable(project.subjects_rev) {
         photo.published_at = None;
     }
-    Ok(photo)
+    Ok((photo, state))
 }
 
 /// Presigned download URLs of a published photo's files, where the store offers them.
@@ -225,8 +236,8 @@ pub async fn get_photo(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    let p = match owned_photo(&s, &caller, &id).await {
-        Ok(p) => p,
+    let (p, state) = match owned_photo_and_state(&s, &caller, &id).await {
+        Ok(found) => found,
         // An upload ingest refused has no row; it is listed, so it can be opened (and
         // erased) too.
         Err(missing) if missing.status == StatusCode::NOT_FOUND => {
@@ -237,7 +248,6 @@ pub async fn get_photo(
         }
         Err(other) => return Err(other),
     };
-    let state = super::photo_review::state_of(&p);
     let downloads = download_urls(&s, &p).await;
     Ok(Json(photo_view(&p, &state, &downloads, caller.admin)))
 }

@@ -64,6 +64,7 @@ fn privacy_view(p: &tessera_core::domain::Project, status: &project::PrivacyStat
         "subjects_rev": status.subjects_rev, "photos": status.photos,
         "photos_not_current": status.not_current, "photos_published": status.published,
         "photos_processing": status.processing, "photos_failed": status.failed,
+        "sweep_stalled": status.sweep_stalled.as_ref().map(|s| json!({ "job_id": s.job_id, "subjects_rev": s.subjects_rev, "reason": s.reason, "at": s.at.to_rfc3339(), "what_to_do": s.explain() })),
         "recommended_threshold": as_written(tessera_core::privacy::RECOMMENDED_THRESHOLD),
     })
 }

@@ -46,7 +46,7 @@ impl From<ProjectError> for Problem {
     fn from(e: ProjectError) -> Self {
         match e {
             ProjectError::NotFound(m) => Problem::not_found(m),
-            ProjectError::Invalid(m) if m.contains("exists already") => Problem::conflict(m),
+            ProjectError::Conflict(m) => Problem::conflict(m),
             ProjectError::Invalid(m) => Problem::validation(m),
             ProjectError::Forbidden(e) => Problem::forbidden(e.to_string()),
             ProjectError::Store(e) => e.into(),
@@ -260,4 +260,25 @@ pub async fn delete(
         .await
         .map_err(super::privacy::photo_error)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name taken and a field changed by someone else since it was read are both
+    /// 409s (read and try again), not 422s (the request is wrong as written).
+    #[test]
+    fn conflicts_with_what_is_there_now_are_409s() {
+        for e in [
+            ProjectError::Conflict("a project named `a` exists already".into()),
+            ProjectError::Conflict("its upload_retention_days changed meanwhile".into()),
+        ] {
+            assert_eq!(Problem::from(e).status, StatusCode::CONFLICT);
+        }
+        assert_eq!(
+            Problem::from(ProjectError::Invalid("bad".into())).status,
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+    }
 }

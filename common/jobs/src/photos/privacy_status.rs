@@ -7,7 +7,7 @@ use tessera_core::photo::Photo;
 use tessera_core::ports::StateStore;
 
 /// How far a project's photos are from its current subjects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PrivacyStatus {
     /// The project's subject revision.
     pub subjects_rev: u64,
@@ -24,6 +24,10 @@ pub struct PrivacyStatus {
     pub failed: u64,
     /// Photos whose files are served now (published, and decided at the current subjects).
     pub published: u64,
+    /// The sweep re-deciding the photos at the current subjects, when it ended without
+    /// finishing: the `not_current` photos it did not reach wait for it to be resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_stalled: Option<tessera_core::domain::SweepStall>,
 }
 
 /// Where one photo stands against its project's subjects, for counting. Exactly one per
@@ -87,5 +91,6 @@ pub async fn privacy_status(
         processing: tally[Standing::Processing as usize],
         failed: tally[Standing::Failed as usize] + refused,
         published: tally[Standing::Published as usize],
+        sweep_stalled: p.stalled_sweep().cloned(),
     })
 }

@@ -53,6 +53,7 @@ impl From<ProjectError> for PhotoError {
         match e {
             ProjectError::NotFound(m) => PhotoError::NotFound(m),
             ProjectError::Invalid(m) => PhotoError::Invalid(m),
+            ProjectError::Conflict(m) => PhotoError::Conflict(m),
             ProjectError::Forbidden(e) => PhotoError::Forbidden(e),
             ProjectError::Store(e) => PhotoError::Store(e),
         }
@@ -223,6 +224,8 @@ async fn change_subjects(
         // here on the retry, never committed past the check.
         let mut set = fields(&p)?;
         set.push(("subjects_rev".into(), rev.into()));
+        // The sweep at the new revision covers every photo, whatever an older one left.
+        set.push(("sweep_stalled".into(), serde_json::Value::Null));
         // The subjects are read after the project: one that changed in between bumped
         // its revision, and the transaction below fails on it and is tried again.
         let mut after = subjects(store, project).await?;

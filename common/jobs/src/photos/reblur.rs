@@ -18,9 +18,11 @@
 use super::{payload_project, project, reprocess_plan, view};
 use async_trait::async_trait;
 use std::time::{Duration, Instant};
+use tessera_core::domain::SweepStall;
 use tessera_core::event::Phase;
 use tessera_core::notify::{Notice, NoticeType};
-use tessera_core::ports::state_store::{Index, Query};
+use tessera_core::ports::state_store::{Condition, Index, Query, StoreError, Write};
+use tessera_core::task::Task;
 use tessera_core::{ProjectId, TenantId, records};
 use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
 
@@ -100,10 +102,69 @@ impl Default for Sweep {
     }
 }
 
+/// Record on the project that the sweep of `task` ended without finishing: what a part
+/// that ends cancelled, failed or dead commits with its end. Only while the project is
+/// still at the part's subject revision: a later change's sweep covers every photo.
+fn stalled(task: &Task) -> Option<Write> {
+    let project: ProjectId = payload_project(task).ok()?;
+    let rev = task.payload.get("subjects_rev").and_then(|r| r.as_u64())?;
+    let stall = SweepStall {
+        subjects_rev: rev,
+        job_id: task.job_id.to_string(),
+        reason: task.failure_message(&format!("task `{}` ended without success", task.name)),
+        at: task.finished_at.unwrap_or_else(tessera_core::Millis::now),
+    };
+    Some(Write::Set {
+        key: records::project_key(project),
+        fields: vec![(
+            "sweep_stalled".into(),
+            serde_json::to_value(&stall).expect("a stall serializes"),
+        )],
+        condition: Condition::field_eq("subjects_rev", rev),
+    })
+}
+
+/// Clear the project's stall of the sweep at `rev`: a part of it runs again (the job was
+/// resumed), so the photos it has not reached are being re-decided after all.
+async fn clear_stall(
+    store: &dyn tessera_core::ports::StateStore,
+    p: &tessera_core::domain::Project,
+    rev: u64,
+) -> Result<(), TaskError> {
+    if p.sweep_stalled
+        .as_ref()
+        .is_none_or(|s| s.subjects_rev != rev)
+    {
+        return Ok(());
+    }
+    let clear = Write::Set {
+        key: records::project_key(p.id),
+        fields: vec![("sweep_stalled".into(), serde_json::Value::Null)],
+        condition: Condition::field_eq("subjects_rev", rev),
+    };
+    match store.transact(vec![clear]).await {
+        // A later change moved the revision (and cleared the stall itself).
+        Ok(()) | Err(StoreError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[async_trait]
 impl TaskHandler for Sweep {
     fn raises_notices(&self) -> bool {
         true
+    }
+
+    /// A part cancelled stops the chain of parts: the photos after its cursor are
+    /// withheld (decided before the change) and nobody re-decides them.
+    fn compensates_cancellation(&self) -> bool {
+        true
+    }
+
+    /// A part that ends without success (cancelled, failed, dead) says so on the
+    /// project ([`stalled`]), which is what the photos it did not reach then report.
+    fn compensate(&self, task: &Task) -> Vec<Write> {
+        stalled(task).into_iter().collect()
     }
 
     /// `reblur.finished` from the last part (no follow-up, not superseded): every photo
@@ -162,6 +223,7 @@ impl TaskHandler for Sweep {
                 "project": project_id, "superseded_by": p.subjects_rev, "part": part,
             })));
         }
+        clear_stall(store, &p, target).await?;
         if part == 0 {
             // The change that started this sweep deleted the subject sets of older views
             // after it committed; this is the durable second try (they may hold the

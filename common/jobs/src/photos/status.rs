@@ -9,9 +9,10 @@
 //! project's current subject revision.
 
 use serde::Serialize;
+use tessera_core::PhotoId;
+use tessera_core::domain::Project;
 use tessera_core::photo::Photo;
 use tessera_core::ports::state_store::{Index, Query, StateStore, StoreError};
-use tessera_core::{PhotoId, ProjectId};
 
 /// Where a photo is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,6 +24,16 @@ pub enum PhotoState {
     Ingested,
     /// Being decided (detected, matched, blurred) or re-decided after a change.
     Processing,
+    /// Withheld until it is re-decided after a subject change, while the sweep that
+    /// re-decides the project's photos has ended without finishing (cancelled, or dead
+    /// after its last attempt): read as `processing`, which it is again once that sweep
+    /// is resumed, with the reason and how to resume it. Without it the photo would say
+    /// `processing` for ever with nobody processing it.
+    #[serde(rename = "processing")]
+    Stalled {
+        /// Which sweep ended, why, and what to do.
+        reason: String,
+    },
     /// Its files are served.
     Published,
     /// Refused or failed for good; nothing is served.
@@ -32,11 +43,22 @@ pub enum PhotoState {
     },
 }
 
-/// The state of a photo whose project is at `project_subjects_rev` now: what every way
-/// in (the API, the CLI, the console) says of it. A row whose files were decided before
-/// the latest opt-out is not `published`, whatever its `published_at` says.
-pub fn current(row: &Photo, project_subjects_rev: u64) -> PhotoState {
-    state(row, row.servable(project_subjects_rev))
+/// The state of a photo of `project` as the project is now: what every way in (the
+/// API, the CLI, the console) says of it. A row whose files were decided before the
+/// latest opt-out is not `published`, whatever its `published_at` says; and while the
+/// sweep that would re-decide it has stalled, it says so.
+pub fn current(row: &Photo, project: &Project) -> PhotoState {
+    let now = state(row, row.servable(project.subjects_rev));
+    match project.stalled_sweep() {
+        Some(stall)
+            if now == PhotoState::Processing && row.needs_reprocess(project.subjects_rev) =>
+        {
+            PhotoState::Stalled {
+                reason: format!("{}: {}", row.file_name, stall.explain()),
+            }
+        }
+        _ => now,
+    }
 }
 
 /// The state of a photo from its row and whether the row's files are servable now.
@@ -94,27 +116,26 @@ impl Listed {
 /// among the newest `limit` of its own partition.
 pub async fn project_photos_page(
     store: &dyn StateStore,
-    project: ProjectId,
-    subjects_rev: u64,
+    project: &Project,
     after: Option<PhotoId>,
     limit: usize,
 ) -> Result<(Vec<Listed>, Option<PhotoId>), StoreError> {
     let after = after.map(|p| p.to_string());
     let (rows, more_rows) = newest::<Photo>(
         store,
-        tessera_core::records::project_photos_partition(project),
+        tessera_core::records::project_photos_partition(project.id),
         after.as_deref(),
         limit,
     )
     .await?;
     let (refused, more_refused) = newest::<RefusedUpload>(
         store,
-        tessera_core::catalog::refusals::refused_partition(project),
+        tessera_core::catalog::refusals::refused_partition(project.id),
         after.as_deref(),
         limit,
     )
     .await?;
-    let mut out = merged(rows, refused, subjects_rev);
+    let mut out = merged(rows, refused, project);
     let more = out.len() > limit || more_rows || more_refused;
     out.truncate(limit);
     let next = if more {
@@ -155,10 +176,10 @@ async fn newest<T: serde::de::DeserializeOwned>(
 
 /// Rows with their states and the refusals that never got a row, newest first. A later
 /// upload of the same photo that was ingested has a row: the row wins.
-fn merged(rows: Vec<Photo>, refused: Vec<RefusedUpload>, subjects_rev: u64) -> Vec<Listed> {
+fn merged(rows: Vec<Photo>, refused: Vec<RefusedUpload>, project: &Project) -> Vec<Listed> {
     let mut out: Vec<Listed> = Vec::new();
     for row in rows {
-        let s = state(&row, row.servable(subjects_rev));
+        let s = current(&row, project);
         out.push(Listed::Row(Box::new(row), s));
     }
     let with_rows: std::collections::HashSet<PhotoId> = out.iter().map(Listed::photo_id).collect();
@@ -175,9 +196,8 @@ fn merged(rows: Vec<Photo>, refused: Vec<RefusedUpload>, subjects_rev: u64) -> V
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_photo_published_without_a_search_and_withheld_by_an_opt_out_is_processing() {
-        let mut row: Photo = serde_json::from_value(serde_json::json!({
+    fn row() -> Photo {
+        serde_json::from_value(serde_json::json!({
             "id": PhotoId::new(), "project": tessera_core::ProjectId::new(), "upload_key": "u",
             "file_name": "a.jpg", "sha256": "0", "bytes": 1, "format": "jpeg", "width": 1,
             "height": 1, "sequencer": "0", "pipeline": "thumbnail_dims", "faces": null,
@@ -186,12 +206,56 @@ mod tests {
             "published_at": null, "created_at": 1, "rules": tessera_core::photo::RULES,
             "subjects_rev": 0,
         }))
-        .unwrap();
-        assert_eq!(current(&row, 0), PhotoState::Ingested);
+        .unwrap()
+    }
+
+    fn project_at(subjects_rev: u64) -> Project {
+        serde_json::from_value(serde_json::json!({
+            "id": tessera_core::ProjectId::new(), "tenant": "local", "name": "p",
+            "match_threshold": 0.363, "blur_expand": 0.35, "subjects_rev": subjects_rev,
+            "opted_out": 1, "created_at": 1,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_photo_published_without_a_search_and_withheld_by_an_opt_out_is_processing() {
+        let mut row = row();
+        assert_eq!(current(&row, &project_at(0)), PhotoState::Ingested);
         row.published_at = Some(tessera_core::Millis(5));
-        assert_eq!(current(&row, 0), PhotoState::Published);
+        assert_eq!(current(&row, &project_at(0)), PhotoState::Published);
         // An opt-out since: not served, and being decided again.
-        assert_eq!(current(&row, 1), PhotoState::Processing);
+        assert_eq!(current(&row, &project_at(1)), PhotoState::Processing);
+    }
+
+    #[test]
+    fn a_photo_a_stalled_sweep_did_not_reach_says_which_job_to_resume() {
+        let mut row = row();
+        row.published_at = Some(tessera_core::Millis(5));
+        let mut project = project_at(2);
+        project.sweep_stalled = Some(tessera_core::domain::SweepStall {
+            subjects_rev: 2,
+            job_id: "j-1".into(),
+            reason: "job cancelled".into(),
+            at: tessera_core::Millis(9),
+        });
+        let state = current(&row, &project);
+        let v = serde_json::to_value(&state).unwrap();
+        assert_eq!(v["status"], "processing", "{v}");
+        let reason = v["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("a.jpg")
+                && reason.contains("job cancelled")
+                && reason.contains("/v1/jobs/j-1:resume"),
+            "{reason}"
+        );
+        // Decided at the current subjects: the stall is not this photo's.
+        row.subjects_rev = 2;
+        assert_eq!(current(&row, &project), PhotoState::Published);
+        // A stall of an older sweep is superseded by the current revision's sweep.
+        row.subjects_rev = 0;
+        project.subjects_rev = 3;
+        assert_eq!(current(&row, &project), PhotoState::Processing);
     }
 
     #[test]
