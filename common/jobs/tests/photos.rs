@@ -776,3 +776,41 @@ async fn a_cancelled_sweep_says_so_on_every_photo_it_left_withheld_until_it_is_r
         );
     }
 }
+
+/// A photo whose files follow older rules is withheld until it is processed again, though
+/// `published_at` is still set. Cancelling that processing before it ran leaves nobody to
+/// publish it: it is failed with the reason, as one withheld by an opt-out is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_to_new_rules_cancelled_before_it_ran_fails_the_photo_with_the_reason() {
+    use tessera_core::ports::state_store::{Condition, Write};
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (photo, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    // A row written under the rules before the current ones.
+    r.store()
+        .transact(vec![Write::Set {
+            key: tessera_core::records::photo_key(photo),
+            fields: vec![("rules".into(), (tessera_core::photo::RULES - 1).into())],
+            condition: Condition::None,
+        }])
+        .await
+        .unwrap();
+    let project = photos::project::load(r.store(), p.id).await.unwrap();
+    let before = r.photo(photo).await;
+    assert!(before.published_at.is_some() && !before.servable(project.subjects_rev));
+    let job = r.redecide(photo).await;
+    r.engine
+        .cancel(job, tessera_core::job::CancelMode::Cooperative)
+        .await
+        .unwrap();
+    r.settle().await;
+    let row = r.photo(photo).await;
+    match tessera_jobs::photos::status::current(&row, &project) {
+        tessera_jobs::photos::status::PhotoState::Failed { reason } => {
+            assert!(reason.contains("cancel"), "{reason}")
+        }
+        other => panic!("withheld with nobody to publish it: {other:?}\n{row:?}"),
+    }
+}

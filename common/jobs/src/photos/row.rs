@@ -109,15 +109,21 @@ pub fn unpublish(id: PhotoId) -> Write {
 /// Say why a withheld photo stays withheld: what a run of its processing cancelled by a
 /// person commits, whether or not it got to stage. A photo is withheld when it is
 /// unpublished (a run that staged unpublished it, saving regions unpublished it, a first
-/// processing never published it) or when it was decided before the subjects the run
+/// processing never published it), when it was decided before the subjects the run
 /// was asked to decide it at (an opt-out came since: its files are not served, though
-/// `published_at` is still set). Either way, with the run cancelled, nobody is left to
+/// `published_at` is still set), or when its files follow older rules. Either way, with the run cancelled, nobody is left to
 /// publish it or say why. A photo decided at those subjects and published is left as it
 /// is (what was cancelled had changed nothing), and so is a photo a run submitted later
 /// staged since, or whose regions were saved again since a re-decision of regions was
 /// asked for: each of those has a run of its own that publishes the photo or fails it.
 pub fn fail_cancelled(id: PhotoId, task: &Task, reason: &str) -> Write {
-    let mut withheld = vec![Condition::field_null("published_at")];
+    // Files decided under older rules are withheld too ([`Photo::needs_reprocess`]); a
+    // row older than the `rules` field has none.
+    let mut withheld = vec![
+        Condition::field_null("published_at"),
+        Condition::field_null("rules"),
+        Condition::field_at_most("rules", i64::from(tessera_core::photo::RULES) - 1),
+    ];
     let asked_at = task.payload.get("subjects_rev").and_then(Value::as_u64);
     if let Some(rev) = asked_at
         .and_then(|r| i64::try_from(r).ok())
