@@ -360,6 +360,76 @@ async fn an_incoming_photo_is_taken_in_once_and_cannot_be_added_again_elsewhere(
     assert!(originals[0].key.contains(&event), "{:?}", originals[0].key);
 }
 
+/// A finalized upload is taken in once, as an incoming object is: once it is stored as a
+/// photo's original, nobody who learns its hash can add it again to a project with nobody
+/// opted out, or register it as a dataset image and read the unblurred photo back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uploaded_photo_is_taken_in_once_and_its_upload_cannot_be_read_back() {
+    let s = serve(AuthMode::ApiKey, false).await;
+    let (admin, viewer) = admin_and_viewer(&s).await;
+    let sha = upload(&admin, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
+    let project = |c: &reqwest::Client, name: &str| {
+        let c = c.clone();
+        let body = json!({ "name": name, "match_threshold": 0.363 });
+        let url = format!("{}/v1/projects", s.base);
+        async move {
+            json_of(c.post(url).json(&body).send().await.unwrap()).await["project_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let event = project(&admin, "event").await;
+    let r = admin
+        .post(format!("{}/v1/x-tessera/projects/{event}/photos", s.base))
+        .json(&json!({ "blob_sha": sha, "name": "IMG_0001.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let mine = project(&viewer, "mine").await;
+    let r = viewer
+        .post(format!("{}/v1/x-tessera/projects/{mine}/photos", s.base))
+        .json(&json!({ "blob_sha": sha, "name": "again.jpg" }))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("upload the file first"),
+        "{v}"
+    );
+    let d = json_of(
+        viewer
+            .post(format!("{}/v1/projects/{mine}/datasets", s.base))
+            .json(&json!({ "name": "d" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let r = viewer
+        .post(format!(
+            "{}/v1/datasets/{}/images",
+            s.base,
+            d["dataset_id"].as_str().unwrap()
+        ))
+        .json(&json!({ "name": "a.jpg", "blob_sha": sha }))
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let objects = s.engine.ports().objects.clone();
+    let (originals, _) = objects.list("uploads/", None, 100).await.unwrap();
+    assert_eq!(originals.len(), 1, "one original: {originals:?}");
+    assert!(originals[0].key.contains(&event), "{:?}", originals[0].key);
+    let (blobs, _) = objects.list("blobs/", None, 100).await.unwrap();
+    assert!(blobs.is_empty(), "the upload's bytes are gone: {blobs:?}");
+}
+
 /// A subject's own variant shows them unblurred, as the original does: it is an admin's
 /// to read. Before, any key of the tenant was listed its URL and served it (audited, but
 /// served), and saw whom every face matched, which is the listing of where each opted-out

@@ -54,10 +54,7 @@ pub async fn add_photo(
                 .name
                 .as_deref()
                 .ok_or_else(|| Problem::validation("`name` is required with `blob_sha`"))?;
-            let bytes =
-                super::uploads::read_blob(&s, &caller.tenant, "blob_sha", sha, intake::MAX_BYTES)
-                    .await?;
-            intake::add(&s.engine, &p, name, bytes).await?
+            intake::add_blob(&s.engine, &p, sha, name).await?
         }
         (None, Some(k)) => intake::add_incoming(&s.engine, &p, k, b.name.as_deref()).await?,
         _ => {

@@ -204,6 +204,34 @@ pub async fn add_incoming(
     Ok(admitted)
 }
 
+/// Take the finalized upload `sha` of `project`'s tenant in as a new photo named `name`,
+/// and erase the upload (its bytes and its record) once the photo's original is stored,
+/// for the reason [`add_incoming`] deletes its object: left in place, anyone of the
+/// tenant who learned its hash could add the unblurred photo again to a project with
+/// nobody opted out, or register it as a dataset image and read it back, for as long as
+/// the upload lived, on no audit trail; and it would outlive the photo's erasure. An
+/// erasure that fails after the photo was taken in is logged, not returned (the photo
+/// exists; an error would have the caller add it twice), and the upload's own lifetime
+/// collects it.
+pub async fn add_blob(
+    engine: &Engine,
+    project: &Project,
+    sha: &str,
+    name: &str,
+) -> Result<Admitted, IntakeError> {
+    use tessera_core::catalog::uploads;
+    let (store, objects) = (
+        engine.ports().store.as_ref(),
+        engine.ports().objects.as_ref(),
+    );
+    let bytes = uploads::read_blob(objects, &project.tenant, "blob_sha", sha, MAX_BYTES).await?;
+    let admitted = add(engine, project, name, bytes).await?;
+    if let Err(e) = uploads::erase_blob(store, objects, &project.tenant, sha).await {
+        tracing::error!(blob_sha = sha, photo = %admitted.photo, error = %e, "the upload was taken in as a photo but not erased; it is collected when it expires");
+    }
+    Ok(admitted)
+}
+
 /// Submit the ingest job for an object-created event S3 sent (through SQS): the
 /// project, and so the tenant, come from the upload key. Objects outside `uploads/` are
 /// not photos and are ignored (`Ok(None)`); an upload key naming a project that does
