@@ -316,18 +316,7 @@ async fn an_incoming_photo_is_taken_in_once_and_cannot_be_added_again_elsewhere(
         .put(key, face_photo("astronaut.png").into())
         .await
         .unwrap();
-    let project = |c: &reqwest::Client, name: &str| {
-        let c = c.clone();
-        let body = json!({ "name": name, "match_threshold": 0.363 });
-        let url = format!("{}/v1/projects", s.base);
-        async move {
-            json_of(c.post(url).json(&body).send().await.unwrap()).await["project_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        }
-    };
-    let event = project(&admin, "event").await;
+    let event = guarded_project(&admin, &s.base, "event").await;
     let r = admin
         .post(format!("{}/v1/x-tessera/projects/{event}/photos", s.base))
         .json(&json!({ "s3_key": key }))
@@ -339,7 +328,7 @@ async fn an_incoming_photo_is_taken_in_once_and_cannot_be_added_again_elsewhere(
         objects.head(key).await.unwrap().is_none(),
         "the incoming object is gone once taken in"
     );
-    let mine = project(&viewer, "mine").await;
+    let mine = guarded_project(&viewer, &s.base, "mine").await;
     let r = viewer
         .post(format!("{}/v1/x-tessera/projects/{mine}/photos", s.base))
         .json(&json!({ "s3_key": key }))
@@ -368,18 +357,7 @@ async fn an_uploaded_photo_is_taken_in_once_and_its_upload_cannot_be_read_back()
     let s = serve(AuthMode::ApiKey, false).await;
     let (admin, viewer) = admin_and_viewer(&s).await;
     let sha = upload(&admin, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
-    let project = |c: &reqwest::Client, name: &str| {
-        let c = c.clone();
-        let body = json!({ "name": name, "match_threshold": 0.363 });
-        let url = format!("{}/v1/projects", s.base);
-        async move {
-            json_of(c.post(url).json(&body).send().await.unwrap()).await["project_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        }
-    };
-    let event = project(&admin, "event").await;
+    let event = guarded_project(&admin, &s.base, "event").await;
     let r = admin
         .post(format!("{}/v1/x-tessera/projects/{event}/photos", s.base))
         .json(&json!({ "blob_sha": sha, "name": "IMG_0001.jpg" }))
@@ -387,7 +365,7 @@ async fn an_uploaded_photo_is_taken_in_once_and_its_upload_cannot_be_read_back()
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let mine = project(&viewer, "mine").await;
+    let mine = guarded_project(&viewer, &s.base, "mine").await;
     let r = viewer
         .post(format!("{}/v1/x-tessera/projects/{mine}/photos", s.base))
         .json(&json!({ "blob_sha": sha, "name": "again.jpg" }))
@@ -853,4 +831,9 @@ async fn published_group_photo(key: &reqwest::Client, base: &str, x: &str) -> St
     let url = format!("{base}/v1/x-tessera/photos/{id}");
     photo_when(key, &url, |p| p["status"] == "published").await;
     url
+}
+
+/// A project of `c`'s with the recommended threshold: its id.
+async fn guarded_project(c: &reqwest::Client, base: &str, name: &str) -> String {
+    new_project(c, base, json!({ "name": name, "match_threshold": 0.363 })).await
 }

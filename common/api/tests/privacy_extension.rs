@@ -491,18 +491,14 @@ async fn erasing_a_photo_then_the_project_leaves_only_tombstones_and_the_audit_t
 async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
     let s = serve_with(AuthMode::ApiKey, false, Some(face_models())).await;
     let c = admin_client(&s).await;
-    let p: Value = c
-        .post(format!("{}/v1/projects", s.base))
-        .json(&json!({"name": "gala", "match_threshold": 0.363}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let pid = p["project_id"].as_str().unwrap();
+    let pid = &new_project(
+        &c,
+        &s.base,
+        json!({"name": "gala", "match_threshold": 0.363}),
+    )
+    .await;
     let x = format!("{}/v1/x-tessera/projects/{pid}", s.base);
-    let worker = start_worker(&s);
+    let (worker, running) = start_worker_joinable(&s);
     let photo = upload(&c, &s.base, &face_photo("grace_hopper.jpg"), 256 * 1024).await;
     let added: Value = c
         .post(format!("{x}/photos"))
@@ -521,7 +517,7 @@ async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
     photo_when(&c, &photo_url, |v| v["status"] == "published").await;
     // Nothing runs the sweep: it is cancelled while it waits in the queue.
     worker.cancel();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    running.await.unwrap();
     let reference = upload(&c, &s.base, &face_photo("astronaut.png"), 256 * 1024).await;
     let r = c
         .post(format!("{x}/subjects"))

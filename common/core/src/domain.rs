@@ -69,9 +69,20 @@ pub struct SweepStall {
     pub reason: String,
     /// When it ended.
     pub at: Millis,
+    /// Where the part that ended started: the sort key (photo id) of the last photo the
+    /// parts before it handled, `None` for the first part. Photos up to it had their
+    /// re-decisions submitted, and are not among those it left.
+    #[serde(default)]
+    pub after: Option<String>,
 }
 
 impl SweepStall {
+    /// Whether the photo `id` may be among those the sweep did not reach: it sorts after
+    /// where the part that ended started.
+    pub fn left(&self, id: &str) -> bool {
+        self.after.as_deref().is_none_or(|after| id > after)
+    }
+
     /// What a photo the sweep did not reach says of it, and what to do.
     pub fn explain(&self) -> String {
         format!(

@@ -814,3 +814,38 @@ async fn a_migration_to_new_rules_cancelled_before_it_ran_fails_the_photo_with_t
         other => panic!("withheld with nobody to publish it: {other:?}\n{row:?}"),
     }
 }
+
+/// A sweep part that had already handed on (its follow-up part submitted) and then ended
+/// without success records no stall: the follow-up carries the sweep on, and a stall
+/// naming this part would read as stalled until the next subject change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_part_that_had_handed_on_records_no_stall_when_it_ends_cancelled() {
+    let r = rig().await;
+    let p = r.project(Some(0.363)).await;
+    let (_photo, event) = r.upload(&p, "astronaut.png").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let (_, change) = r.enrol(&p, "hopper", "grace_hopper.jpg").await;
+    // The part the sweep's first part hands on to, as its run would submit it (its cursor
+    // past every photo id).
+    r.engine
+        .submit(photos::reblur::part_plan(
+            p.tenant.clone(),
+            p.id,
+            change.subjects_rev,
+            Some("~".into()),
+            1,
+        ))
+        .await
+        .unwrap();
+    r.engine
+        .cancel(
+            change.reblur_job,
+            tessera_core::job::CancelMode::Cooperative,
+        )
+        .await
+        .unwrap();
+    let project = photos::project::load(r.store(), p.id).await.unwrap();
+    assert!(project.sweep_stalled.is_none(), "{project:?}");
+    r.settle().await;
+}

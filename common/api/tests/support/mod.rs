@@ -164,6 +164,19 @@ pub async fn upload(c: &reqwest::Client, base: &str, bytes: &[u8], chunk: usize)
     f["blob_sha"].as_str().unwrap().to_string()
 }
 
+/// A new project of `body` (`{"name": …, …}`) created by `c`: its id.
+pub async fn new_project(c: &reqwest::Client, base: &str, body: Value) -> String {
+    let r = c
+        .post(format!("{base}/v1/projects"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "creating project {body}");
+    let p: Value = r.json().await.unwrap();
+    p["project_id"].as_str().unwrap().to_string()
+}
+
 /// A project with a dataset holding the first `n` sample photos, uploaded in chunks of
 /// `chunk` bytes; returns (project id, dataset id).
 pub async fn dataset_of_samples(
@@ -173,16 +186,7 @@ pub async fn dataset_of_samples(
     n: usize,
     chunk: usize,
 ) -> (String, String) {
-    let p: Value = c
-        .post(format!("{base}/v1/projects"))
-        .json(&json!({"name": name}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let pid = p["project_id"].as_str().unwrap().to_string();
+    let pid = new_project(c, base, json!({"name": name})).await;
     let d: Value = c
         .post(format!("{base}/v1/projects/{pid}/datasets"))
         .json(&json!({"name": name}))
@@ -308,11 +312,17 @@ pub fn all_items(s: &Server) -> Vec<String> {
 /// Start a worker on the server's engine until the returned token is cancelled (a test
 /// that compares the store before and after needs nothing running in the background).
 pub fn start_worker(s: &Server) -> CancellationToken {
+    start_worker_joinable(s).0
+}
+
+/// [`start_worker`], and the worker's run: cancelled, it ends once the tasks it had in
+/// flight have, so a test that awaits it knows nothing runs any more.
+pub fn start_worker_joinable(s: &Server) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let stop = CancellationToken::new();
     let w = Worker::new(s.engine.clone(), 2, Some(Duration::from_millis(200)));
     let t = stop.clone();
-    tokio::spawn(async move { w.run(t).await });
-    stop
+    let run = tokio::spawn(async move { w.run(t).await });
+    (stop, run)
 }
 
 /// A client that sends `key` as its bearer token.

@@ -5,9 +5,9 @@
 //! ([`super::refusals`]) and the second sweep of every erasure ([`super::erasure`]).
 
 use super::CatalogError;
-use super::uploads::{Upload, UploadState, blob_key, check_sha, chunks_prefix, release_blob};
+use super::uploads::{Upload, UploadState, chunks_prefix};
 use crate::Millis;
-use crate::ids::TenantId;
+
 use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
 use crate::ports::{ObjectStore, StateStore};
 use serde::Serialize;
@@ -163,33 +163,9 @@ async fn collect_one(
             done.erasures += 1;
         }
         Expiring::Blob => {
-            let tenant: TenantId = serde_json::from_value(item.body["tenant"].clone())
-                .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
-            let sha = check_sha("blob record", item.body["sha"].as_str().unwrap_or_default())?;
-            // Mark first: a finalize that comes now is told to retry, and one that marked
-            // the blob after this page was read makes this condition fail.
-            let marked = store
-                .transact(vec![Write::Set {
-                    key: item.key.clone(),
-                    fields: vec![("state".into(), "collecting".into())],
-                    condition: Condition::Rev(item.rev),
-                }])
-                .await;
-            match marked {
-                Err(e) if e.is_conflict() => return Ok(()),
-                other => other?,
-            };
-            objects.delete(&blob_key(&tenant, &sha)).await?;
-            super::quotas::ensure_usage(store, &tenant).await?;
-            store
-                .transact(vec![
-                    Write::Delete {
-                        key: item.key.clone(),
-                        condition: Condition::field_eq("state", "collecting"),
-                    },
-                    release_blob(&tenant, item),
-                ])
-                .await?;
+            if !super::uploads::collect_blob(store, objects, item).await? {
+                return Ok(());
+            }
             done.blobs += 1;
         }
     }
@@ -199,7 +175,7 @@ async fn collect_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PhotoId, ProjectId};
+    use crate::{PhotoId, ProjectId, TenantId};
 
     /// Every kind is told from the key its own module writes, so a prefix renamed there
     /// cannot stop its collection here.

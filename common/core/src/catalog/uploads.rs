@@ -523,7 +523,9 @@ fn missing_blob(field: &str, sha: &str) -> CatalogError {
     ))
 }
 
-/// Erase a blob now (a removed subject's reference photo): its bytes and its record.
+/// Erase a blob now (a removed subject's reference photo, a photo's upload once taken
+/// in): its bytes and its record, the way the collector does ([`collect_blob`]). A
+/// finalize of the same bytes racing it wins: that upload's blob stays.
 pub async fn erase_blob(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
@@ -531,26 +533,57 @@ pub async fn erase_blob(
     sha: &str,
 ) -> Result<(), CatalogError> {
     let sha = check_sha("blob_sha", sha)?;
-    objects.delete(&blob_key(tenant, &sha)).await?;
-    let key = blob_record_key(tenant, &sha);
-    if let Some(item) = store.get(&key).await? {
-        super::quotas::ensure_usage(store, tenant).await?;
-        match store
-            .transact(vec![
-                Write::Delete {
-                    key,
-                    condition: Condition::Rev(item.rev),
-                },
-                release_blob(tenant, &item),
-            ])
-            .await
-        {
-            // Collected or finalized again meanwhile: that writer counts it.
-            Err(e) if e.is_conflict() => {}
-            other => other?,
+    match store.get(&blob_record_key(tenant, &sha)).await? {
+        Some(record) => {
+            collect_blob(store, objects, &record).await?;
         }
+        // Bytes with no record (a collection that stopped between its two deletes).
+        None => objects.delete(&blob_key(tenant, &sha)).await?,
     }
     Ok(())
+}
+
+/// Collect the blob of `record` (as it was read): mark it `collecting` on that revision,
+/// delete its bytes, then delete its record and give its bytes back to the tenant's
+/// quota. Marked first, so that a finalize of the same bytes that comes now is told to
+/// retry, and one that marked the blob live after `record` was read makes the mark fail:
+/// then nothing is deleted and this answers `false`. Deleting the bytes first without
+/// the mark could delete a new upload's bytes under its live record, or leave bytes a
+/// racing finalize wrote back with no record to collect or count them.
+pub(super) async fn collect_blob(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    record: &Item,
+) -> Result<bool, CatalogError> {
+    let tenant: TenantId = serde_json::from_value(record.body["tenant"].clone())
+        .map_err(|e| CatalogError::Invalid(format!("blob record: {e}")))?;
+    let sha = check_sha(
+        "blob record",
+        record.body["sha"].as_str().unwrap_or_default(),
+    )?;
+    let marked = store
+        .transact(vec![Write::Set {
+            key: record.key.clone(),
+            fields: vec![("state".into(), "collecting".into())],
+            condition: Condition::Rev(record.rev),
+        }])
+        .await;
+    match marked {
+        Err(e) if e.is_conflict() => return Ok(false),
+        other => other?,
+    };
+    objects.delete(&blob_key(&tenant, &sha)).await?;
+    super::quotas::ensure_usage(store, &tenant).await?;
+    store
+        .transact(vec![
+            Write::Delete {
+                key: record.key.clone(),
+                condition: Condition::field_eq("state", "collecting"),
+            },
+            release_blob(&tenant, record),
+        ])
+        .await?;
+    Ok(true)
 }
 
 /// The counter write that gives a blob record's bytes back to its tenant's quota.

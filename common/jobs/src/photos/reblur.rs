@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tessera_core::domain::SweepStall;
 use tessera_core::event::Phase;
 use tessera_core::notify::{Notice, NoticeType};
-use tessera_core::ports::state_store::{Condition, Index, Query, StoreError, Write};
+use tessera_core::ports::state_store::{Condition, Index, Query, Write};
 use tessera_core::task::Task;
 use tessera_core::{ProjectId, TenantId, records};
 use tessera_engine::{JobPlan, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
@@ -104,30 +104,64 @@ impl Default for Sweep {
 
 /// Record on the project that the sweep of `task` ended without finishing: what a part
 /// that ends cancelled, failed or dead commits with its end. Only while the project is
-/// still at the part's subject revision: a later change's sweep covers every photo.
-fn stalled(task: &Task) -> Option<Write> {
-    let project: ProjectId = payload_project(task).ok()?;
-    let rev = task.payload.get("subjects_rev").and_then(|r| r.as_u64())?;
+/// still at the part's subject revision (a later change's sweep covers every photo), and
+/// only if the part had not handed on yet: once its follow-up part is submitted, that
+/// part carries the sweep on, and a stall naming this one would stand for ever. Either
+/// condition false, the engine ends the part without the record.
+fn stalled(task: &Task) -> Vec<Write> {
+    let (Ok(project), Some(rev)) = (
+        payload_project(task),
+        task.payload.get("subjects_rev").and_then(|r| r.as_u64()),
+    ) else {
+        return Vec::new();
+    };
+    let part = task
+        .payload
+        .get("part")
+        .and_then(|p| p.as_u64())
+        .unwrap_or(0) as u32;
+    let after = task
+        .payload
+        .get("after")
+        .and_then(|a| a.as_str())
+        .map(str::to_string);
     let stall = SweepStall {
         subjects_rev: rev,
         job_id: task.job_id.to_string(),
         reason: task.failure_message(&format!("task `{}` ended without success", task.name)),
         at: task.finished_at.unwrap_or_else(tessera_core::Millis::now),
+        after,
     };
-    Some(Write::Set {
+    let mut writes = vec![Write::Set {
         key: records::project_key(project),
         fields: vec![(
             "sweep_stalled".into(),
             serde_json::to_value(&stall).expect("a stall serializes"),
         )],
         condition: Condition::field_eq("subjects_rev", rev),
-    })
+    }];
+    if let Some(tenant) = &task.tenant {
+        // The follow-up's job is keyed by its spec, which names its part, not its cursor.
+        let next = part_plan(tenant.clone(), project, rev, Some(String::new()), part + 1);
+        writes.push(Write::Check {
+            key: records::fingerprint_key(
+                tenant,
+                &next.kind,
+                &tessera_core::spec::fingerprint(&next.kind, &next.spec),
+            ),
+            condition: Condition::Absent,
+        });
+    }
+    writes
 }
 
 /// Clear the project's stall of the sweep at `rev`: a part of it runs again (the job was
-/// resumed), so the photos it has not reached are being re-decided after all.
+/// resumed), so the photos it has not reached are being re-decided after all. Fenced by
+/// the part's lease, so a run that lost its part to a cancellation (which recorded the
+/// stall) cannot clear it. A clear that fails is logged, not the part's failure: it
+/// changes only what is reported, and the part's own success clears nothing else.
 async fn clear_stall(
-    store: &dyn tessera_core::ports::StateStore,
+    ctx: &TaskContext,
     p: &tessera_core::domain::Project,
     rev: u64,
 ) -> Result<(), TaskError> {
@@ -142,10 +176,14 @@ async fn clear_stall(
         fields: vec![("sweep_stalled".into(), serde_json::Value::Null)],
         condition: Condition::field_eq("subjects_rev", rev),
     };
-    match store.transact(vec![clear]).await {
-        // A later change moved the revision (and cleared the stall itself).
-        Ok(()) | Err(StoreError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
+    match ctx.try_commit(vec![clear]).await {
+        // Cleared, or a later change moved the revision (and cleared it itself).
+        Ok(_) => Ok(()),
+        Err(e) if e.class == tessera_core::error::ErrorClass::Transient => {
+            tracing::warn!(project = %p.id, subjects_rev = rev, error = %e, "the sweep's stall was not cleared; it reads stalled until the next part or change");
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -164,7 +202,7 @@ impl TaskHandler for Sweep {
     /// A part that ends without success (cancelled, failed, dead) says so on the
     /// project ([`stalled`]), which is what the photos it did not reach then report.
     fn compensate(&self, task: &Task) -> Vec<Write> {
-        stalled(task).into_iter().collect()
+        stalled(task)
     }
 
     /// `reblur.finished` from the last part (no follow-up, not superseded): every photo
@@ -223,7 +261,7 @@ impl TaskHandler for Sweep {
                 "project": project_id, "superseded_by": p.subjects_rev, "part": part,
             })));
         }
-        clear_stall(store, &p, target).await?;
+        clear_stall(ctx, &p, target).await?;
         if part == 0 {
             // The change that started this sweep deleted the subject sets of older views
             // after it committed; this is the durable second try (they may hold the

@@ -51,7 +51,9 @@ pub fn current(row: &Photo, project: &Project) -> PhotoState {
     let now = state(row, row.servable(project.subjects_rev));
     match project.stalled_sweep() {
         Some(stall)
-            if now == PhotoState::Processing && row.needs_reprocess(project.subjects_rev) =>
+            if now == PhotoState::Processing
+                && row.needs_reprocess(project.subjects_rev)
+                && stall.left(&row.id.to_string()) =>
         {
             PhotoState::Stalled {
                 reason: format!("{}: {}", row.file_name, stall.explain()),
@@ -238,6 +240,7 @@ mod tests {
             job_id: "j-1".into(),
             reason: "job cancelled".into(),
             at: tessera_core::Millis(9),
+            after: None,
         });
         let state = current(&row, &project);
         let v = serde_json::to_value(&state).unwrap();
@@ -249,6 +252,15 @@ mod tests {
                 && reason.contains("/v1/jobs/j-1:resume"),
             "{reason}"
         );
+        // A photo an earlier part of the sweep reached (up to where the part that ended
+        // started) has its own re-decision: processing, with no stall of its own.
+        if let Some(stall) = project.sweep_stalled.as_mut() {
+            stall.after = Some(row.id.to_string());
+        }
+        assert_eq!(current(&row, &project), PhotoState::Processing);
+        if let Some(stall) = project.sweep_stalled.as_mut() {
+            stall.after = None;
+        }
         // Decided at the current subjects: the stall is not this photo's.
         row.subjects_rev = 2;
         assert_eq!(current(&row, &project), PhotoState::Published);
