@@ -697,6 +697,33 @@ try {
     assert.equal(stored.session, keyed.key);
     assert.equal(stored.local, 0);
     assert.equal(stored.cookies, '');
+    // 9. A re-blurring sweep cancelled before it ran (this server runs no workers, so
+    // nothing runs it first): the privacy page says so and resumes it.
+    const H = { authorization: `Bearer ${keyed.key}` };
+    const call = async (method, path, body, headers = {}) => {
+      const r = await fetch(`${keyed.base}${path}`, { method, headers: { ...H, ...headers }, body });
+      return { status: r.status, json: await r.json().catch(() => null) };
+    };
+    const json = (v) => [JSON.stringify(v), { 'content-type': 'application/json' }];
+    const proj = await call('POST', '/v1/projects', ...json({ name: 'stalled', match_threshold: 0.363 }));
+    assert.equal(proj.status, 201, JSON.stringify(proj.json));
+    const pid = proj.json.project_id;
+    const ref = readFileSync(join(FACES, 'astronaut.png'));
+    const up = await call('POST', '/v1/uploads', ...json({ expected_size: ref.length }));
+    await call('PATCH', `/v1/uploads/${up.json.upload_id}`, ref, { 'content-range': `bytes 0-${ref.length - 1}/${ref.length}` });
+    const sha = (await call('POST', `/v1/uploads/${up.json.upload_id}:finalize`)).json.blob_sha;
+    const enrolled = await call('POST', `/v1/x-tessera/projects/${pid}/subjects`, ...json({ label: 'astronaut', blob_shas: [sha] }));
+    assert.equal(enrolled.status, 201, JSON.stringify(enrolled.json));
+    const sweep = enrolled.json.reblur_job_id;
+    assert.equal((await call('POST', `/v1/jobs/${sweep}:cancel`)).status, 200);
+    await k.page.goto(`/#/projects/${pid}/privacy`);
+    await k.page.locator('#sweep-stalled').getByText(/Re-blurring stopped/).waitFor();
+    await shot(k.page, '6-sweep-stalled');
+    await k.page.getByRole('button', { name: 'Resume re-blurring' }).click();
+    await k.page.getByText(/Re-blurring resumed/).waitFor();
+    const job = (await call('GET', `/v1/jobs/${sweep}`)).json;
+    assert.equal(job.cancel_requested, false, `the sweep was resumed: ${JSON.stringify(job)}`);
+    assert.notEqual(job.status, 'cancelled', JSON.stringify(job));
     // 401s are expected here (the probe before the key): only they may be logged.
     const unexpected = k.errors.filter((e) => !/401/.test(e));
     assert.deepEqual(unexpected, [], 'no console errors but the expected 401');

@@ -79,6 +79,18 @@ export async function photos(pid) {
   ]);
   const out = h('div');
   const counts = h('p', { id: 'not-current' });
+  // A re-blurring sweep that ended before it reached every photo (cancelled, or out of
+  // attempts): the photos it left stay withheld until someone resumes it, so the page
+  // says so and offers that, instead of polling for a change that will not come.
+  const stalled = h('div', { id: 'sweep-stalled', class: 'warn', hidden: true });
+  async function resume(job) {
+    try {
+      await api(`/v1/jobs/${job}:resume`, { method: 'POST' });
+      toast('Re-blurring resumed: the photos it had not reached are decided again');
+      poke();
+      await refresh();
+    } catch (err) { fill(out, errorBox(err)); }
+  }
   const tbody = h('tbody');
   const table = h('table', { class: 'list' }, h('thead', {}, h('tr', {}, h('th', {}, 'Photo'), h('th', {}, 'State'), h('th', {}, 'Faces'), h('th', {}, 'Copies'))), tbody);
   const empty = h('p', { class: 'dim' }, 'No photos yet.');
@@ -121,7 +133,7 @@ export async function photos(pid) {
   }
   function render() {
     const { settings: st, items } = current;
-    window.__tessera.privacy = { photos: items.map((p) => ({ id: p.photo_id, status: p.status })), people: (current.people || []).map((c) => ({ faces: c.faces, photos: c.photos, standing: c.standing })), notCurrent: st.photos_not_current, processing: st.photos_processing, refreshes: (window.__tessera.privacy?.refreshes || 0) };
+    window.__tessera.privacy = { photos: items.map((p) => ({ id: p.photo_id, status: p.status })), people: (current.people || []).map((c) => ({ faces: c.faces, photos: c.photos, standing: c.standing })), notCurrent: st.photos_not_current, processing: st.photos_processing, stalled: Boolean(st.sweep_stalled), refreshes: (window.__tessera.privacy?.refreshes || 0) };
     renderPeople();
     const parts = [`${st.photos_published} of ${st.photos} photos published`];
     if (st.photos_processing) parts.push(`${st.photos_processing} being processed`);
@@ -129,6 +141,12 @@ export async function photos(pid) {
     if (st.photos_not_current) parts.push(`${st.photos_not_current} withheld until re-blurred after the last change to who opted out or to the threshold`);
     counts.textContent = `${parts.join('; ')}.`;
     counts.className = st.photos_not_current || st.photos_failed ? 'warn' : 'dim';
+    const stall = st.sweep_stalled;
+    stalled.hidden = !stall;
+    fill(stalled, stall ? [
+      h('p', {}, `Re-blurring stopped before it reached every photo (${stall.reason}). The photos it did not reach stay withheld until it is resumed.`),
+      h('button', { type: 'button', onclick: () => resume(stall.job_id) }, 'Resume re-blurring'),
+    ] : []);
     fill(tbody, items.map((p) => h('tr', {},
       h('td', {}, h('a', { href: `#/photos/${p.photo_id}` }, p.name || 'photo')),
       h('td', {}, stateBadge(p.status), p.reason ? h('div', { class: 'reason' }, p.reason) : null),
@@ -143,7 +161,9 @@ export async function photos(pid) {
     render();
     window.__tessera.privacy.refreshes += 1;
   }
-  const busy = () => current.items.some((p) => !settled(p.status)) || current.settings.photos_not_current > 0 || current.settings.photos_processing > 0;
+  // Photos a stalled sweep left wait for a person, not for time.
+  const waiting = (p) => !settled(p.status) && !(current.settings.sweep_stalled && p.reason);
+  const busy = () => current.items.some(waiting) || (current.settings.photos_not_current > 0 && !current.settings.sweep_stalled) || current.settings.photos_processing > 0;
   // Kept current while anything is in flight, and for a while after this page changed
   // something (a photo added is not listed until its ingest has run).
   let until = 0;
@@ -252,7 +272,7 @@ export async function photos(pid) {
     el: h('section', {},
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Projects'), ' / ', h('a', { href: `#/projects/${pid}` }, project.name), ' / '),
       h('h1', {}, 'Photo privacy review'),
-      counts, says,
+      counts, stalled, says,
       table, empty,
       h('h2', {}, 'People who opted out'), people,
       h('h2', {}, 'People in these photos'),
