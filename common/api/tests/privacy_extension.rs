@@ -528,14 +528,7 @@ async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
     assert_eq!(r.status(), 201);
     let enrolled: Value = r.json().await.unwrap();
     let sweep = enrolled["reblur_job_id"].as_str().unwrap().to_string();
-    let privacy: Value = c
-        .get(format!("{x}/privacy"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let privacy = get_json(&c, &format!("{x}/privacy")).await;
     assert_eq!(privacy["photos_not_current"], 1, "{privacy}");
     let r = c
         .post(format!("{}/v1/jobs/{sweep}:cancel", s.base))
@@ -543,14 +536,7 @@ async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let withheld: Value = c
-        .get(&photo_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let withheld = get_json(&c, &photo_url).await;
     assert_eq!(withheld["status"], "processing", "{withheld}");
     let reason = withheld["reason"].as_str().unwrap_or_default();
     assert!(
@@ -558,14 +544,7 @@ async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
         "{withheld}"
     );
     assert!(withheld["published_at"].is_null(), "{withheld}");
-    let privacy: Value = c
-        .get(format!("{x}/privacy"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let privacy = get_json(&c, &format!("{x}/privacy")).await;
     assert_eq!(
         privacy["sweep_stalled"]["job_id"],
         sweep.as_str(),
@@ -580,14 +559,7 @@ async fn a_cancelled_sweep_is_reported_on_its_photos_until_it_is_resumed() {
     let _worker = start_worker(&s);
     let again = photo_when(&c, &photo_url, |v| v["status"] == "published").await;
     assert!(again["reason"].is_null(), "{again}");
-    let privacy: Value = c
-        .get(format!("{x}/privacy"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let privacy = get_json(&c, &format!("{x}/privacy")).await;
     assert!(privacy["sweep_stalled"].is_null(), "{privacy}");
     assert_eq!(privacy["photos_not_current"], 0, "{privacy}");
 }

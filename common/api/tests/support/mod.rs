@@ -164,6 +164,11 @@ pub async fn upload(c: &reqwest::Client, base: &str, bytes: &[u8], chunk: usize)
     f["blob_sha"].as_str().unwrap().to_string()
 }
 
+/// The JSON body of a GET of `url` by `c`.
+pub async fn get_json(c: &reqwest::Client, url: &str) -> Value {
+    json_of(c.get(url).send().await.unwrap()).await
+}
+
 /// A new project of `body` (`{"name": …, …}`) created by `c`: its id.
 pub async fn new_project(c: &reqwest::Client, base: &str, body: Value) -> String {
     let r = c

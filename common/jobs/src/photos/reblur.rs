@@ -59,13 +59,7 @@ pub fn part_plan(
     cursor: Option<String>,
     part: u32,
 ) -> JobPlan {
-    // The job's spec (its fingerprint) names the part, not its cursor: where a part
-    // hands on depends on timing, so a part retried after it had already handed on
-    // must find the follow-up it submitted then, not start a second chain.
-    let mut spec = serde_json::json!({ "project": project, "subjects_rev": subjects_rev });
-    if cursor.is_some() {
-        spec["part"] = part.into();
-    }
+    let spec = part_spec(project, subjects_rev, cursor.is_some().then_some(part));
     let mut payload = spec.clone();
     if let Some(c) = &cursor {
         payload["after"] = c.clone().into();
@@ -85,6 +79,45 @@ pub fn part_plan(
         spec,
         priority: 0,
         tasks: vec![TaskPlan::new("sweep", super::kinds::REBLUR, payload)],
+    }
+}
+
+/// The spec of the sweep's part `part` (`None`: the first, submitted with the change).
+/// It names the part, not its cursor: where a part hands on depends on timing, so a part
+/// retried after it had already handed on must find the follow-up it submitted then
+/// (its job is keyed by this spec), not start a second chain.
+fn part_spec(project: ProjectId, subjects_rev: u64, part: Option<u32>) -> serde_json::Value {
+    let mut spec = serde_json::json!({ "project": project, "subjects_rev": subjects_rev });
+    if let Some(part) = part {
+        spec["part"] = part.into();
+    }
+    spec
+}
+
+/// What a part's task payload says: the sweep's subject revision, which part this is and
+/// where it starts.
+struct PartPayload {
+    project: ProjectId,
+    subjects_rev: u64,
+    part: u32,
+    after: Option<String>,
+}
+
+impl PartPayload {
+    fn of(task: &Task) -> Result<Self, TaskError> {
+        let payload = &task.payload;
+        Ok(PartPayload {
+            project: payload_project(task)?,
+            subjects_rev: payload
+                .get("subjects_rev")
+                .and_then(|r| r.as_u64())
+                .ok_or_else(|| TaskError::poison("reblur payload has no subjects_rev"))?,
+            part: payload.get("part").and_then(|p| p.as_u64()).unwrap_or(0) as u32,
+            after: payload
+                .get("after")
+                .and_then(|a| a.as_str())
+                .map(str::to_string),
+        })
     }
 }
 
@@ -109,22 +142,15 @@ impl Default for Sweep {
 /// part carries the sweep on, and a stall naming this one would stand for ever. Either
 /// condition false, the engine ends the part without the record.
 fn stalled(task: &Task) -> Vec<Write> {
-    let (Ok(project), Some(rev)) = (
-        payload_project(task),
-        task.payload.get("subjects_rev").and_then(|r| r.as_u64()),
-    ) else {
+    let Ok(PartPayload {
+        project,
+        subjects_rev: rev,
+        part,
+        after,
+    }) = PartPayload::of(task)
+    else {
         return Vec::new();
     };
-    let part = task
-        .payload
-        .get("part")
-        .and_then(|p| p.as_u64())
-        .unwrap_or(0) as u32;
-    let after = task
-        .payload
-        .get("after")
-        .and_then(|a| a.as_str())
-        .map(str::to_string);
     let stall = SweepStall {
         subjects_rev: rev,
         job_id: task.job_id.to_string(),
@@ -141,13 +167,13 @@ fn stalled(task: &Task) -> Vec<Write> {
         condition: Condition::field_eq("subjects_rev", rev),
     }];
     if let Some(tenant) = &task.tenant {
-        // The follow-up's job is keyed by its spec, which names its part, not its cursor.
-        let next = part_plan(tenant.clone(), project, rev, Some(String::new()), part + 1);
+        let kind = super::kinds::REBLUR_JOB;
+        let next = part_spec(project, rev, Some(part + 1));
         writes.push(Write::Check {
             key: records::fingerprint_key(
                 tenant,
-                &next.kind,
-                &tessera_core::spec::fingerprint(&next.kind, &next.spec),
+                kind,
+                &tessera_core::spec::fingerprint(kind, &next),
             ),
             condition: Condition::Absent,
         });
@@ -165,10 +191,7 @@ async fn clear_stall(
     p: &tessera_core::domain::Project,
     rev: u64,
 ) -> Result<(), TaskError> {
-    if p.sweep_stalled
-        .as_ref()
-        .is_none_or(|s| s.subjects_rev != rev)
-    {
+    if p.stalled_sweep().is_none() {
         return Ok(());
     }
     let clear = Write::Set {
@@ -239,17 +262,12 @@ impl TaskHandler for Sweep {
     }
 
     async fn run(&self, ctx: &TaskContext) -> Result<TaskOutput, TaskError> {
-        let project_id = payload_project(ctx.task())?;
-        let payload = &ctx.task().payload;
-        let target = payload
-            .get("subjects_rev")
-            .and_then(|r| r.as_u64())
-            .ok_or_else(|| TaskError::poison("reblur payload has no subjects_rev"))?;
-        let start = payload
-            .get("after")
-            .and_then(|a| a.as_str())
-            .map(str::to_string);
-        let part = payload.get("part").and_then(|p| p.as_u64()).unwrap_or(0) as u32;
+        let PartPayload {
+            project: project_id,
+            subjects_rev: target,
+            part,
+            after: start,
+        } = PartPayload::of(ctx.task())?;
         let store = ctx.ports().store.as_ref();
         let p = project::load(store, project_id)
             .await
