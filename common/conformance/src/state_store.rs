@@ -403,8 +403,59 @@ pub async fn state_store(store: Arc<dyn StateStore>) {
         "one key twice is invalid"
     );
 
+    state_store_large_fields(&*store).await;
     state_store_queries(&*store).await;
     state_store_races(store).await;
+}
+
+/// A crowd photo's row: a list of a few hundred KB of JSON at the top level, written by a
+/// put, replaced by a `Set`, compared by `FieldEq`, and read back exactly (the DynamoDB
+/// adapter stores such a field packed).
+async fn state_store_large_fields(store: &dyn StateStore) {
+    let k = ItemKey::new(unique("conf#"), "LARGE");
+    // Short decimals: serde_json parses them back exactly (see `tessera_aws::attr`).
+    let crowd = |n: usize, best: usize| {
+        (0..n)
+            .map(|i| {
+                json!({
+                    "bbox": {"x": (i % 97) as f64 / 100.0, "y": (i % 89) as f64 / 100.0, "w": 0.0125, "h": 0.0175},
+                    "landmarks": [[0.1, 0.2], [0.3, 0.2], [0.2, 0.25], [0.12, 0.3], [0.28, 0.3]],
+                    "decision": {"decision": "not_opted_out", "best": (best + i) as f64 / 1e4},
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let body = json!({"state": "published", "faces": crowd(150, 1000), "few": crowd(1, 2000)});
+    store
+        .put(Item::new(k.clone(), body.clone()), Condition::Absent)
+        .await
+        .expect("a row with 150 faces is written");
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().body,
+        body,
+        "a large field reads back exactly"
+    );
+    let replaced = json!(crowd(150, 1500));
+    store
+        .transact(vec![Write::Set {
+            key: k.clone(),
+            fields: vec![("faces".into(), replaced.clone())],
+            condition: Condition::FieldEq("faces".into(), body["faces"].clone()),
+        }])
+        .await
+        .expect("a Set conditioned on the large field's current value holds");
+    let got = store.get(&k).await.unwrap().unwrap().body;
+    assert_eq!(got["faces"], replaced, "a Set replaces a large field");
+    assert_eq!(got["few"], body["few"], "and leaves the rest alone");
+    let stale = store
+        .transact(vec![Write::Set {
+            key: k.clone(),
+            fields: vec![("state".into(), json!("failed"))],
+            condition: Condition::FieldEq("faces".into(), body["faces"].clone()),
+        }])
+        .await
+        .expect_err("a condition on the large field's old value fails");
+    assert!(stale.is_conflict(), "{stale}");
 }
 
 async fn state_store_queries(store: &dyn StateStore) {

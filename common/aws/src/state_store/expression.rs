@@ -45,7 +45,11 @@ impl Expr {
                 Some(format!("{n} = {v}"))
             }
             Condition::FieldEq(f, v) => {
-                let (b, f, v) = (self.name(BODY), self.name(f), self.value(attr::to_attr(v)));
+                let (b, f, v) = (
+                    self.name(BODY),
+                    self.name(f),
+                    self.value(attr::body_field(v)),
+                );
                 Some(format!("{b}.{f} = {v}"))
             }
             Condition::FieldAtMost(f, n) => {
@@ -141,7 +145,7 @@ pub(super) fn transact_item(table: &str, w: &Write) -> Result<TransactWriteItem,
                 format!(
                     "{} = {}",
                     x.name(BODY),
-                    x.value(AttributeValue::M(attr::to_attr_map(body)))
+                    x.value(AttributeValue::M(attr::body_to_attr_map(body)))
                 ),
                 format!(
                     "{r} = if_not_exists({r}, {z}) + {o}",
@@ -245,7 +249,7 @@ pub(super) fn transact_item(table: &str, w: &Write) -> Result<TransactWriteItem,
             let b = x.name(BODY);
             let mut set = Vec::new();
             for (field, value) in fields {
-                let (f, v) = (x.name(field), x.value(attr::to_attr(value)));
+                let (f, v) = (x.name(field), x.value(attr::body_field(value)));
                 set.push(format!("{b}.{f} = {v}"));
             }
             set.push(format!("{r} = {r} + {o}", r = x.name(REV), o = x.num(1)));

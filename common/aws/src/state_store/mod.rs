@@ -170,7 +170,7 @@ fn item_from(attrs: &HashMap<String, AttributeValue>) -> Result<Item, StoreError
     let corrupt = |why: String| StoreError::Corrupt(format!("item {} / {}: {why}", key.pk, key.sk));
     let body = match attrs.get(BODY) {
         Some(AttributeValue::M(m)) => {
-            serde_json::Value::Object(attr::from_attr_map(m).map_err(corrupt)?)
+            serde_json::Value::Object(attr::body_from_attr_map(m).map_err(corrupt)?)
         }
         _ => return Err(corrupt("`body` is missing or not a map".into())),
     };
