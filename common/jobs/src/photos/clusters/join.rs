@@ -6,9 +6,7 @@ use crate::photos::project::{self, PhotoError};
 use std::collections::BTreeMap;
 use tessera_core::clusters::{self, Cluster, Head};
 use tessera_core::photo::{Face, Photo};
-use tessera_core::ports::state_store::{
-    Condition, Index, Item, Query, StateStore, StoreError, Write,
-};
+use tessera_core::ports::state_store::{Condition, Item, StateStore, StoreError, Write};
 use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
 use tessera_core::records::{self, CLUSTER_COUNT_SHARDS};
 use tessera_core::{ClusterId, Millis, PhotoId};
@@ -19,23 +17,13 @@ async fn joined_before(
     store: &dyn StateStore,
     photo: PhotoId,
 ) -> Result<BTreeMap<u32, ClusterId>, StoreError> {
-    let mut q = Query::partition(Index::Table, records::photo_key(photo).pk, 500);
-    q.sk_prefix = Some(records::CLUSTER_MEMBER_PREFIX.into());
     let mut out = BTreeMap::new();
-    loop {
-        let page = store.query(&q).await?;
-        for item in &page.items {
-            let index = item.key.sk[records::CLUSTER_MEMBER_PREFIX.len()..].parse::<u32>();
-            let cluster = item.body["cluster"].as_str().and_then(|s| s.parse().ok());
-            if let (Ok(i), Some(c)) = (index, cluster) {
-                out.insert(i, c);
-            }
-        }
-        match page.next {
-            Some(n) => q.after = Some(n),
-            None => return Ok(out),
+    for r in store::joinings(store, photo).await? {
+        for (c, faces) in r.joined {
+            out.extend(faces.into_iter().map(|i| (i, c)));
         }
     }
+    Ok(out)
 }
 
 /// What joining a photo's faces did.
@@ -52,10 +40,14 @@ pub struct Joined {
     pub redecided: Option<project::SubjectChange>,
 }
 
-/// Most writes of one join transaction, fence and photo check included. A transaction
-/// that also re-decides the project carries the project, its view shards and the sweep
-/// (about 40 more), under DynamoDB's 100.
+/// Most writes of one join transaction, fence, photo check and membership record
+/// included. A transaction that also re-decides the project carries the project, its view
+/// shards and the sweep (about 40 more), under DynamoDB's 100.
 pub const JOIN_WRITES: usize = 48;
+/// Most faces of one cluster in one slice. Faces cost no write of their own (one record
+/// of the transaction holds them all), only bytes of that record and of the cluster's
+/// body, so a crowd of one person joins in one transaction.
+const SLICE_FACES: usize = 200;
 /// Rounds of a join before it gives up on contention (and the task is tried again).
 const JOIN_ROUNDS: usize = 20;
 
@@ -95,8 +87,7 @@ struct Slice {
 
 impl Slice {
     fn writes(&self) -> usize {
-        self.faces.len()
-            + usize::from(self.write_body)
+        usize::from(self.write_body)
             + usize::from(self.write_head)
             + if self.started {
                 CLUSTER_COUNT_SHARDS as usize
@@ -155,16 +146,29 @@ pub async fn join(
                 // row's partition the hottest of the load rehearsal).
                 crate::photos::erase::not_erased(photo.id),
             ];
+            // Which faces joined which cluster, one record for the transaction: written
+            // only if absent, so a retried transaction that had committed conflicts and
+            // the next round reads its faces as joined. Named by its first face, which no
+            // other transaction of the photo can hold (a joined face is never placed
+            // again; the task's fence keeps a second run out).
+            let mut joined: BTreeMap<ClusterId, Vec<u32>> = BTreeMap::new();
             for sl in &tx {
-                for i in &sl.faces {
-                    writes.push(Write::Put {
-                        item: Item::new(
-                            records::cluster_member_key(photo.id, *i),
-                            serde_json::json!({ "cluster": sl.cluster.id, "at": Millis::now() }),
-                        ),
-                        condition: Condition::Absent,
-                    });
-                }
+                joined.entry(sl.cluster.id).or_default().extend(&sl.faces);
+            }
+            let first = tx
+                .iter()
+                .flat_map(|sl| sl.faces.iter())
+                .min()
+                .copied()
+                .unwrap_or(0);
+            writes.push(Write::Put {
+                item: Item::new(
+                    records::cluster_member_key(photo.id, first),
+                    store::Joining::body(&joined),
+                ),
+                condition: Condition::Absent,
+            });
+            for sl in &tx {
                 let (head, body) = records::cluster_items(&sl.cluster);
                 if sl.write_body {
                     writes.push(Write::Put {
@@ -330,7 +334,7 @@ async fn place(
 }
 
 /// The transactions that commit `touched`, in order: each cluster's faces in slices of at
-/// most [`JOIN_WRITES`] − 12 (a slice carries the cluster's body when its views changed,
+/// most [`SLICE_FACES`] (a slice carries the cluster's body when its views changed,
 /// conditioned on the revision the slice before it wrote, its head when its centroid
 /// moved, and its counters), slices of several clusters packed together up to
 /// [`JOIN_WRITES`], never two of one cluster in one transaction.
@@ -341,7 +345,7 @@ fn slices(
     subjects: &[SubjectEmbeddings],
     policy: MatchPolicy,
 ) -> Vec<Vec<Slice>> {
-    let per_slice = JOIN_WRITES - 4 - CLUSTER_COUNT_SHARDS as usize;
+    let per_slice = SLICE_FACES;
     let mut units: Vec<Vec<Slice>> = Vec::new();
     for t in touched {
         let mut state = t.stored.clone();
@@ -401,13 +405,14 @@ fn slices(
         units.into_iter().map(Into::into).collect();
     for _ in 0..rounds {
         let mut tx: Vec<Slice> = Vec::new();
-        let mut size = 2;
+        // The fence, the photo's check and the membership record.
+        let mut size = 3;
         for q in queues.iter_mut() {
             let Some(sl) = q.pop_front() else { continue };
             let writes = sl.writes();
             if size + writes > JOIN_WRITES && !tx.is_empty() {
                 out.push(std::mem::take(&mut tx));
-                size = 2;
+                size = 3;
             }
             size += writes;
             tx.push(sl);

@@ -13,9 +13,11 @@
 //!   its revision (which guards every join);
 //! - its **counters** (faces and photos), 8 shards picked by the photo, added to by every
 //!   join and subtracted from by the photo's erasure;
-//! - for each face, which cluster it joined, in the photo's own partition, written only if
-//!   absent in the transaction that joins it, so a retried run counts no face twice and
-//!   the photo's erasure sweeps the record.
+//! - which cluster each face joined, one record per join transaction (all the faces it
+//!   committed) in the photo's own partition, written only if absent, so a retried run
+//!   counts no face twice and the photo's erasure sweeps the records. One record a face
+//!   put a 150-face crowd's 300 write units into its partition within a second (the load
+//!   rehearsal, issue 23); one a transaction puts a few.
 //!
 //! When a join changes its cluster's standing in a way that may change another photo's
 //! decision (a new subject matched by a clear view; twenty clear views that match nobody,
@@ -29,7 +31,8 @@
 //!
 //! Cost, per photo with `f` faces in a project with `c` clusters, joining `k` of them: 16
 //! queries of heads, one of the photo's memberships, one read of each joined cluster's
-//! body, and about `⌈(f + 3k) / 46⌉` transactions.
+//! body, and about `⌈(3k + 15s) / 45⌉` transactions where `s` of the `k` are started by
+//! it (a new cluster's 16 counter shards).
 
 mod join;
 mod listing;
