@@ -116,10 +116,10 @@ impl Joining {
                 let faces = faces.iter().filter_map(|i| i.as_u64()).map(|i| i as u32);
                 joined.entry(c).or_default().extend(faces);
             }
-        } else if let Some(c) = item.body["cluster"].as_str().and_then(|s| s.parse().ok()) {
-            if let Ok(i) = item.key.sk[records::CLUSTER_MEMBER_PREFIX.len()..].parse::<u32>() {
-                joined.insert(c, vec![i]);
-            }
+        } else if let Some(c) = item.body["cluster"].as_str().and_then(|s| s.parse().ok())
+            && let Ok(i) = item.key.sk[records::CLUSTER_MEMBER_PREFIX.len()..].parse::<u32>()
+        {
+            joined.insert(c, vec![i]);
         }
         Joining {
             key: item.key.clone(),
