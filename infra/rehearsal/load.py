@@ -27,6 +27,7 @@ Usage: python load.py [--photos N] [--reconstructions M] [--full] [--report OUT.
 
 import argparse
 import concurrent.futures
+import copy
 import json
 import os
 import sys
@@ -418,7 +419,7 @@ class LoadRehearsal(FairTurns, Rehearsal):
         items = []
         for _ in range(n - 1):
             new = ulid()
-            item = json.loads(json.dumps(template))
+            item = copy.deepcopy(template)  # a packed field is bytes, which JSON cannot copy
             item["pk"] = {"S": f"PHOTO#{new}"}
             item["parent_sk"] = {"S": new}
             item["body"]["M"]["id"] = {"S": new}
@@ -708,6 +709,7 @@ class LoadRehearsal(FairTurns, Rehearsal):
             except Exception as e:  # noqa: BLE001 - a phase's crash is a failure, reported
                 import traceback
                 errors.append(f"{fn.__name__}: {e!r}\n{traceback.format_exc()}")
+                log(f"{fn.__name__} crashed (the run goes on, and fails): {e!r}")
         guarded(self.phase_burst)
         if hasattr(self, "burst_project"):
             guarded(self.phase_sweep)

@@ -333,6 +333,14 @@ pub fn cluster_member_key(photo: PhotoId, index: u32) -> ItemKey {
     )
 }
 
+/// Key of the guard every change to `photo`'s membership records moves (a join's
+/// transaction, on the revision its run read before reading the records; an erasure's):
+/// what makes two runs that plan from the same read conflict. In the photo's partition,
+/// outside [`CLUSTER_MEMBER_PREFIX`], so the photo's erasure sweeps it.
+pub fn photo_joins_key(photo: PhotoId) -> ItemKey {
+    ItemKey::new(format!("PHOTO#{photo}"), "JOINS")
+}
+
 /// Sort-key prefix of a photo's cluster memberships (in the photo's partition).
 pub const CLUSTER_MEMBER_PREFIX: &str = "CLUSTER_OF#";
 

@@ -466,9 +466,12 @@ async fn a_crowd_joins_its_clusters_in_a_few_transactions_and_once() {
     // Every face counted once, in as many clusters as there are people (or a few more).
     let cur = project::load(r.store(), p.id).await.unwrap();
     let heads = clusters::heads(r.store(), p.id).await.unwrap();
-    // A cluster a photo starts takes 18 writes (body, head, 16 counter shards), two to a
-    // transaction; its faces take none of their own.
-    let needed = heads.len().div_ceil(2) as u64;
+    // A cluster a photo starts takes its body, head and counter shards; its faces take
+    // no write of their own.
+    let per_started = 2 + tessera_core::records::CLUSTER_COUNT_SHARDS as usize;
+    let needed = heads
+        .len()
+        .div_ceil((clusters::JOIN_WRITES - 4) / per_started) as u64;
     assert!(
         transactions <= needed + 1,
         "{transactions} transactions for {} faces in {} clusters: {result}",

@@ -40,8 +40,8 @@ pub struct Joined {
     pub redecided: Option<project::SubjectChange>,
 }
 
-/// Most writes of one join transaction, fence, photo check and membership record
-/// included. A transaction that also re-decides the project carries the project, its view
+/// Most writes of one join transaction, fence, photo check, membership record and
+/// guard included. A transaction that also re-decides the project carries the project, its view
 /// shards and the sweep (about 40 more), under DynamoDB's 100.
 pub const JOIN_WRITES: usize = 48;
 /// Most faces of one cluster in one slice. Faces cost no write of their own (one record
@@ -113,6 +113,12 @@ pub async fn join(
     let store = ctx.ports().store.as_ref();
     let mut out = Joined::default();
     for _round in 0..JOIN_ROUNDS {
+        // The guard first, then the records: a change committed after this read moves
+        // the guard, and every transaction below is conditioned on it.
+        let mut guard = store
+            .get(&records::photo_joins_key(photo.id))
+            .await?
+            .map(|item| item.rev);
         // Faces that joined in an earlier run (or an earlier round of this one).
         let before = joined_before(store, photo.id).await?;
         for (i, f) in faces.iter_mut().enumerate() {
@@ -146,11 +152,11 @@ pub async fn join(
                 // row's partition the hottest of the load rehearsal).
                 crate::photos::erase::not_erased(photo.id),
             ];
-            // Which faces joined which cluster, one record for the transaction: written
-            // only if absent, so a retried transaction that had committed conflicts and
-            // the next round reads its faces as joined. Named by its first face, which no
-            // other transaction of the photo can hold (a joined face is never placed
-            // again; the task's fence keeps a second run out).
+            // Which faces joined which cluster, one record for the transaction, named by
+            // its first face. A transaction of another run (or of an erasure) that
+            // committed after this round's read moved the guard: this one conflicts, and
+            // the next round plans from what is stored. The record is written only if
+            // absent as well.
             let mut joined: BTreeMap<ClusterId, Vec<u32>> = BTreeMap::new();
             for sl in &tx {
                 joined.entry(sl.cluster.id).or_default().extend(&sl.faces);
@@ -168,6 +174,10 @@ pub async fn join(
                 ),
                 condition: Condition::Absent,
             });
+            writes.push(guard_write(
+                photo.id,
+                guard.map_or(Condition::Absent, Condition::Rev),
+            ));
             for sl in &tx {
                 let (head, body) = records::cluster_items(&sl.cluster);
                 if sl.write_body {
@@ -206,6 +216,7 @@ pub async fn join(
             };
             match committed {
                 Ok(()) => {
+                    guard = Some(guard.map_or(1, |r| r + 1));
                     for sl in &tx {
                         for i in &sl.faces {
                             faces[*i as usize].cluster = Some(sl.cluster.id);
@@ -244,6 +255,17 @@ pub async fn join(
         "photo {}'s faces could not join their clusters in {JOIN_ROUNDS} rounds of contention; tried again later",
         photo.id
     )))
+}
+
+/// The write that moves `photo`'s joins guard ([`records::photo_joins_key`]).
+pub(super) fn guard_write(photo: PhotoId, condition: Condition) -> Write {
+    Write::Put {
+        item: Item::new(
+            records::photo_joins_key(photo),
+            serde_json::json!({ "at": Millis::now() }),
+        ),
+        condition,
+    }
 }
 
 /// The counter writes of a slice: a cluster it starts gets its shards, the photo's with
@@ -405,14 +427,14 @@ fn slices(
         units.into_iter().map(Into::into).collect();
     for _ in 0..rounds {
         let mut tx: Vec<Slice> = Vec::new();
-        // The fence, the photo's check and the membership record.
-        let mut size = 3;
+        // The fence, the photo's check, the membership record and the guard.
+        let mut size = 4;
         for q in queues.iter_mut() {
             let Some(sl) = q.pop_front() else { continue };
             let writes = sl.writes();
             if size + writes > JOIN_WRITES && !tx.is_empty() {
                 out.push(std::mem::take(&mut tx));
-                size = 3;
+                size = 4;
             }
             size += writes;
             tx.push(sl);

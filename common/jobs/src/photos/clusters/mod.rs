@@ -14,8 +14,13 @@
 //! - its **counters** (faces and photos), 8 shards picked by the photo, added to by every
 //!   join and subtracted from by the photo's erasure;
 //! - which cluster each face joined, one record per join transaction (all the faces it
-//!   committed) in the photo's own partition, written only if absent, so a retried run
-//!   counts no face twice and the photo's erasure sweeps the records. One record a face
+//!   committed) in the photo's own partition, written only if absent, so the photo's
+//!   erasure sweeps the records. Every join transaction also moves the photo's joins
+//!   guard ([`tessera_core::records::photo_joins_key`]) on the revision its run read
+//!   before reading the records, and so does every change erasure makes to them: two runs
+//!   that join one photo's faces at once (its first processing and an opt-out's
+//!   re-decision), or a join and an erasure, cannot both commit what they planned from
+//!   the same read, and no face is counted twice. One record a face
 //!   put a 150-face crowd's 300 write units into its partition within a second (the load
 //!   rehearsal, issue 23); one a transaction puts a few.
 //!
@@ -31,8 +36,8 @@
 //!
 //! Cost, per photo with `f` faces in a project with `c` clusters, joining `k` of them: 16
 //! queries of heads, one of the photo's memberships, one read of each joined cluster's
-//! body, and about `⌈(3k + 15s) / 45⌉` transactions where `s` of the `k` are started by
-//! it (a new cluster's 16 counter shards).
+//! body, and about `⌈(3k + 7s) / 44⌉` transactions where `s` of the `k` are started by
+//! it (a new cluster's 8 counter shards).
 
 mod join;
 mod listing;

@@ -88,9 +88,10 @@ pub(super) fn delete_cluster(project: ProjectId, id: ClusterId, body: Condition)
     out
 }
 
-/// Membership records of one photo deleted per transaction at most: with the cluster's
-/// change and a re-decision of the project (about 40 writes), under DynamoDB's 100.
-const FORGET_WRITES: usize = 40;
+/// Membership records of one photo rewritten or deleted per transaction at most: with the
+/// joins guard, the cluster's change and a re-decision of the project (about 40 writes),
+/// under DynamoDB's 100.
+const FORGET_WRITES: usize = 39;
 
 /// One record of which clusters some faces of a photo joined: the faces one join
 /// transaction committed ([`records::cluster_member_key`], named by the first of them).
@@ -235,8 +236,13 @@ pub async fn forget_photo(engine: &Engine, photo: &Photo) -> Result<usize, Photo
             .collect();
         let faces_in = |rs: &[&Joining]| -> usize { rs.iter().map(|r| r.joined[&id].len()).sum() };
         let shard = records::cluster_count_shard(photo.id);
-        let rewrites =
-            |rs: &[&Joining]| -> Vec<Write> { rs.iter().map(|r| r.without(id)).collect() };
+        // A join planned from what was read before this change must not commit.
+        let rewrites = |rs: &[&Joining]| -> Vec<Write> {
+            rs.iter()
+                .map(|r| r.without(id))
+                .chain([super::join::guard_write(photo.id, Condition::None)])
+                .collect()
+        };
         let uncount = |faces: usize, photos: i64| Write::Add {
             key: records::cluster_count_key(id, shard),
             deltas: vec![
