@@ -178,12 +178,11 @@ mod tests {
         );
     }
 
-    /// A crowd's faces as a photo row holds them: what the packing exists for. Five
-    /// decimals, which serde_json parses back exactly (without its `float_roundtrip`
-    /// feature, a 17-digit decimal may come back one f64 step away: the same f32, which
-    /// is what a row's faces hold, and what the embedded store's JSON text gives too).
+    /// A crowd's faces as a photo row holds them: what the packing exists for. Numbers of
+    /// 17 significant digits, which read back exactly only with serde_json's
+    /// `float_roundtrip` (the workspace enables it).
     fn faces(n: usize) -> Value {
-        let f = |i: usize, k: usize| ((i * 7919 + k * 104_729) % 100_000) as f64 / 100_000.0;
+        let f = |i: usize, k: usize| ((i * 7919 + k * 104_729) % 100_000) as f64 / 99_991.0;
         Value::Array(
             (0..n)
                 .map(|i| {
