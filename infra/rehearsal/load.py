@@ -800,6 +800,11 @@ class LoadRehearsal(FairTurns, Rehearsal):
         r["proxy_latency_s"] = {f"{svc} {op}": round(v, 1) for (svc, op), v in sorted(
             self.recorder.stats.latency.items(), key=lambda kv: -kv[1])[:12]}
         self.report_functions()
+        # A function killed at its timeout did part of its work and failed the rest: a
+        # pass sized by count rather than by time (the reaper's, before its budget) shows
+        # here first, under a backlog.
+        for logical, f in self.functions.items():
+            self.check(f.timeouts == 0, f"{logical}: {f.timeouts} invocation(s) killed at the {f.timeout_s}s timeout")
 
     def report_functions(self):
         for logical, f in self.functions.items():

@@ -14,10 +14,19 @@
 //! - Expired uploads and blobs are collected (`tessera_core::catalog::uploads`).
 //!
 //! Scheduled by EventBridge on AWS; a loop beside each local worker.
+//!
+//! A pass is bounded in time as well as in count ([`ReapBudget`]): under a burst, tens
+//! of thousands of entries can be due at once (every queued task behind a backlog, each
+//! shard of each kind), and a pass that tried them all would outrun its function's
+//! timeout and be killed half-way, every minute. Each kind may work until its share of
+//! the budget ([`SHARES`]): dead workers' leases first, so a flood of re-offers cannot
+//! starve them, but each later kind keeps a slice of its own. The partitions are
+//! visited from a starting shard that turns with the clock, so a pass cut short does
+//! not always leave the same shards for last.
 
 use crate::{Engine, EngineError};
 use serde::Serialize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_core::Millis;
 use tessera_core::ports::state_store::{Condition, Index, Query, StoreError};
 use tessera_core::records;
@@ -43,41 +52,95 @@ pub struct ReapReport {
     pub unreadable: usize,
     /// Tasks whose release, offer or advance failed this pass, skipped (retried next).
     pub failed: usize,
+    /// The pass stopped at its time budget with entries still due (the next pass goes on).
+    pub cut_short: bool,
+}
+
+/// How much one reaper pass may do.
+#[derive(Debug, Clone, Copy)]
+pub struct ReapBudget {
+    /// Entries read from each due partition (one page: a bound on memory and reads).
+    pub per_partition: usize,
+    /// When the pass started.
+    pub start: Instant,
+    /// How long it may go on starting work; work in flight finishes after it.
+    pub time: Duration,
+}
+
+impl ReapBudget {
+    /// A pass that may start work for `time`.
+    pub fn within(per_partition: usize, time: Duration) -> Self {
+        ReapBudget {
+            per_partition,
+            start: Instant::now(),
+            time,
+        }
+    }
+
+    /// When the kind that may work until `share` of the budget must stop starting work.
+    fn until(&self, share: f64) -> Instant {
+        self.start + self.time.mul_f64(share)
+    }
+}
+
+/// The share of a pass's time budget by which each kind of work must stop, in the order
+/// a pass does them: expired leases (dead workers' tasks), lost messages, unfinished
+/// fan-outs, then expired uploads and blobs. A kind that finishes early leaves its time
+/// to the kinds after it; none takes time from those after it.
+pub const SHARES: [(&str, f64); 4] = [
+    ("running", 0.5),
+    ("queued", 0.75),
+    ("advance", 0.9),
+    ("expiry", 1.0),
+];
+
+fn share(kind: &str) -> f64 {
+    SHARES
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(1.0, |(_, s)| *s)
+}
+
+/// `partitions` in the order a pass at `now` visits them: from a shard that moves on
+/// every minute, so that passes cut short by their budget take turns at the last shards.
+fn turned(mut partitions: Vec<String>, now: Millis) -> Vec<String> {
+    if !partitions.is_empty() {
+        let first = (now.0.max(0) / 60_000) as usize % partitions.len();
+        partitions.rotate_left(first);
+    }
+    partitions
 }
 
 impl Engine {
-    /// One pass over what is due at `now`, at most `limit` items of each kind.
+    /// One pass over what is due at `now`, at most `limit` items of each due partition,
+    /// with no time budget (a test's or a tool's pass).
     pub async fn reap_once(&self, now: Millis, limit: usize) -> Result<ReapReport, EngineError> {
+        self.reap(now, ReapBudget::within(limit, Duration::from_secs(86_400)))
+            .await
+    }
+
+    /// One pass over what is due at `now`, within `budget`.
+    pub async fn reap(&self, now: Millis, budget: ReapBudget) -> Result<ReapReport, EngineError> {
         let mut report = ReapReport::default();
-        // Collection is housekeeping: a failure is logged and retried next pass, never a
-        // reason to leave dead workers' tasks unreaped.
-        match tessera_core::catalog::collect::collect_expired(
-            self.ports.store.as_ref(),
-            self.ports.objects.as_ref(),
-            now,
-            limit,
-        )
-        .await
-        {
-            Ok(c) => {
-                report.collected =
-                    c.uploads + c.records + c.blobs + c.erasures + c.originals + c.refusals;
-                if c.failed > 0 {
-                    tracing::warn!(failed = c.failed, last_error = ?c.last_error, "some expired items could not be collected; retried in an hour");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "collecting expired uploads failed"),
-        }
-        let due_before = |at: Millis| {
-            let mut q = Query::partition(Index::ByDue, String::new(), limit);
+        let limit = budget.per_partition;
+        let due_before = |partition: String, at: Millis| {
+            let mut q = Query::partition(Index::ByDue, partition, limit);
             q.sk_max = Some(format!("{}#~", at.sort_key()));
             q
         };
 
-        for partition in records::due_partition(TaskState::Running) {
-            let mut q = due_before(now);
-            q.pk = partition;
-            for (item_rev, task) in self.due_tasks(q, limit, &mut report).await? {
+        let until = budget.until(share(TaskState::Running.as_str()));
+        'running: for partition in turned(records::due_partition(TaskState::Running), now) {
+            if out_of_time(until, &mut report) {
+                break;
+            }
+            for (item_rev, task) in self
+                .due_tasks(due_before(partition, now), limit, &mut report)
+                .await?
+            {
+                if out_of_time(until, &mut report) {
+                    break 'running;
+                }
                 if task.state != TaskState::Running {
                     continue;
                 }
@@ -106,10 +169,18 @@ impl Engine {
         }
 
         let grace_cutoff = Millis(now.0 - self.config.reoffer_grace.as_millis() as i64);
-        for partition in records::due_partition(TaskState::Queued) {
-            let mut q = due_before(grace_cutoff);
-            q.pk = partition;
-            for (item_rev, task) in self.due_tasks(q, limit, &mut report).await? {
+        let until = budget.until(share(TaskState::Queued.as_str()));
+        'queued: for partition in turned(records::due_partition(TaskState::Queued), now) {
+            if out_of_time(until, &mut report) {
+                break;
+            }
+            for (item_rev, task) in self
+                .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
+                .await?
+            {
+                if out_of_time(until, &mut report) {
+                    break 'queued;
+                }
                 // Read again after the (eventually consistent) index: a task another
                 // pass re-offered a moment ago is no longer due.
                 let due = task.due_at().is_some_and(|d| d <= grace_cutoff);
@@ -123,18 +194,65 @@ impl Engine {
             }
         }
 
-        for partition in records::due_partitions("advance") {
-            let mut q = due_before(grace_cutoff);
-            q.pk = partition;
-            for (_, task) in self.due_tasks(q, limit, &mut report).await? {
+        let until = budget.until(share("advance"));
+        'advance: for partition in turned(records::due_partitions("advance"), now) {
+            if out_of_time(until, &mut report) {
+                break;
+            }
+            for (_, task) in self
+                .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
+                .await?
+            {
+                if out_of_time(until, &mut report) {
+                    break 'advance;
+                }
                 match self.advance(task.id).await {
                     Ok(n) => report.advanced += n,
                     Err(e) => skipped(&task, "advance its dependents", &e, &mut report),
                 }
             }
         }
+
+        // Collection is housekeeping: a failure is logged and retried next pass, never a
+        // reason to leave dead workers' tasks unreaped.
+        let until = budget.until(share(tessera_core::catalog::EXPIRY));
+        if !out_of_time(until, &mut report) {
+            match tessera_core::catalog::collect::collect_expired_until(
+                self.ports.store.as_ref(),
+                self.ports.objects.as_ref(),
+                now,
+                limit,
+                until,
+            )
+            .await
+            {
+                Ok(c) => {
+                    report.collected =
+                        c.uploads + c.records + c.blobs + c.erasures + c.originals + c.refusals;
+                    report.cut_short |= c.cut_short;
+                    if c.failed > 0 {
+                        tracing::warn!(failed = c.failed, last_error = ?c.last_error, "some expired items could not be collected; retried in an hour");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "collecting expired uploads failed"),
+            }
+        }
+        if report.cut_short {
+            tracing::warn!(
+                ?report,
+                budget_ms = budget.time.as_millis() as u64,
+                "reaper pass cut short by its time budget; the next pass goes on"
+            );
+        }
         Ok(report)
     }
+}
+
+/// Whether a kind's time is up (noted in the report when it is).
+fn out_of_time(until: Instant, report: &mut ReapReport) -> bool {
+    let out = Instant::now() >= until;
+    report.cut_short |= out;
+    out
 }
 
 /// Pages a due partition reads at most in one pass: past up to this many pages' worth of
@@ -290,5 +408,32 @@ impl Engine {
             Err(StoreError::Conflict { .. }) => Ok(Released::Raced),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_minute_a_pass_starts_one_shard_later_and_still_visits_every_shard() {
+        let parts = records::due_partition(TaskState::Queued);
+        let minute = Millis(7 * 60_000 + 5);
+        let a = turned(parts.clone(), minute);
+        let b = turned(parts.clone(), Millis(minute.0 + 60_000));
+        assert_eq!(a[1], b[0]);
+        let mut sorted = b.clone();
+        sorted.sort();
+        let mut all = parts;
+        all.sort();
+        assert_eq!(sorted, all);
+    }
+
+    #[test]
+    fn shares_grow_in_pass_order_to_the_whole_budget() {
+        assert!(SHARES.windows(2).all(|w| w[0].1 < w[1].1));
+        assert_eq!(SHARES.last().map(|s| s.1), Some(1.0));
+        assert_eq!(share(tessera_core::catalog::EXPIRY), 1.0);
+        assert_eq!(share(TaskState::Running.as_str()), SHARES[0].1);
     }
 }

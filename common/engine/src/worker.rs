@@ -58,6 +58,9 @@ impl Drop for StoppedOnDrop {
     }
 }
 
+/// The least time an embedded reaper pass may start work in, whatever its interval.
+const MIN_REAP_TIME: Duration = Duration::from_secs(2);
+
 /// The fault a test names in `TESSERA_FAULT` to make the worker loop die (panic) right
 /// after it starts: a loop cannot otherwise be made to die from outside at will.
 pub const LOOP_DIES_FAULT: &str = "worker-loop-dies";
@@ -103,7 +106,13 @@ impl Worker {
             let first = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = reap.tick(), if self.reap_every.is_some() => {
-                    match self.engine.reap_once(Millis::now(), 200).await {
+                    // The pass runs in this loop, so no task is received meanwhile: it
+                    // may start work for half the interval (at least a floor, so that
+                    // a short interval on a loaded machine still gets work done), then
+                    // the loop goes on.
+                    let every = self.reap_every.unwrap_or_default();
+                    let budget = crate::reaper::ReapBudget::within(200, (every / 2).max(MIN_REAP_TIME));
+                    match self.engine.reap(Millis::now(), budget).await {
                         Ok(r) if r != Default::default() => tracing::info!(?r, "reaper pass"),
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "reaper pass failed"),

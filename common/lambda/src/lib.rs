@@ -20,6 +20,16 @@ pub use function::{Function, Role, face_service};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
 
+/// How long the invocation of `context` has before Lambda ends it (its deadline less the
+/// wall clock now; zero once past). Work that sizes itself to the time it has reads this,
+/// never the function's configured timeout, which the runtime does not tell.
+pub fn time_left(context: &lambda_runtime::Context) -> std::time::Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    std::time::Duration::from_millis(context.deadline).saturating_sub(now)
+}
+
 /// Register for Lambda's SIGTERM before the sandbox is shut down, so the last log
 /// lines are flushed. Work in flight needs nothing more: its lease lapses and the
 /// reaper offers it again.

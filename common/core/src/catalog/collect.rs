@@ -11,7 +11,7 @@ use crate::Millis;
 use crate::ports::state_store::{Condition, Index, Item, ItemKey, Query, Write};
 use crate::ports::{ObjectStore, StateStore};
 use serde::Serialize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What one collection pass removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
@@ -34,6 +34,8 @@ pub struct Collected {
     pub failed: usize,
     /// What the last of those said.
     pub last_error: Option<String>,
+    /// The pass stopped at its time limit with items still due.
+    pub cut_short: bool,
 }
 
 /// Remove what expired by `now`: up to `limit` items of the expiry index (its shards
@@ -45,10 +47,27 @@ pub async fn collect_expired(
     now: Millis,
     limit: usize,
 ) -> Result<Collected, CatalogError> {
+    let unbounded = Instant::now() + Duration::from_secs(86_400);
+    collect_expired_until(store, objects, now, limit, unbounded).await
+}
+
+/// [`collect_expired`], starting no new item after `until`: the reaper's pass must end
+/// inside its function's timeout, and what is left is due again at the next pass.
+pub async fn collect_expired_until(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    now: Millis,
+    limit: usize,
+    until: Instant,
+) -> Result<Collected, CatalogError> {
     let mut done = Collected::default();
     let mut left = limit.max(1);
     for partition in crate::records::due_partitions(super::EXPIRY) {
         if left == 0 {
+            break;
+        }
+        if Instant::now() >= until {
+            done.cut_short = true;
             break;
         }
         let mut q = Query::partition(Index::ByDue, partition, left);
@@ -56,6 +75,10 @@ pub async fn collect_expired(
         let page = store.query(&q).await?;
         left = left.saturating_sub(page.items.len());
         for item in page.items {
+            if Instant::now() >= until {
+                done.cut_short = true;
+                return Ok(done);
+            }
             // One item that cannot be collected now (a store error, a damaged record)
             // must not hold up the deletions due behind it: it is tried again in an hour.
             if let Err(e) = collect_one(store, objects, &item, &mut done).await {

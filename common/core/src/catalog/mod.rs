@@ -83,7 +83,7 @@ pub(crate) fn expiry_index_key(due: crate::Millis, pk: &str) -> ItemKey {
 }
 
 /// The kind of due entry the collector walks.
-pub(crate) const EXPIRY: &str = "expiry";
+pub const EXPIRY: &str = "expiry";
 
 /// Delete a collected item unless it changed since it was read (a later writer wins).
 pub(crate) async fn drop_if_unchanged(
