@@ -246,6 +246,11 @@ pub async fn set_upload_retention(
 }
 
 /// Rename a project and/or change its description; the name stays unique per tenant.
+///
+/// The record is written back as it was stored with only those fields changed, never as
+/// this build decodes it: during a rolling deploy, a build that does not know a newer
+/// field (a stalled sweep's notice, say) would otherwise drop it from the record by
+/// renaming the project.
 pub async fn update(
     store: &dyn StateStore,
     id: ProjectId,
@@ -258,12 +263,15 @@ pub async fn update(
         .ok_or_else(|| ProjectError::NotFound(format!("project {id} does not exist")))?;
     let mut p: Project = records::decode(&item)?;
     let old_name = p.name.clone();
+    let mut fields = Vec::new();
     if let Some(d) = description {
+        fields.push(("description", json!(d)));
         p.description = d;
     }
     let mut writes = Vec::new();
     if let Some(n) = name.filter(|n| *n != old_name) {
         check_name(n)?;
+        fields.push(("name", json!(n)));
         p.name = n.to_string();
         writes.push(Write::Put {
             item: Item::new(
@@ -277,8 +285,14 @@ pub async fn update(
             condition: Condition::None,
         });
     }
+    let mut stored = item.clone();
+    for (field, value) in fields {
+        stored.body[field] = value;
+    }
+    // The listing's sort key is the name.
+    stored.by_parent = records::project_item(&p).by_parent;
     writes.push(Write::Put {
-        item: records::project_item(&p),
+        item: stored,
         condition: Condition::Rev(item.rev),
     });
     match store.transact(writes).await {

@@ -849,3 +849,59 @@ async fn a_sweep_part_that_had_handed_on_records_no_stall_when_it_ends_cancelled
     assert!(project.sweep_stalled.is_none(), "{project:?}");
     r.settle().await;
 }
+
+/// A rename by this build keeps the fields of the project's record it does not know: in
+/// a rolling deploy, an older build renaming a project dropped a newer build's notice
+/// that the project's sweep had stalled (`sweep_stalled`), and the project then read as
+/// current with photos withheld and nobody told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_keeps_the_fields_a_newer_build_wrote() {
+    use tessera_core::ports::state_store::{Condition, Write};
+    let r = rig().await;
+    let p = r.project(None).await;
+    let key = tessera_core::records::project_key(p.id);
+    let newer = serde_json::json!({ "subjects_rev": 7, "said": "by a newer build" });
+    r.store()
+        .transact(vec![Write::Set {
+            key: key.clone(),
+            fields: vec![("from_a_newer_build".into(), newer.clone())],
+            condition: Condition::None,
+        }])
+        .await
+        .unwrap();
+    let renamed = tessera_core::projects::update(
+        r.store(),
+        p.id,
+        Some("renamed"),
+        Some(Some("described".into())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(renamed.name, "renamed");
+    let stored = r.store().get(&key).await.unwrap().unwrap();
+    assert_eq!(stored.body["from_a_newer_build"], newer);
+    assert_eq!(stored.body["name"], "renamed");
+    assert_eq!(stored.body["description"], "described");
+    let found = tessera_core::projects::by_name(r.store(), &p.tenant, "renamed")
+        .await
+        .unwrap();
+    assert_eq!(found.id, p.id);
+    let listing = tessera_core::ports::state_store::Query::partition(
+        tessera_core::ports::state_store::Index::ByParent,
+        tessera_core::records::tenant_projects_partition(&p.tenant),
+        10,
+    );
+    let listed = r.store().query(&listing).await.unwrap().items;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].body["from_a_newer_build"], newer);
+    assert_eq!(
+        listed[0].by_parent.as_ref().map(|k| k.sk.as_str()),
+        Some("renamed")
+    );
+    assert!(
+        tessera_core::projects::by_name(r.store(), &p.tenant, "p")
+            .await
+            .is_err(),
+        "the old name is free"
+    );
+}
