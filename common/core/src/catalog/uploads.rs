@@ -516,9 +516,14 @@ pub async fn check_blob(
     Ok(key)
 }
 
+/// The blob is not stored. An upload record may still say `finalized` with this hash:
+/// a photo that took the upload in erased its bytes (so the unblurred file cannot be
+/// added again or read back), and an expired blob is collected before its record.
 fn missing_blob(field: &str, sha: &str) -> CatalogError {
     CatalogError::Invalid(format!(
-        "{field}: no finalized upload has blob_sha {}; upload the file first",
+        "{field}: no finalized upload has blob_sha {} stored: it was never uploaded, it \
+         expired, or a photo already took it in (which erases the upload's bytes); upload \
+         the file first",
         sha.to_ascii_lowercase()
     ))
 }
