@@ -375,8 +375,7 @@ async fn an_uploaded_photo_is_taken_in_once_and_its_upload_cannot_be_read_back()
     let v = problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
     let detail = v["detail"].as_str().unwrap();
     assert!(
-        detail.contains("upload the file first")
-            && detail.contains("a photo already took it in"),
+        detail.contains("upload the file first") && detail.contains("a photo already took it in"),
         "the answer says why an upload that reads as finalized has no bytes: {v}"
     );
     let d = json_of(

@@ -14,6 +14,12 @@
 //!   lies wholly in some tile, and a larger one is large enough in the scaled pass.
 //!   Tiles are searched upright, and at a quarter turn only when that turn's probe found
 //!   faces (the photo, or part of it, is turned).
+//! - **tiny**: at its native resolution YuNet finds about half of the 24 px faces of a
+//!   photo and most 40 px ones (measured on `tessera bench privacy`'s 12-megapixel
+//!   scenes: 6–7 of 12 faces of 24 px found per photo). Enlarged twice, it finds all 12.
+//!   A found face under [`SMALL_FACE_PX`] is the evidence that its neighbourhood holds
+//!   faces that small: the parts of the photo near one are searched again enlarged
+//!   [`ENLARGE`] times, in pieces of [`ENLARGED_TILE`] px ([`Pass::Enlarged`]).
 //!
 //! Everything found is mapped back to the image's pixels and merged: of boxes that
 //! overlap (IoU above [`NMS_IOU`], or one mostly inside another) the best-scored is kept,
@@ -43,6 +49,23 @@ pub const CONTAINED: f32 = 0.6;
 pub const TURNED_MIN_SCORE: f32 = 0.75;
 /// Other views kept per face.
 pub const MAX_VIEWS: usize = 3;
+/// A face found smaller than this (its box's longer side, in the photo's pixels) is
+/// evidence of faces too small to be found at native resolution around it: at 24 px
+/// about half are found, at 32 px two thirds to three quarters, at 40 px over nine in
+/// ten (`tessera bench privacy`, YuNet).
+pub const SMALL_FACE_PX: f32 = 48.0;
+/// How much the enlarged pass enlarges: a 24 px face becomes 48 px, which YuNet finds
+/// (12 of 12 per scene where native resolution found 6–7; 30 of 30 in the crowds of
+/// 22–60 px faces where it found 24–28).
+pub const ENLARGE: f32 = 2.0;
+/// Side of the piece of the photo one enlarged pass covers (its input is then at most
+/// [`MAX_SIDE`]).
+pub const ENLARGED_TILE: u32 = (MAX_SIDE as f32 / ENLARGE) as u32;
+/// Overlap of neighbouring pieces: twice the largest face the pass is for, so no such
+/// face is cut by every piece it lies in.
+pub const ENLARGED_OVERLAP: u32 = 2 * SMALL_FACE_PX as u32;
+/// The largest box (photo pixels) the enlarged pass keeps.
+const MAX_ENLARGED_PX: f32 = 2.0 * SMALL_FACE_PX;
 
 /// Five landmarks (eye, eye, nose, mouth corner, mouth corner) in image pixels.
 pub type Landmarks = [[f32; 2]; 5];
@@ -114,6 +137,10 @@ pub enum Pass {
     Turn,
     /// A full-resolution tile of a photo larger than the detector's input.
     Tile,
+    /// A piece of the photo near a face smaller than [`SMALL_FACE_PX`], enlarged
+    /// [`ENLARGE`] times: for the faces around it too small to be found at native
+    /// resolution.
+    Enlarged,
     /// A face's enlarged crop, levelled, for landmarks that align it for recognition:
     /// only with [`Thoroughness::Every`] (the product asks for them per face, after
     /// matching, through [`second_looks`]).
@@ -122,11 +149,12 @@ pub enum Pass {
 
 impl Pass {
     /// Every kind, in the order a search makes them.
-    pub const ALL: [Pass; 5] = [
+    pub const ALL: [Pass; 6] = [
         Pass::Upright,
         Pass::TurnProbe,
         Pass::Turn,
         Pass::Tile,
+        Pass::Enlarged,
         Pass::SecondLook,
     ];
 
@@ -137,6 +165,7 @@ impl Pass {
             Pass::TurnProbe => "turn_probe",
             Pass::Turn => "turn",
             Pass::Tile => "tile",
+            Pass::Enlarged => "enlarged",
             Pass::SecondLook => "second_look",
         }
     }
@@ -160,7 +189,7 @@ pub struct Found {
     /// other turns or tiles), best first: more chances to recognise who it is.
     pub views: Vec<Vec<Landmarks>>,
     /// Per kind of pass (indexed as [`Pass::ALL`]): runs and time.
-    pub cost: [PassCost; 5],
+    pub cost: [PassCost; Pass::ALL.len()],
 }
 
 impl Found {
@@ -264,6 +293,8 @@ pub fn search<E>(
         scale,
     );
     let mut all = upright.clone();
+    // The turn each of `all` was found at (index into [`Turn::ALL`]).
+    let mut found_at = vec![0; all.len()];
     let every = how == Thoroughness::Every;
     let (probe_img, probe_scale) = scaled_to(&scaled, if every { MAX_SIDE } else { PROBE_SIDE });
     let probe_is_full = probe_scale >= 1.0;
@@ -305,6 +336,7 @@ pub fn search<E>(
         } else {
             all.extend(back(turn, raw, pw, ph, s));
         }
+        found_at.resize(all.len(), i);
     }
     if scale < 1.0 {
         for (i, turn) in Turn::ALL.into_iter().enumerate() {
@@ -323,7 +355,51 @@ pub fn search<E>(
                     ];
                     m.landmarks = m.landmarks.map(|[x, y]| [x + x0 as f32, y + y0 as f32]);
                     all.push(m);
+                    found_at.push(i);
                 }
+            }
+        }
+    }
+    // At each turn, the pieces near a small face found at that turn, searched enlarged
+    // (with `Every`, every piece at every turn).
+    let pieces = tiles_of(w, h, ENLARGED_TILE, ENLARGED_OVERLAP);
+    for (i, turn) in Turn::ALL.into_iter().enumerate() {
+        let small: Vec<[f32; 2]> = all
+            .iter()
+            .zip(&found_at)
+            .filter(|(d, at)| {
+                **at == i && (d.bbox[2] - d.bbox[0]).max(d.bbox[3] - d.bbox[1]) < SMALL_FACE_PX
+            })
+            .map(|(d, _)| [(d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0])
+            .collect();
+        for &(x0, y0, tw, th) in pieces.iter().filter(|p| every || near(p, &small)) {
+            let (ew, eh) = (
+                (tw as f32 * ENLARGE).round() as u32,
+                (th as f32 * ENLARGE).round() as u32,
+            );
+            let piece = imageops::resize(
+                &imageops::crop_imm(img, x0, y0, tw, th).to_image(),
+                ew,
+                eh,
+                FilterType::Triangle,
+            );
+            let dets = timed(Pass::Enlarged, &turn.apply(&piece), &mut found)?;
+            // Only the small faces it is for: a larger one was found at native
+            // resolution, and enlarged textures (a sideways head at twice its size)
+            // make large spurious boxes (measured on the turned composite: 226–250 px,
+            // scores 0.61–0.78).
+            let small_ones = back(turn, dets, ew as f32, eh as f32, ENLARGE)
+                .into_iter()
+                .filter(|m| (m.bbox[2] - m.bbox[0]).max(m.bbox[3] - m.bbox[1]) < MAX_ENLARGED_PX);
+            for mut m in small_ones {
+                m.bbox = [
+                    m.bbox[0] + x0 as f32,
+                    m.bbox[1] + y0 as f32,
+                    m.bbox[2] + x0 as f32,
+                    m.bbox[3] + y0 as f32,
+                ];
+                m.landmarks = m.landmarks.map(|[x, y]| [x + x0 as f32, y + y0 as f32]);
+                all.push(m);
             }
         }
     }
@@ -458,20 +534,39 @@ pub fn sample(img: &RgbImage, x: f32, y: f32) -> image::Rgb<u8> {
 
 /// Overlapping tiles `(x, y, w, h)` covering a `w × h` image.
 pub fn tiles(w: u32, h: u32) -> Vec<(u32, u32, u32, u32)> {
+    tiles_of(w, h, TILE, TILE_OVERLAP)
+}
+
+/// Whether the piece `(x, y, w, h)`, grown by its side each way, holds one of the
+/// `points`: a face too small to find may sit a piece's width from one that was found
+/// (grown by half a side, the bottom corners of the bench's 12-megapixel scenes, whose
+/// faces sit about 1,000 px apart, were never searched enlarged).
+fn near(&(x, y, w, h): &(u32, u32, u32, u32), points: &[[f32; 2]]) -> bool {
+    let (gx, gy) = (w as f32, h as f32);
+    points.iter().any(|&[px, py]| {
+        px >= x as f32 - gx
+            && px <= (x + w) as f32 + gx
+            && py >= y as f32 - gy
+            && py <= (y + h) as f32 + gy
+    })
+}
+
+/// Overlapping tiles `(x, y, w, h)` of at most `side` px covering a `w × h` image, as few
+/// as keep every overlap at least `overlap`, spread evenly.
+pub fn tiles_of(w: u32, h: u32, side: u32, overlap: u32) -> Vec<(u32, u32, u32, u32)> {
     let starts = |len: u32| -> Vec<u32> {
-        if len <= TILE {
+        if len <= side {
             return vec![0];
         }
-        // As few tiles as keep every overlap at least TILE_OVERLAP, spread evenly.
-        let n = (len - TILE_OVERLAP).div_ceil(TILE - TILE_OVERLAP);
+        let n = (len - overlap).div_ceil(side - overlap);
         (0..n)
-            .map(|i| ((len - TILE) as u64 * i as u64 / (n - 1) as u64) as u32)
+            .map(|i| ((len - side) as u64 * i as u64 / (n - 1) as u64) as u32)
             .collect()
     };
     let mut out = Vec::new();
     for y in starts(h) {
         for x in starts(w) {
-            out.push((x, y, TILE.min(w), TILE.min(h)));
+            out.push((x, y, side.min(w), side.min(h)));
         }
     }
     out

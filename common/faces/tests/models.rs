@@ -214,8 +214,14 @@ fn passes_run_where_the_evidence_calls_for_them() {
     assert_eq!(runs(&upright, Pass::TurnProbe), 3);
     assert_eq!(runs(&upright, Pass::Turn), 0, "no probe saw a turned face");
     assert_eq!(runs(&upright, Pass::Tile), 0);
+    // Its faces of 26 and 42 px call for the two enlarged pieces that cover it.
+    assert_eq!(runs(&upright, Pass::Enlarged), 2);
     assert_eq!(runs(&upright, Pass::SecondLook), 0);
-    assert_eq!(upright.passes(), 4);
+    assert_eq!(upright.passes(), 6);
+    // A portrait (one large face) makes no enlarged pass.
+    let portrait = m.search(&photo("grace_hopper.jpg")).unwrap();
+    assert_eq!(portrait.faces.len(), 1);
+    assert_eq!(runs(&portrait, Pass::Enlarged), 0);
 
     let turned = m.search(&image::imageops::rotate90(&comp)).unwrap();
     // As in `turned_and_tilted_faces_are_found`: the eight, and at most one spurious box
@@ -231,6 +237,11 @@ fn passes_run_where_the_evidence_calls_for_them() {
     assert_eq!(every.faces.len(), 8);
     assert_eq!(runs(&every, Pass::Turn), 3);
     assert_eq!(runs(&every, Pass::TurnProbe), 0);
+    assert_eq!(
+        runs(&every, Pass::Enlarged),
+        2 * 4,
+        "each piece at each turn"
+    );
     assert_eq!(runs(&every, Pass::SecondLook), 3 * 8);
     assert!(every.views.iter().all(|v| !v.is_empty()));
 }

@@ -48,7 +48,7 @@ struct Timed {
     decode_ms: f64,
     embed_ms: f64,
     render_ms: f64,
-    cost: [PassCost; 5],
+    cost: [PassCost; Pass::ALL.len()],
     /// Deciding, with the second looks at close calls.
     decide_ms: f64,
     looked_again: usize,

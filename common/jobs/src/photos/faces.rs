@@ -21,7 +21,7 @@ pub struct Searched {
     /// As [`faces_in`] gives them.
     pub faces: Vec<Face>,
     /// Per kind of pass, as [`tessera_faces::search::Found::cost`].
-    pub cost: [PassCost; 5],
+    pub cost: [PassCost; tessera_faces::search::Pass::ALL.len()],
     /// Time embedding the faces and their views, milliseconds.
     pub embed_ms: f64,
 }
