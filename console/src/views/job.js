@@ -37,13 +37,23 @@ export async function view(jobId) {
       class: 'danger',
       onclick: () => confirmDelete(`Delete the run “${job.label}” with its models, exports and events? The dataset's photos stay.`, async () => {
         // Nothing on this page may ask for the run while it goes, or once it is gone:
-        // what is already on its way (the report, the latest snapshot) lands first.
+        // what is already on its way (the report, the latest snapshot) lands first, and
+        // the event stream stops before the delete (between two connections it asks
+        // for the run, and a 404 for a run being deleted is an error in the console).
         gone = true;
         clearTimeout(soon);
         soon = null;
-        await Promise.allSettled([...inFlight]);
-        try { await api(`/v1/jobs/${jobId}`, { method: 'DELETE' }); } catch (err) { gone = false; throw err; }
+        const following = Boolean(stream);
         stream?.stop();
+        stream = null;
+        await Promise.allSettled([...inFlight]);
+        try {
+          await api(`/v1/jobs/${jobId}`, { method: 'DELETE' });
+        } catch (err) {
+          gone = false;
+          if (following) startStream();
+          throw err;
+        }
         toast('Run deleted');
         location.hash = job.project_id ? `#/projects/${job.project_id}` : '#/';
       }),
