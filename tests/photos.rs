@@ -171,20 +171,40 @@ fn opted_out_people_are_blurred_everywhere_but_in_their_own_file() {
         assert!(!blurred(&public, f) && !blurred(&own_a, f) && !blurred(&own_h, f));
     }
 
-    // The detector no longer finds a face where the public file is blurred.
+    // Where the public file is blurred, nothing is its person any more. The search may
+    // still take a blurred head for a face (enlarged twice, a 26 px one scored 0.73), but
+    // what it finds there is not its person to the embedder, at the threshold used.
     let m_ = models();
-    let hidden: Vec<FracRect> = astronauts.iter().chain(&hoppers).map(|f| bbox(f)).collect();
+    let reference = |file: &str| {
+        let img = load(&faces_dir().join(file));
+        let d = m_.detect(&img).unwrap();
+        m_.embed(&img, &d[0].landmarks).unwrap()
+    };
+    let (astronaut, hopper) = (reference("astronaut.png"), reference("grace_hopper.jpg"));
+    let hidden: Vec<(FracRect, &Vec<f32>)> = astronauts
+        .iter()
+        .map(|f| (bbox(f), &astronaut))
+        .chain(hoppers.iter().map(|f| (bbox(f), &hopper)))
+        .collect();
     let (w, h) = public.dimensions();
     let found = m_.detect(&public).unwrap();
+    let mut shown = Vec::new();
     for d in &found {
         let r = FracRect::from_pixels(d.bbox, w, h);
-        assert!(
-            hidden.iter().all(|b| b.iou(&r) == 0.0),
-            "face found in a blurred region: {d:?}"
-        );
+        match hidden.iter().find(|(b, _)| b.iou(&r) > 0.0) {
+            Some((_, person)) => {
+                let e = m_.embed(&public, &d.landmarks).unwrap();
+                let similarity = tessera_core::privacy::cosine(&e, person);
+                assert!(
+                    similarity < 0.363,
+                    "a blurred face is still its person ({similarity:.2}): {d:?}"
+                );
+            }
+            None => shown.push(d),
+        }
     }
     assert_eq!(
-        found.len(),
+        shown.len(),
         1,
         "only the cameraman is still a face: {found:?}"
     );
