@@ -16,7 +16,7 @@ use tessera_core::Millis;
 use tessera_core::ports::StateStore;
 use tessera_core::ports::state_store::{Item, ItemKey, Page, Query, StoreError, Write};
 use tessera_engine::reaper::ReapBudget;
-use tessera_engine::{Registry, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
+use tessera_engine::{Engine, Registry, TaskContext, TaskError, TaskHandler, TaskOutput, TaskPlan};
 use tessera_local::SqliteStateStore;
 
 const WRITE_TAKES: Duration = Duration::from_millis(60);
@@ -47,17 +47,21 @@ impl TaskHandler for Never {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pass_stops_at_its_budget_and_the_next_passes_finish_the_work() {
-    let h = Harness::new();
+/// An engine on the real store with slow writes, whose tasks nothing claims.
+async fn slow_engine(h: &Harness) -> Engine {
     let store = Arc::new(SlowWrites(
         SqliteStateStore::open(&h.state.state_db()).unwrap(),
     ));
     let mut registry = Registry::new();
     registry.register("never", Never);
-    let engine = h
-        .engine_on(registry, Duration::from_secs(30), None, store)
-        .await;
+    h.engine_on(registry, Duration::from_secs(30), None, store)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_stops_at_its_budget_and_the_next_passes_finish_the_work() {
+    let h = Harness::new();
+    let engine = slow_engine(&h).await;
     const TASKS: usize = 40;
     let tasks = (0..TASKS)
         .map(|i| TaskPlan::new(format!("t{i}"), "never", json!(null)))
@@ -101,14 +105,7 @@ async fn a_pass_stops_at_its_budget_and_the_next_passes_finish_the_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_with_time_left_is_not_cut_short() {
     let h = Harness::new();
-    let store = Arc::new(SlowWrites(
-        SqliteStateStore::open(&h.state.state_db()).unwrap(),
-    ));
-    let mut registry = Registry::new();
-    registry.register("never", Never);
-    let engine = h
-        .engine_on(registry, Duration::from_secs(30), None, store)
-        .await;
+    let engine = slow_engine(&h).await;
     engine
         .submit(plan(
             "two",

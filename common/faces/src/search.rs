@@ -346,15 +346,8 @@ pub fn search<E>(
             for (x0, y0, tw, th) in tiles(w, h) {
                 let tile = imageops::crop_imm(img, x0, y0, tw, th).to_image();
                 let dets = timed(Pass::Tile, &turn.apply(&tile), &mut found)?;
-                for mut m in back(turn, dets, tw as f32, th as f32, 1.0) {
-                    m.bbox = [
-                        m.bbox[0] + x0 as f32,
-                        m.bbox[1] + y0 as f32,
-                        m.bbox[2] + x0 as f32,
-                        m.bbox[3] + y0 as f32,
-                    ];
-                    m.landmarks = m.landmarks.map(|[x, y]| [x + x0 as f32, y + y0 as f32]);
-                    all.push(m);
+                for m in back(turn, dets, tw as f32, th as f32, 1.0) {
+                    all.push(shifted(m, x0, y0));
                     found_at.push(i);
                 }
             }
@@ -367,9 +360,7 @@ pub fn search<E>(
         let small: Vec<[f32; 2]> = all
             .iter()
             .zip(&found_at)
-            .filter(|(d, at)| {
-                **at == i && (d.bbox[2] - d.bbox[0]).max(d.bbox[3] - d.bbox[1]) < SMALL_FACE_PX
-            })
+            .filter(|(d, at)| **at == i && side(d) < SMALL_FACE_PX)
             .map(|(d, _)| [(d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0])
             .collect();
         for &(x0, y0, tw, th) in pieces.iter().filter(|p| every || near(p, &small)) {
@@ -388,19 +379,14 @@ pub fn search<E>(
             // resolution, and enlarged textures (a sideways head at twice its size)
             // make large spurious boxes (measured on the turned composite: 226–250 px,
             // scores 0.61–0.78).
-            let small_ones = back(turn, dets, ew as f32, eh as f32, ENLARGE)
-                .into_iter()
-                .filter(|m| (m.bbox[2] - m.bbox[0]).max(m.bbox[3] - m.bbox[1]) < MAX_ENLARGED_PX);
-            for mut m in small_ones {
-                m.bbox = [
-                    m.bbox[0] + x0 as f32,
-                    m.bbox[1] + y0 as f32,
-                    m.bbox[2] + x0 as f32,
-                    m.bbox[3] + y0 as f32,
-                ];
-                m.landmarks = m.landmarks.map(|[x, y]| [x + x0 as f32, y + y0 as f32]);
-                all.push(m);
-            }
+            // Not in `found_at`: what the enlarged pass finds is not itself evidence
+            // for more enlarged pieces.
+            all.extend(
+                back(turn, dets, ew as f32, eh as f32, ENLARGE)
+                    .into_iter()
+                    .filter(|m| side(m) < MAX_ENLARGED_PX)
+                    .map(|m| shifted(m, x0, y0)),
+            );
         }
     }
     for d in &mut all {
@@ -434,7 +420,7 @@ pub fn second_looks<E>(
     d: &Detection,
     mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
 ) -> Result<Vec<Landmarks>, E> {
-    let px = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+    let px = side(d);
     let mut out = Vec::new();
     if px < 4.0 {
         return Ok(out);
@@ -466,7 +452,7 @@ fn second_look<E>(
     roll: f32,
     pass: &mut impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
 ) -> Result<Option<Landmarks>, E> {
-    let fh = (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]);
+    let fh = side(d);
     let zoom = REDO_FACE_PX / fh;
     let side = (REDO_FACE_PX * 3.0) as u32;
     let centre = ((d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0);
@@ -506,9 +492,27 @@ fn roll_deg(d: &Detection) -> f32 {
 /// What `d` offers to recognise it by: its size and head roll.
 pub fn evidence(d: &Detection) -> tessera_core::privacy::Evidence {
     tessera_core::privacy::Evidence {
-        px: (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0]),
+        px: side(d),
         roll: roll_deg(d),
     }
+}
+
+/// The longer side of `d`'s box: a face's size.
+fn side(d: &Detection) -> f32 {
+    (d.bbox[3] - d.bbox[1]).max(d.bbox[2] - d.bbox[0])
+}
+
+/// `m`, found in a tile or piece whose corner is at `(x0, y0)`, in the photo's pixels.
+fn shifted(mut m: Detection, x0: u32, y0: u32) -> Detection {
+    let (dx, dy) = (x0 as f32, y0 as f32);
+    m.bbox = [
+        m.bbox[0] + dx,
+        m.bbox[1] + dy,
+        m.bbox[2] + dx,
+        m.bbox[3] + dy,
+    ];
+    m.landmarks = m.landmarks.map(|[x, y]| [x + dx, y + dy]);
+    m
 }
 
 /// Bilinear sample of `img` at `(x, y)`, grey outside.
