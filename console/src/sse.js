@@ -82,6 +82,8 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
   let stopped = false;
   let reconnects = 0;
   let controller = null;
+  // Ends the wait between two connections early, when the stream is stopped.
+  let wake = null;
   const state = (connected) => onState({ connected, reconnects, last });
 
   async function once() {
@@ -110,7 +112,7 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
     }
   }
 
-  (async () => {
+  const loop = (async () => {
     let delay = 500;
     let idle = 0;
     while (!stopped) {
@@ -145,15 +147,21 @@ export function follow(jobId, { onEvent, onState = () => {}, onEnd = () => {}, a
         break;
       }
       reconnects += 1;
-      await new Promise((r) => setTimeout(r, delay * (idle > 3 ? 4 : 1)));
+      await new Promise((r) => { wake = r; setTimeout(r, delay * (idle > 3 ? 4 : 1)); });
+      wake = null;
     }
   })();
 
   return {
+    // Stops following; the promise settles once the loop has made its last request
+    // (a page about to delete the run waits for it, so nothing asks for a run that is
+    // gone).
     stop() {
       stopped = true;
       controller?.abort();
+      wake?.();
       if (saveTimer) { clearTimeout(saveTimer); save(); }
+      return loop;
     },
     drop() { controller?.abort(); },
   };

@@ -114,6 +114,16 @@ pub fn due_partitions(kind: &str) -> Vec<String> {
         .collect()
 }
 
+/// [`due_partitions`] in the order a walker at `now` visits them: from a shard that moves
+/// on every minute, so that walks cut short by a time budget (the reaper's, the
+/// collector's) take turns at the last shards.
+pub fn due_partitions_turned(kind: &str, now: crate::Millis) -> Vec<String> {
+    let mut partitions = due_partitions(kind);
+    let first = (now.0.max(0) / 60_000) as usize % partitions.len();
+    partitions.rotate_left(first);
+    partitions
+}
+
 /// The by-due partitions for tasks in `state`.
 pub fn due_partition(state: TaskState) -> Vec<String> {
     due_partitions(state.as_str())
@@ -371,6 +381,18 @@ pub fn photo_item(p: &Photo) -> Item {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_minute_a_walk_starts_one_shard_later_and_still_visits_every_shard() {
+        let minute = crate::Millis(7 * 60_000 + 5);
+        let a = due_partitions_turned("queued", minute);
+        let b = due_partitions_turned("queued", crate::Millis(minute.0 + 60_000));
+        assert_eq!(a[1], b[0]);
+        let (mut sorted, mut all) = (b.clone(), due_partitions("queued"));
+        sorted.sort();
+        all.sort();
+        assert_eq!(sorted, all);
+    }
 
     #[test]
     fn due_entries_spread_over_every_shard_and_walkers_read_them_all() {

@@ -52,7 +52,8 @@ pub struct ReapReport {
     pub unreadable: usize,
     /// Tasks whose release, offer or advance failed this pass, skipped (retried next).
     pub failed: usize,
-    /// The pass stopped at its time budget with entries still due (the next pass goes on).
+    /// The pass stopped at its time budget before it had read every due partition, so
+    /// entries may be left for the next pass.
     pub cut_short: bool,
 }
 
@@ -86,7 +87,9 @@ impl ReapBudget {
 /// The share of a pass's time budget by which each kind of work must stop, in the order
 /// a pass does them: expired leases (dead workers' tasks), lost messages, unfinished
 /// fan-outs, then expired uploads and blobs. A kind that finishes early leaves its time
-/// to the kinds after it; none takes time from those after it.
+/// to the kinds after it; none starts work in the time of those after it, except its
+/// first entry of the pass (each kind acts on at least one, [`KindTime`]), and work in
+/// flight at its deadline finishes.
 pub const SHARES: [(&str, f64); 4] = [
     ("running", 0.5),
     ("queued", 0.75),
@@ -99,16 +102,6 @@ fn share(kind: &str) -> f64 {
         .iter()
         .find(|(k, _)| *k == kind)
         .map_or(1.0, |(_, s)| *s)
-}
-
-/// `partitions` in the order a pass at `now` visits them: from a shard that moves on
-/// every minute, so that passes cut short by their budget take turns at the last shards.
-fn turned(mut partitions: Vec<String>, now: Millis) -> Vec<String> {
-    if !partitions.is_empty() {
-        let first = (now.0.max(0) / 60_000) as usize % partitions.len();
-        partitions.rotate_left(first);
-    }
-    partitions
 }
 
 impl Engine {
@@ -129,18 +122,20 @@ impl Engine {
             q
         };
 
-        let until = budget.until(share(TaskState::Running.as_str()));
-        'running: for partition in turned(records::due_partition(TaskState::Running), now) {
-            if out_of_time(until, &mut report) {
+        let mut time = KindTime::of(&budget, TaskState::Running.as_str());
+        'running: for partition in records::due_partitions_turned(TaskState::Running.as_str(), now)
+        {
+            if time.up(&mut report) {
                 break;
             }
             for (item_rev, task) in self
                 .due_tasks(due_before(partition, now), limit, &mut report)
-                .await?
+                .await
             {
-                if out_of_time(until, &mut report) {
+                if time.up(&mut report) {
                     break 'running;
                 }
+                time.acted = true;
                 if task.state != TaskState::Running {
                     continue;
                 }
@@ -169,18 +164,19 @@ impl Engine {
         }
 
         let grace_cutoff = Millis(now.0 - self.config.reoffer_grace.as_millis() as i64);
-        let until = budget.until(share(TaskState::Queued.as_str()));
-        'queued: for partition in turned(records::due_partition(TaskState::Queued), now) {
-            if out_of_time(until, &mut report) {
+        let mut time = KindTime::of(&budget, TaskState::Queued.as_str());
+        'queued: for partition in records::due_partitions_turned(TaskState::Queued.as_str(), now) {
+            if time.up(&mut report) {
                 break;
             }
             for (item_rev, task) in self
                 .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
-                .await?
+                .await
             {
-                if out_of_time(until, &mut report) {
+                if time.up(&mut report) {
                     break 'queued;
                 }
+                time.acted = true;
                 // Read again after the (eventually consistent) index: a task another
                 // pass re-offered a moment ago is no longer due.
                 let due = task.due_at().is_some_and(|d| d <= grace_cutoff);
@@ -194,18 +190,19 @@ impl Engine {
             }
         }
 
-        let until = budget.until(share("advance"));
-        'advance: for partition in turned(records::due_partitions("advance"), now) {
-            if out_of_time(until, &mut report) {
+        let mut time = KindTime::of(&budget, "advance");
+        'advance: for partition in records::due_partitions_turned("advance", now) {
+            if time.up(&mut report) {
                 break;
             }
             for (_, task) in self
                 .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
-                .await?
+                .await
             {
-                if out_of_time(until, &mut report) {
+                if time.up(&mut report) {
                     break 'advance;
                 }
+                time.acted = true;
                 match self.advance(task.id).await {
                     Ok(n) => report.advanced += n,
                     Err(e) => skipped(&task, "advance its dependents", &e, &mut report),
@@ -215,8 +212,10 @@ impl Engine {
 
         // Collection is housekeeping: a failure is logged and retried next pass, never a
         // reason to leave dead workers' tasks unreaped.
-        let until = budget.until(share(tessera_core::catalog::EXPIRY));
-        if !out_of_time(until, &mut report) {
+        // It collects at least one item however late it starts, as the kinds above act
+        // on at least one entry each.
+        {
+            let until = budget.until(share(tessera_core::catalog::EXPIRY));
             match tessera_core::catalog::collect::collect_expired_until(
                 self.ports.store.as_ref(),
                 self.ports.objects.as_ref(),
@@ -248,11 +247,28 @@ impl Engine {
     }
 }
 
-/// Whether a kind's time is up (noted in the report when it is).
-fn out_of_time(until: Instant, report: &mut ReapReport) -> bool {
-    let out = Instant::now() >= until;
-    report.cut_short |= out;
-    out
+/// One kind's time in a pass. It is up only once the kind has acted on an entry this
+/// pass: a slow store, or an earlier kind's last item running past this kind's share,
+/// then still leaves each kind one entry of progress a pass, never none for ever.
+struct KindTime {
+    until: Instant,
+    acted: bool,
+}
+
+impl KindTime {
+    fn of(budget: &ReapBudget, kind: &str) -> Self {
+        KindTime {
+            until: budget.until(share(kind)),
+            acted: false,
+        }
+    }
+
+    /// Whether to stop (noted in the report when it is).
+    fn up(&self, report: &mut ReapReport) -> bool {
+        let out = self.acted && Instant::now() >= self.until;
+        report.cut_short |= out;
+        out
+    }
 }
 
 /// Pages a due partition reads at most in one pass: past up to this many pages' worth of
@@ -261,16 +277,25 @@ const MAX_DUE_PAGES: usize = 10;
 
 impl Engine {
     /// Up to `limit` readable tasks (with their items' revisions) that a due query finds,
-    /// paging past unreadable entries (at most [`MAX_DUE_PAGES`] pages).
+    /// paging past unreadable entries (at most [`MAX_DUE_PAGES`] pages). A query that
+    /// fails ends this partition for the pass (logged, counted in `failed`), not the
+    /// pass: the kinds and partitions after it, and collection, still get their turn.
     async fn due_tasks(
         &self,
         mut q: Query,
         limit: usize,
         report: &mut ReapReport,
-    ) -> Result<Vec<(u64, tessera_core::task::Task)>, EngineError> {
+    ) -> Vec<(u64, tessera_core::task::Task)> {
         let mut out = Vec::new();
         for _ in 0..MAX_DUE_PAGES {
-            let page = self.ports.store.query(&q).await?;
+            let page = match self.ports.store.query(&q).await {
+                Ok(page) => page,
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(partition = %q.pk, error = %e, "the reaper could not read a due partition; retried next pass");
+                    break;
+                }
+            };
             for item in &page.items {
                 if let Some(task) = readable(item, report) {
                     out.push((item.rev, task));
@@ -281,7 +306,7 @@ impl Engine {
                 _ => break,
             }
         }
-        Ok(out)
+        out
     }
 }
 
@@ -414,20 +439,6 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_minute_a_pass_starts_one_shard_later_and_still_visits_every_shard() {
-        let parts = records::due_partition(TaskState::Queued);
-        let minute = Millis(7 * 60_000 + 5);
-        let a = turned(parts.clone(), minute);
-        let b = turned(parts.clone(), Millis(minute.0 + 60_000));
-        assert_eq!(a[1], b[0]);
-        let mut sorted = b.clone();
-        sorted.sort();
-        let mut all = parts;
-        all.sort();
-        assert_eq!(sorted, all);
-    }
 
     #[test]
     fn shares_grow_in_pass_order_to_the_whole_budget() {

@@ -126,3 +126,29 @@ async fn a_pass_with_time_left_is_not_cut_short() {
         .unwrap();
     assert_eq!((r.reoffered, r.cut_short), (2, false), "{r:?}");
 }
+
+/// A pass that starts with no time left (a slow store, an earlier kind's last item past
+/// this one's share, a runtime that gives no deadline) still acts on one entry of each
+/// kind, so passes that all start late make progress instead of none for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_with_no_time_left_still_acts_on_one_entry() {
+    let h = Harness::new();
+    let engine = slow_engine(&h).await;
+    let tasks = (0..5)
+        .map(|i| TaskPlan::new(format!("t{i}"), "never", json!(null)))
+        .collect();
+    engine.submit(plan("late", tasks)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let now = Millis::now();
+    let mut reoffered = 0;
+    for pass in 1..=5 {
+        let r = engine
+            .reap(now, ReapBudget::within(200, Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(r.reoffered, 1, "pass {pass}: {r:?}");
+        assert!(r.cut_short || pass == 5, "pass {pass}: {r:?}");
+        reoffered += r.reoffered;
+    }
+    assert_eq!(reoffered, 5);
+}

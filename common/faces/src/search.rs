@@ -556,8 +556,11 @@ fn near(&(x, y, w, h): &(u32, u32, u32, u32), points: &[[f32; 2]]) -> bool {
 }
 
 /// Overlapping tiles `(x, y, w, h)` of at most `side` px covering a `w × h` image, as few
-/// as keep every overlap at least `overlap`, spread evenly.
+/// as keep every overlap at least `overlap`, spread evenly (an overlap of `side` or more
+/// is taken as `side - 1`, and a side of 0 as 1).
 pub fn tiles_of(w: u32, h: u32, side: u32, overlap: u32) -> Vec<(u32, u32, u32, u32)> {
+    let side = side.max(1);
+    let overlap = overlap.min(side - 1);
     let starts = |len: u32| -> Vec<u32> {
         if len <= side {
             return vec![0];
@@ -650,6 +653,28 @@ mod tests {
             }
         }
         assert_eq!(tiles(1000, 800), vec![(0, 0, 1000, 800)]);
+    }
+
+    #[test]
+    fn enlarged_pieces_cover_the_photo_and_odd_sizes_do_not_panic() {
+        let p = tiles_of(4000, 3000, ENLARGED_TILE, ENLARGED_OVERLAP);
+        assert!(
+            p.iter()
+                .all(|t| t.2 == ENLARGED_TILE && t.3 == ENLARGED_TILE)
+        );
+        for y in (0..3000).step_by(61) {
+            for x in (0..4000).step_by(67) {
+                assert!(
+                    p.iter()
+                        .any(|(tx, ty, tw, th)| x >= *tx && x < tx + tw && y >= *ty && y < ty + th)
+                );
+            }
+        }
+        // Enlarged, a piece is the detector's whole input.
+        assert_eq!((ENLARGED_TILE as f32 * ENLARGE) as u32, MAX_SIDE);
+        assert!(!tiles_of(50, 40, 10, 10).is_empty());
+        assert!(!tiles_of(50, 40, 10, 99).is_empty());
+        assert!(!tiles_of(5, 4, 0, 0).is_empty());
     }
 
     #[test]

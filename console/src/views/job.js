@@ -43,10 +43,9 @@ export async function view(jobId) {
         gone = true;
         clearTimeout(soon);
         soon = null;
-        const following = Boolean(stream);
-        stream?.stop();
+        const following = stream;
         stream = null;
-        await Promise.allSettled([...inFlight]);
+        await Promise.allSettled([...inFlight, following?.stop()]);
         try {
           await api(`/v1/jobs/${jobId}`, { method: 'DELETE' });
         } catch (err) {

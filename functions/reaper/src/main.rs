@@ -14,6 +14,10 @@ const PASS_LIMIT: usize = 200;
 /// deletion) and for a slow store.
 const TIME_SHARE: f64 = 0.5;
 
+/// The least budget a pass gets, whatever the deadline says (a runtime emulator may give
+/// none).
+const MIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     tessera_lambda::logging::init();
@@ -24,8 +28,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| async move {
             let left = tessera_lambda::time_left(&event.context);
-            let budget =
-                tessera_engine::reaper::ReapBudget::within(PASS_LIMIT, left.mul_f64(TIME_SHARE));
+            let time = left.mul_f64(TIME_SHARE).max(MIN_TIME);
+            let budget = tessera_engine::reaper::ReapBudget::within(PASS_LIMIT, time);
             let report = f.engine.reap(tessera_core::Millis::now(), budget).await?;
             tracing::info!(?report, "reaper pass");
             Ok::<_, lambda_runtime::Error>(serde_json::json!({ "report": format!("{report:?}") }))

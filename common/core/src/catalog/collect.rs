@@ -51,8 +51,10 @@ pub async fn collect_expired(
     collect_expired_until(store, objects, now, limit, unbounded).await
 }
 
-/// [`collect_expired`], starting no new item after `until`: the reaper's pass must end
-/// inside its function's timeout, and what is left is due again at the next pass.
+/// [`collect_expired`], starting no new item after `until` once one was collected: the
+/// reaper's pass must end inside its function's timeout, and what is left is due again
+/// at the next pass; one item a pass at least, so a pass that starts late still makes
+/// progress.
 pub async fn collect_expired_until(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
@@ -62,11 +64,12 @@ pub async fn collect_expired_until(
 ) -> Result<Collected, CatalogError> {
     let mut done = Collected::default();
     let mut left = limit.max(1);
-    for partition in crate::records::due_partitions(super::EXPIRY) {
+    let mut acted = false;
+    for partition in crate::records::due_partitions_turned(super::EXPIRY, now) {
         if left == 0 {
             break;
         }
-        if Instant::now() >= until {
+        if acted && Instant::now() >= until {
             done.cut_short = true;
             break;
         }
@@ -75,10 +78,11 @@ pub async fn collect_expired_until(
         let page = store.query(&q).await?;
         left = left.saturating_sub(page.items.len());
         for item in page.items {
-            if Instant::now() >= until {
+            if acted && Instant::now() >= until {
                 done.cut_short = true;
                 return Ok(done);
             }
+            acted = true;
             // One item that cannot be collected now (a store error, a damaged record)
             // must not hold up the deletions due behind it: it is tried again in an hour.
             if let Err(e) = collect_one(store, objects, &item, &mut done).await {
