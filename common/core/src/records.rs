@@ -10,7 +10,7 @@
 //! | cache entry | `CACHE#<tenant>#<key>` | `CACHE` | — | — |
 //! | snapshot numbers | `SNAPSEQ#<job>` | `SNAPSEQ` | — | — |
 //! | stage cache entry | `STAGECACHE#<tenant>#<key>` | `STAGECACHE` | — | — |
-//! | event | `EVENTS#<job>` | `<seq, 12 digits>` | — | — |
+//! | event (or a pack of up to 16) | `EVENTS#<job>` | `<first seq, 12 digits>` | — | — |
 //! | project | `PROJECT#<id>` | `PROJECT` | `TENANT#<t>#PROJECTS` / `<name>` | — |
 //! | project name | `PROJECTNAME#<tenant>#<name>` | `NAME` | — | — |
 //! | subject | `PROJECT#<project>` | `SUBJECT#<id>` | — | — |

@@ -142,18 +142,19 @@ impl Engine {
         events: Vec<(EventKind, Millis)>,
     ) -> Result<Result<(), Refused>, EngineError> {
         debug_assert!(next.state.is_terminal());
-        let event_slots = events.len();
-        let first_extra = 2 + event_slots;
-        let fixed = first_extra + extra.len();
-        if fixed >= MAX_TRANSACTION_ITEMS {
+        // The events take at most one write each (fewer when the log packs them): the
+        // room is counted for the most, and each round places the extra writes after
+        // the events it staged.
+        let most_fixed = 2 + events.len() + extra.len();
+        if most_fixed >= MAX_TRANSACTION_ITEMS {
             return Err(EngineError::Refused(format!(
                 "task {} ends with {} extra writes; at most {} fit in one transaction",
                 next.id,
                 extra.len(),
-                MAX_TRANSACTION_ITEMS - 1 - first_extra
+                MAX_TRANSACTION_ITEMS - 3 - events.len()
             )));
         }
-        let room = MAX_TRANSACTION_ITEMS - fixed;
+        let room = MAX_TRANSACTION_ITEMS - most_fixed;
         next.notify_pending = self.may_notify(&next).await?;
         let counter = lifecycle::job_counter(next.state).expect("terminal states have a counter");
         for _ in 0..RACE_ROUNDS {
@@ -181,7 +182,9 @@ impl Engine {
                 .events
                 .stage_all(next.job_id, Some(next.id), events.clone())
                 .await?;
-            writes.extend(staged.into_iter().map(|s| s.write));
+            let first_extra = 2 + staged.writes.len();
+            let fixed = first_extra + extra.len();
+            writes.extend(staged.writes);
             writes.extend(extra.iter().cloned());
             writes.extend(fan.writes);
             match self.ports.store.transact(writes).await {

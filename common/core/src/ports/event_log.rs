@@ -5,6 +5,20 @@
 //! the other retries with the next; no number is skipped because a writer only ever
 //! claims the successor of a number it has read. A fenced append also checks, in the
 //! same transaction, that the emitting task still runs under the writer's epoch.
+//!
+//! Events staged together (a task's deferred events, stored with its end) are packed:
+//! every event but the last goes into items of up to [`PACK_MAX`] events, each keyed by
+//! the first number it holds, and the last event keeps an item of its own. A photo's
+//! task ends with five events, and each item is a transactional write (2 units under
+//! 1 KB): five items were 10 write units a photo, two are 4 (the load rehearsal's
+//! `write_units_by_action`). The rules stay those of one item per event:
+//! - every item's key is the first number it holds, so two writers that read the same
+//!   last number collide on their first write, and a writer that read an older number
+//!   collides with the first item written after it;
+//! - the last item holds exactly the last number, so a writer built before packing (it
+//!   reads the last number from the last key, during a rolling deploy) claims the right
+//!   successor; it reads the first event of each pack (a pack's body is its first event
+//!   with the rest under `then`) and misses the others, and nothing is numbered twice.
 
 use crate::clock::Millis;
 use crate::error::{Classify, ErrorClass};
@@ -54,6 +68,22 @@ pub struct StagedEvent {
     pub write: Write,
 }
 
+/// Events staged to be stored by their caller's own transaction, in order.
+#[derive(Debug, Clone, Default)]
+pub struct StagedEvents {
+    /// The events as they will read once stored.
+    pub events: Vec<ProgressEvent>,
+    /// The puts-if-absent that store them (fewer than the events when they are packed;
+    /// never more). When the caller's transaction fails on one of them, another writer
+    /// took a number first: stage again.
+    pub writes: Vec<Write>,
+}
+
+/// The most events one stored item holds. A pack of this many small events stays a
+/// few kilobytes, and a reader resuming inside a pack reads at most this many items
+/// before the one it resumes at.
+pub const PACK_MAX: u64 = 16;
+
 /// The event log port.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
@@ -68,22 +98,33 @@ pub trait EventLog: Send + Sync + 'static {
         task: Option<TaskId>,
         kind: EventKind,
     ) -> Result<StagedEvent, EventLogError> {
-        let mut staged = self
+        let staged = self
             .stage_all(job, task, vec![(kind, Millis::now())])
             .await?;
-        Ok(staged.remove(0))
+        match (staged.events.as_slice(), staged.writes.as_slice()) {
+            ([event], [write]) => Ok(StagedEvent {
+                event: event.clone(),
+                write: write.clone(),
+            }),
+            _ => Err(StoreError::Invalid(format!(
+                "one event of job {job} was staged as {} events in {} writes",
+                staged.events.len(),
+                staged.writes.len()
+            ))
+            .into()),
+        }
     }
 
     /// `events` (each with when it happened) as the next writes of `job`'s log, in order,
     /// for a caller that stores them in one transaction of its own: how a task that
-    /// defers its events stores them with its end. A conflict on any of them means
-    /// another writer took a number first: stage again.
+    /// defers its events stores them with its end. A conflict on any of the writes
+    /// means another writer took a number first: stage again.
     async fn stage_all(
         &self,
         job: JobId,
         task: Option<TaskId>,
         events: Vec<(EventKind, Millis)>,
-    ) -> Result<Vec<StagedEvent>, EventLogError>;
+    ) -> Result<StagedEvents, EventLogError>;
 
     /// Store an event and return it with its sequence number. With a fence, nothing is
     /// stored unless the fence holds.
@@ -131,32 +172,30 @@ impl EventLog for StoreEventLog {
         job: JobId,
         task: Option<TaskId>,
         events: Vec<(EventKind, Millis)>,
-    ) -> Result<Vec<StagedEvent>, EventLogError> {
+    ) -> Result<StagedEvents, EventLogError> {
         let last = if events.is_empty() {
             0
         } else {
             self.last_seq(job).await?
         };
-        let mut out = Vec::with_capacity(events.len());
-        for (seq, (kind, at)) in (last + 1..).zip(events) {
-            let event = ProgressEvent {
+        let events: Vec<ProgressEvent> = (last + 1..)
+            .zip(events)
+            .map(|(seq, (kind, at))| ProgressEvent {
                 job_id: job,
                 seq,
                 task_id: task,
                 at,
                 kind,
-            };
-            let body =
-                serde_json::to_value(&event).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            out.push(StagedEvent {
-                write: Write::Put {
-                    item: Item::new(records::event_key(job, seq), body),
-                    condition: Condition::Absent,
-                },
-                event,
-            });
+            })
+            .collect();
+        let mut writes = Vec::new();
+        if let Some((tail, packed)) = events.split_last() {
+            for pack in packed.chunks(PACK_MAX as usize) {
+                writes.push(put_new(job, pack)?);
+            }
+            writes.push(put_new(job, std::slice::from_ref(tail))?);
         }
-        Ok(out)
+        Ok(StagedEvents { events, writes })
     }
 
     async fn append(
@@ -196,13 +235,25 @@ impl EventLog for StoreEventLog {
         after: u64,
         limit: usize,
     ) -> Result<Vec<ProgressEvent>, EventLogError> {
-        let mut q = Query::partition(Index::Table, records::events_partition(job), limit.max(1));
-        q.after = Some(format!("{after:012}"));
+        // An item holds its key's number and up to PACK_MAX - 1 after it, so the first
+        // one that can hold `after + 1` is keyed no lower than `after + 2 - PACK_MAX`;
+        // at most PACK_MAX - 1 items are read before the wanted events start, each at
+        // least one event after it.
+        let mut q = Query::partition(
+            Index::Table,
+            records::events_partition(job),
+            limit.max(1).saturating_add(PACK_MAX as usize),
+        );
+        q.after = Some(format!("{:012}", after.saturating_sub(PACK_MAX - 1)));
         let page = self.store.query(&q).await?;
-        let mut out = Vec::with_capacity(page.items.len());
+        let mut out = Vec::with_capacity(limit.max(1));
         for item in &page.items {
-            out.push(records::decode::<ProgressEvent>(item)?);
+            out.extend(unpack(item)?.into_iter().filter(|e| e.seq > after));
+            if out.len() >= limit.max(1) {
+                break;
+            }
         }
+        out.truncate(limit.max(1));
         Ok(out)
     }
 
@@ -211,13 +262,65 @@ impl EventLog for StoreEventLog {
         q.descending = true;
         let page = self.store.query(&q).await?;
         Ok(match page.items.first() {
-            Some(item) => item.key.sk.parse().map_err(|_| {
-                StoreError::Corrupt(format!(
-                    "event key {} is not a sequence number",
-                    item.key.sk
-                ))
-            })?,
+            Some(item) => unpack(item)?.last().map_or(0, |e| e.seq),
             None => 0,
         })
     }
+}
+
+/// An event after the first of a pack: the pack's job and task, the next number.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Later {
+    at: Millis,
+    #[serde(flatten)]
+    kind: EventKind,
+}
+
+/// Field of a pack's body holding the events after its first.
+const THEN: &str = "then";
+
+/// The put-if-absent of `events` (consecutive, at least one) as one item keyed by the
+/// first one's number: its body is that event, with the others under [`THEN`].
+fn put_new(job: JobId, events: &[ProgressEvent]) -> Result<Write, StoreError> {
+    let invalid = |e: serde_json::Error| StoreError::Invalid(e.to_string());
+    let (first, rest) = events
+        .split_first()
+        .ok_or_else(|| StoreError::Invalid(format!("an empty pack of job {job}'s events")))?;
+    let mut body = serde_json::to_value(first).map_err(invalid)?;
+    if !rest.is_empty() {
+        let later: Vec<Later> = rest
+            .iter()
+            .map(|e| Later {
+                at: e.at,
+                kind: e.kind.clone(),
+            })
+            .collect();
+        body[THEN] = serde_json::to_value(later).map_err(invalid)?;
+    }
+    Ok(Write::Put {
+        item: Item::new(records::event_key(job, first.seq), body),
+        condition: Condition::Absent,
+    })
+}
+
+/// The events one stored item holds, in order: one, or a pack's first and its `then`.
+fn unpack(item: &Item) -> Result<Vec<ProgressEvent>, StoreError> {
+    let first: ProgressEvent = records::decode(item)?;
+    let later: Vec<Later> = match item.body.get(THEN) {
+        None => Vec::new(),
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| StoreError::Corrupt(format!("events packed in {}: {e}", item.key.pk)))?,
+    };
+    let mut out = Vec::with_capacity(1 + later.len());
+    for (seq, l) in (first.seq + 1..).zip(later) {
+        out.push(ProgressEvent {
+            job_id: first.job_id,
+            seq,
+            task_id: first.task_id,
+            at: l.at,
+            kind: l.kind,
+        });
+    }
+    out.insert(0, first);
+    Ok(out)
 }

@@ -16,7 +16,7 @@ pub mod state_store;
 pub use compute::{
     Compute, ComputeError, ComputePermit, ProcessReport, ProcessSpec, ResourceDemand,
 };
-pub use event_log::{EventLog, EventLogError, Fence, StagedEvent};
+pub use event_log::{EventLog, EventLogError, Fence, StagedEvent, StagedEvents};
 pub use notice_bus::{NoticeBus, NoticeBusError};
 pub use object_store::{ObjectMeta, ObjectStore, ObjectStoreError};
 pub use queue::{Delivery, Queue, QueueError, QueueSettings, Turn};
