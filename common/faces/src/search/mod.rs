@@ -31,15 +31,21 @@
 //!
 //! [`Found::cost`] says what each kind of pass ([`Pass`]) cost, for `tessera bench photos`.
 
+mod second_look;
+mod tiles;
+
+pub use second_look::{SECOND_LOOKS, sample, second_looks};
+pub use tiles::{
+    ENLARGE, ENLARGED_OVERLAP, ENLARGED_TILE, SMALL_FACE_PX, TILE, TILE_OVERLAP, tiles, tiles_of,
+};
+
 use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
 use image::RgbImage;
 use image::imageops::{self, FilterType};
+use second_look::roll_deg;
 use std::borrow::Cow;
+use tiles::{MAX_ENLARGED_PX, near};
 
-/// Side of a full-resolution tile (a multiple of 32).
-pub const TILE: u32 = 1280;
-/// Overlap of neighbouring tiles: the largest face a tile boundary may not cut.
-pub const TILE_OVERLAP: u32 = 256;
 /// A box this much inside a better one (intersection over its own area) is the same face
 /// seen cut by a tile edge or at another turn.
 pub const CONTAINED: f32 = 0.6;
@@ -49,23 +55,6 @@ pub const CONTAINED: f32 = 0.6;
 pub const TURNED_MIN_SCORE: f32 = 0.75;
 /// Other views kept per face.
 pub const MAX_VIEWS: usize = 3;
-/// A face found smaller than this (its box's longer side, in the photo's pixels) is
-/// evidence of faces too small to be found at native resolution around it: at 24 px
-/// about half are found, at 32 px two thirds to three quarters, at 40 px over nine in
-/// ten (`tessera bench privacy`, YuNet).
-pub const SMALL_FACE_PX: f32 = 48.0;
-/// How much the enlarged pass enlarges: a 24 px face becomes 48 px, which YuNet finds
-/// (12 of 12 per scene where native resolution found 6–7; 30 of 30 in the crowds of
-/// 22–60 px faces where it found 24–28).
-pub const ENLARGE: f32 = 2.0;
-/// Side of the piece of the photo one enlarged pass covers (its input is then at most
-/// [`MAX_SIDE`]).
-pub const ENLARGED_TILE: u32 = (MAX_SIDE as f32 / ENLARGE) as u32;
-/// Overlap of neighbouring pieces: twice the largest face the pass is for, so no such
-/// face is cut by every piece it lies in.
-pub const ENLARGED_OVERLAP: u32 = 2 * SMALL_FACE_PX as u32;
-/// The largest box (photo pixels) the enlarged pass keeps.
-const MAX_ENLARGED_PX: f32 = 2.0 * SMALL_FACE_PX;
 
 /// Five landmarks (eye, eye, nose, mouth corner, mouth corner) in image pixels.
 pub type Landmarks = [[f32; 2]; 5];
@@ -292,9 +281,11 @@ pub fn search<E>(
         sh,
         scale,
     );
-    let mut all = upright.clone();
-    // The turn each of `all` was found at (index into [`Turn::ALL`]).
-    let mut found_at = vec![0; all.len()];
+    // Every detection with the turn it was found at (index into [`Turn::ALL`]); `None`
+    // for the enlarged pass's, which are not themselves evidence for more enlarged
+    // pieces.
+    let mut all: Vec<(Detection, Option<usize>)> =
+        upright.iter().map(|d| (d.clone(), Some(0))).collect();
     let every = how == Thoroughness::Every;
     let (probe_img, probe_scale) = scaled_to(&scaled, if every { MAX_SIDE } else { PROBE_SIDE });
     let probe_is_full = probe_scale >= 1.0;
@@ -311,7 +302,7 @@ pub fn search<E>(
         };
         let raw = timed(kind, &turn.apply(&probe_img), &mut found)?;
         let s = scale * probe_scale;
-        let seen: Vec<Detection> = raw
+        let probed: Vec<Detection> = raw
             .iter()
             .map(|d| {
                 let mut m = turn.map_back(d, pw, ph);
@@ -319,24 +310,24 @@ pub fn search<E>(
                 m
             })
             .collect();
-        turned_evidence[i] = seen.iter().any(|d| {
+        turned_evidence[i] = probed.iter().any(|d| {
             upright
                 .iter()
                 .filter(|u| same_face(&u.bbox, &d.bbox))
                 .all(|u| d.score > u.score + PROBE_BETTER)
         });
-        if turned_evidence[i] && !probe_is_full {
-            all.extend(back(
+        let at_turn = if turned_evidence[i] && !probe_is_full {
+            back(
                 turn,
                 timed(Pass::Turn, &turn.apply(&scaled), &mut found)?,
                 sw,
                 sh,
                 scale,
-            ));
+            )
         } else {
-            all.extend(back(turn, raw, pw, ph, s));
-        }
-        found_at.resize(all.len(), i);
+            back(turn, raw, pw, ph, s)
+        };
+        all.extend(at_turn.into_iter().map(|d| (d, Some(i))));
     }
     if scale < 1.0 {
         for (i, turn) in Turn::ALL.into_iter().enumerate() {
@@ -347,8 +338,7 @@ pub fn search<E>(
                 let tile = imageops::crop_imm(img, x0, y0, tw, th).to_image();
                 let dets = timed(Pass::Tile, &turn.apply(&tile), &mut found)?;
                 for m in back(turn, dets, tw as f32, th as f32, 1.0) {
-                    all.push(shifted(m, x0, y0));
-                    found_at.push(i);
+                    all.push((shifted(m, x0, y0), Some(i)));
                 }
             }
         }
@@ -359,8 +349,7 @@ pub fn search<E>(
     for (i, turn) in Turn::ALL.into_iter().enumerate() {
         let small: Vec<[f32; 2]> = all
             .iter()
-            .zip(&found_at)
-            .filter(|(d, at)| **at == i && side(d) < SMALL_FACE_PX)
+            .filter(|(d, at)| *at == Some(i) && side(d) < SMALL_FACE_PX)
             .map(|(d, _)| [(d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0])
             .collect();
         for &(x0, y0, tw, th) in pieces.iter().filter(|p| every || near(p, &small)) {
@@ -379,16 +368,15 @@ pub fn search<E>(
             // resolution, and enlarged textures (a sideways head at twice its size)
             // make large spurious boxes (measured on the turned composite: 226–250 px,
             // scores 0.61–0.78).
-            // Not in `found_at`: what the enlarged pass finds is not itself evidence
-            // for more enlarged pieces.
             all.extend(
                 back(turn, dets, ew as f32, eh as f32, ENLARGE)
                     .into_iter()
                     .filter(|m| side(m) < MAX_ENLARGED_PX)
-                    .map(|m| shifted(m, x0, y0)),
+                    .map(|m| (shifted(m, x0, y0), None)),
             );
         }
     }
+    let mut all: Vec<Detection> = all.into_iter().map(|(d, _)| d).collect();
     for d in &mut all {
         d.bbox = [
             d.bbox[0].clamp(0.0, wf),
@@ -409,84 +397,6 @@ pub fn search<E>(
     found.faces = faces;
     found.views = views;
     Ok(found)
-}
-
-/// The landmarks of a face's [`SECOND_LOOKS`] (those where the detector found it again),
-/// in `img`'s pixels: views that align a tilted or small face far better for
-/// recognition. Three detector passes of a crop about 1/20 of a full pass each; none for a
-/// face under 4 px.
-pub fn second_looks<E>(
-    img: &RgbImage,
-    d: &Detection,
-    mut pass: impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
-) -> Result<Vec<Landmarks>, E> {
-    let px = side(d);
-    let mut out = Vec::new();
-    if px < 4.0 {
-        return Ok(out);
-    }
-    let roll = roll_deg(d);
-    for turn in SECOND_LOOKS {
-        if let Some(l) = second_look(img, d, roll + turn, &mut pass)? {
-            out.push(l);
-        }
-    }
-    Ok(out)
-}
-
-/// The turns (degrees, added to the roll the landmarks show) of the second looks at each
-/// face. The detectors' landmarks on a head tilted 20–40° often still look level
-/// (measured: 4° for a 35° tilt), so the face is also looked at turned 30° each way.
-pub const SECOND_LOOKS: [f32; 3] = [0.0, -30.0, 30.0];
-/// Face height the second look scales to (SFace's input is 112 px).
-const REDO_FACE_PX: f32 = 112.0;
-
-/// A second look at a face: a crop around it, turned by `roll` degrees and scaled so the
-/// face is ~112 px tall (SFace's input), searched again. When the turn levels the eyes,
-/// the landmarks found there (mapped back to `img`) align far better than those of a
-/// face seen tilted or tiny, so the embedding from them recognises who it is. A crop is
-/// ~1/20 of a full pass. `None` when the detector does not find the face again.
-fn second_look<E>(
-    img: &RgbImage,
-    d: &Detection,
-    roll: f32,
-    pass: &mut impl FnMut(&RgbImage) -> Result<Vec<Detection>, E>,
-) -> Result<Option<Landmarks>, E> {
-    let fh = side(d);
-    let zoom = REDO_FACE_PX / fh;
-    let side = (REDO_FACE_PX * 3.0) as u32;
-    let centre = ((d.bbox[0] + d.bbox[2]) / 2.0, (d.bbox[1] + d.bbox[3]) / 2.0);
-    let (sin, cos) = roll.to_radians().sin_cos();
-    // Crop pixel (u, v) → image point: undo the zoom, turn by the roll, add the centre.
-    let to_img = |u: f32, v: f32| {
-        let (x, y) = (
-            (u - side as f32 / 2.0) / zoom,
-            (v - side as f32 / 2.0) / zoom,
-        );
-        [centre.0 + x * cos - y * sin, centre.1 + x * sin + y * cos]
-    };
-    let crop = RgbImage::from_fn(side, side, |u, v| {
-        let [x, y] = to_img(u as f32 + 0.5, v as f32 + 0.5);
-        sample(img, x - 0.5, y - 0.5)
-    });
-    let again = pass(&crop)?;
-    let mid = side as f32 / 2.0;
-    let best = again.into_iter().min_by(|a, b| {
-        let dist = |d: &Detection| {
-            ((d.bbox[0] + d.bbox[2]) / 2.0 - mid).abs()
-                + ((d.bbox[1] + d.bbox[3]) / 2.0 - mid).abs()
-        };
-        dist(a).total_cmp(&dist(b))
-    });
-    Ok(best
-        .filter(|b| b.bbox[0] < mid && b.bbox[2] > mid && b.bbox[1] < mid && b.bbox[3] > mid)
-        .map(|b| b.landmarks.map(|[u, v]| to_img(u, v))))
-}
-
-/// Head roll in degrees, from the eyes.
-fn roll_deg(d: &Detection) -> f32 {
-    let [le, re] = [d.landmarks[0], d.landmarks[1]];
-    (re[1] - le[1]).atan2(re[0] - le[0]).to_degrees()
 }
 
 /// What `d` offers to recognise it by: its size and head roll.
@@ -513,70 +423,6 @@ fn shifted(mut m: Detection, x0: u32, y0: u32) -> Detection {
     ];
     m.landmarks = m.landmarks.map(|[x, y]| [x + dx, y + dy]);
     m
-}
-
-/// Bilinear sample of `img` at `(x, y)`, grey outside.
-pub fn sample(img: &RgbImage, x: f32, y: f32) -> image::Rgb<u8> {
-    let (w, h) = (img.width() as f32, img.height() as f32);
-    if x < 0.0 || y < 0.0 || x > w - 1.0 || y > h - 1.0 {
-        return image::Rgb([127, 127, 127]);
-    }
-    let (x0, y0) = (x.floor() as u32, y.floor() as u32);
-    let (x1, y1) = (
-        (x0 + 1).min(img.width() - 1),
-        (y0 + 1).min(img.height() - 1),
-    );
-    let (fx, fy) = (x - x0 as f32, y - y0 as f32);
-    let p = |x, y| img.get_pixel(x, y).0.map(f32::from);
-    let (a, b, c, e) = (p(x0, y0), p(x1, y0), p(x0, y1), p(x1, y1));
-    image::Rgb(std::array::from_fn(|i| {
-        let top = a[i] * (1.0 - fx) + b[i] * fx;
-        let bottom = c[i] * (1.0 - fx) + e[i] * fx;
-        (top * (1.0 - fy) + bottom * fy).round() as u8
-    }))
-}
-
-/// Overlapping tiles `(x, y, w, h)` covering a `w × h` image.
-pub fn tiles(w: u32, h: u32) -> Vec<(u32, u32, u32, u32)> {
-    tiles_of(w, h, TILE, TILE_OVERLAP)
-}
-
-/// Whether the piece `(x, y, w, h)`, grown by its side each way, holds one of the
-/// `points`: a face too small to find may sit a piece's width from one that was found
-/// (grown by half a side, the bottom corners of the bench's 12-megapixel scenes, whose
-/// faces sit about 1,000 px apart, were never searched enlarged).
-fn near(&(x, y, w, h): &(u32, u32, u32, u32), points: &[[f32; 2]]) -> bool {
-    let (gx, gy) = (w as f32, h as f32);
-    points.iter().any(|&[px, py]| {
-        px >= x as f32 - gx
-            && px <= (x + w) as f32 + gx
-            && py >= y as f32 - gy
-            && py <= (y + h) as f32 + gy
-    })
-}
-
-/// Overlapping tiles `(x, y, w, h)` of at most `side` px covering a `w × h` image, as few
-/// as keep every overlap at least `overlap`, spread evenly (an overlap of `side` or more
-/// is taken as `side - 1`, and a side of 0 as 1).
-pub fn tiles_of(w: u32, h: u32, side: u32, overlap: u32) -> Vec<(u32, u32, u32, u32)> {
-    let side = side.max(1);
-    let overlap = overlap.min(side - 1);
-    let starts = |len: u32| -> Vec<u32> {
-        if len <= side {
-            return vec![0];
-        }
-        let n = (len - overlap).div_ceil(side - overlap);
-        (0..n)
-            .map(|i| ((len - side) as u64 * i as u64 / (n - 1) as u64) as u32)
-            .collect()
-    };
-    let mut out = Vec::new();
-    for y in starts(h) {
-        for x in starts(w) {
-            out.push((x, y, side.min(w), side.min(h)));
-        }
-    }
-    out
 }
 
 fn same_face(a: &[f32; 4], b: &[f32; 4]) -> bool {
@@ -638,43 +484,6 @@ mod tests {
             };
             assert_eq!([x, y], corner, "{t:?}");
         }
-    }
-
-    #[test]
-    fn tiles_cover_the_image_with_overlap() {
-        let t = tiles(6000, 4000);
-        assert_eq!(t.len(), 6 * 4);
-        for y in (0..4000).step_by(97) {
-            for x in (0..6000).step_by(89) {
-                assert!(
-                    t.iter()
-                        .any(|(tx, ty, tw, th)| x >= *tx && x < tx + tw && y >= *ty && y < ty + th)
-                );
-            }
-        }
-        assert_eq!(tiles(1000, 800), vec![(0, 0, 1000, 800)]);
-    }
-
-    #[test]
-    fn enlarged_pieces_cover_the_photo_and_odd_sizes_do_not_panic() {
-        let p = tiles_of(4000, 3000, ENLARGED_TILE, ENLARGED_OVERLAP);
-        assert!(
-            p.iter()
-                .all(|t| t.2 == ENLARGED_TILE && t.3 == ENLARGED_TILE)
-        );
-        for y in (0..3000).step_by(61) {
-            for x in (0..4000).step_by(67) {
-                assert!(
-                    p.iter()
-                        .any(|(tx, ty, tw, th)| x >= *tx && x < tx + tw && y >= *ty && y < ty + th)
-                );
-            }
-        }
-        // Enlarged, a piece is the detector's whole input.
-        assert_eq!((ENLARGED_TILE as f32 * ENLARGE) as u32, MAX_SIDE);
-        assert!(!tiles_of(50, 40, 10, 10).is_empty());
-        assert!(!tiles_of(50, 40, 10, 99).is_empty());
-        assert!(!tiles_of(5, 4, 0, 0).is_empty());
     }
 
     #[test]
