@@ -116,98 +116,14 @@ impl Engine {
     pub async fn reap(&self, now: Millis, budget: ReapBudget) -> Result<ReapReport, EngineError> {
         let mut report = ReapReport::default();
         let limit = budget.per_partition;
-        let due_before = |partition: String, at: Millis| {
-            let mut q = Query::partition(Index::ByDue, partition, limit);
-            q.sk_max = Some(format!("{}#~", at.sort_key()));
-            q
-        };
-
-        let mut time = KindTime::of(&budget, TaskState::Running.as_str());
-        'running: for partition in records::due_partitions_turned(TaskState::Running.as_str(), now)
-        {
-            if time.up(&mut report) {
-                break;
-            }
-            for (item_rev, task) in self
-                .due_tasks(due_before(partition, now), limit, &mut report)
-                .await
-            {
-                if time.up(&mut report) {
-                    break 'running;
-                }
-                time.acted = true;
-                if task.state != TaskState::Running {
-                    continue;
-                }
-                let expired = task.lease.as_ref().is_none_or(|l| l.expires_at <= now);
-                if !expired {
-                    // Heartbeats renew the lease without moving the index entry (the
-                    // claim put it at the first expiry): move it to the lease's expiry
-                    // now, one index write per task per reaper pass instead of one per
-                    // heartbeat. A heartbeat landing meanwhile wins; the next pass moves
-                    // it then.
-                    let _ = self
-                        .ports
-                        .store
-                        .put(records::task_item(&task), Condition::Rev(item_rev))
-                        .await;
-                    report.reindexed += 1;
-                    continue;
-                }
-                match self.release(&task, now).await {
-                    Ok(Released::Requeued) => report.requeued += 1,
-                    Ok(Released::Dead) => report.dead += 1,
-                    Ok(Released::Raced) => {}
-                    Err(e) => skipped(&task, "release its lease", &e, &mut report),
-                }
-            }
-        }
-
         let grace_cutoff = Millis(now.0 - self.config.reoffer_grace.as_millis() as i64);
-        let mut time = KindTime::of(&budget, TaskState::Queued.as_str());
-        'queued: for partition in records::due_partitions_turned(TaskState::Queued.as_str(), now) {
-            if time.up(&mut report) {
-                break;
-            }
-            for (item_rev, task) in self
-                .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
-                .await
-            {
-                if time.up(&mut report) {
-                    break 'queued;
-                }
-                time.acted = true;
-                // Read again after the (eventually consistent) index: a task another
-                // pass re-offered a moment ago is no longer due.
-                let due = task.due_at().is_some_and(|d| d <= grace_cutoff);
-                if task.state == TaskState::Queued && due {
-                    match self.reoffer(&task, item_rev, now).await {
-                        Ok(true) => report.reoffered += 1,
-                        Ok(false) => {}
-                        Err(e) => skipped(&task, "offer it again", &e, &mut report),
-                    }
-                }
-            }
-        }
-
-        let mut time = KindTime::of(&budget, "advance");
-        'advance: for partition in records::due_partitions_turned("advance", now) {
-            if time.up(&mut report) {
-                break;
-            }
-            for (_, task) in self
-                .due_tasks(due_before(partition, grace_cutoff), limit, &mut report)
-                .await
-            {
-                if time.up(&mut report) {
-                    break 'advance;
-                }
-                time.acted = true;
-                match self.advance(task.id).await {
-                    Ok(n) => report.advanced += n,
-                    Err(e) => skipped(&task, "advance its dependents", &e, &mut report),
-                }
-            }
+        for (kind, due_by) in [
+            (DueKind::Running, now),
+            (DueKind::Queued, grace_cutoff),
+            (DueKind::Advance, grace_cutoff),
+        ] {
+            self.reap_kind(kind, due_by, now, &budget, &mut report)
+                .await;
         }
 
         // Collection is housekeeping: a failure is logged and retried next pass, never a
@@ -244,6 +160,123 @@ impl Engine {
             );
         }
         Ok(report)
+    }
+}
+
+/// The kinds of due-index entry a pass walks, in its order.
+#[derive(Debug, Clone, Copy)]
+enum DueKind {
+    /// Running tasks: leases of workers presumed dead.
+    Running,
+    /// Queued tasks past the grace period: messages maybe lost.
+    Queued,
+    /// Ended tasks whose dependents are not all told: fan-outs cut by a crash.
+    Advance,
+}
+
+impl DueKind {
+    /// The state its entries are indexed under (and its share's name in [`SHARES`]).
+    fn name(self) -> &'static str {
+        match self {
+            DueKind::Running => "running",
+            DueKind::Queued => "queued",
+            DueKind::Advance => "advance",
+        }
+    }
+}
+
+impl Engine {
+    /// Walk `kind`'s due partitions (from the turning start shard), acting on each task
+    /// due by `due_by`, until the kind's share of the budget is up.
+    async fn reap_kind(
+        &self,
+        kind: DueKind,
+        due_by: Millis,
+        now: Millis,
+        budget: &ReapBudget,
+        report: &mut ReapReport,
+    ) {
+        let limit = budget.per_partition;
+        let mut time = KindTime::of(budget, kind.name());
+        'partitions: for partition in records::due_partitions_turned(kind.name(), now) {
+            if time.up(report) {
+                break;
+            }
+            let mut q = Query::partition(Index::ByDue, partition, limit);
+            q.sk_max = Some(format!("{}#~", due_by.sort_key()));
+            for (item_rev, task) in self.due_tasks(q, limit, report).await {
+                if time.up(report) {
+                    break 'partitions;
+                }
+                time.acted = true;
+                match kind {
+                    DueKind::Running => self.reap_lease(&task, item_rev, now, report).await,
+                    DueKind::Queued => {
+                        self.reoffer_lost(&task, item_rev, due_by, now, report)
+                            .await
+                    }
+                    DueKind::Advance => match self.advance(task.id).await {
+                        Ok(n) => report.advanced += n,
+                        Err(e) => skipped(&task, "advance its dependents", &e, report),
+                    },
+                }
+            }
+        }
+    }
+
+    /// A running task found due: released when its lease expired, else its entry moved
+    /// to the lease's expiry.
+    async fn reap_lease(
+        &self,
+        task: &tessera_core::task::Task,
+        item_rev: u64,
+        now: Millis,
+        report: &mut ReapReport,
+    ) {
+        if task.state != TaskState::Running {
+            return;
+        }
+        let expired = task.lease.as_ref().is_none_or(|l| l.expires_at <= now);
+        if !expired {
+            // Heartbeats renew the lease without moving the index entry (the claim put
+            // it at the first expiry): move it to the lease's expiry now, one index
+            // write per task per reaper pass instead of one per heartbeat. A heartbeat
+            // landing meanwhile wins; the next pass moves it then.
+            let _ = self
+                .ports
+                .store
+                .put(records::task_item(task), Condition::Rev(item_rev))
+                .await;
+            report.reindexed += 1;
+            return;
+        }
+        match self.release(task, now).await {
+            Ok(Released::Requeued) => report.requeued += 1,
+            Ok(Released::Dead) => report.dead += 1,
+            Ok(Released::Raced) => {}
+            Err(e) => skipped(task, "release its lease", &e, report),
+        }
+    }
+
+    /// A queued task found due past the grace period (`grace_cutoff`): offered again.
+    async fn reoffer_lost(
+        &self,
+        task: &tessera_core::task::Task,
+        item_rev: u64,
+        grace_cutoff: Millis,
+        now: Millis,
+        report: &mut ReapReport,
+    ) {
+        // Read again after the (eventually consistent) index: a task another pass
+        // re-offered a moment ago is no longer due.
+        let due = task.due_at().is_some_and(|d| d <= grace_cutoff);
+        if task.state == TaskState::Queued && due {
+            match self.reoffer(task, item_rev, now).await {
+                Ok(true) => report.reoffered += 1,
+                Ok(false) => {}
+                Err(e) => skipped(task, "offer it again", &e, report),
+            }
+        }
     }
 }
 
