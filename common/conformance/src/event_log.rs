@@ -191,6 +191,39 @@ async fn staged_together(log: Arc<dyn EventLog>, store: Arc<dyn StateStore>) {
         }
     }
 
+    let all_at_once = log.read_after(job, 40, usize::MAX).await.unwrap();
+    assert_eq!(
+        seqs(&all_at_once),
+        (41..=47).collect::<Vec<_>>(),
+        "no limit"
+    );
+
+    // A pack longer than any build writes is refused, not read past: a reader resuming
+    // inside it would start too late and miss events.
+    let other = JobId::new();
+    let later: Vec<_> = (0..tessera_core::ports::event_log::PACK_MAX)
+        .map(|i| json!({"at": i, "type": "log_line", "line": "x"}))
+        .collect();
+    let mut body = json!({"job_id": other, "seq": 1, "task_id": null, "at": 0,
+        "type": "log_line", "line": "x"});
+    body["then"] = json!(later);
+    store
+        .put(
+            Item::new(records::event_key(other, 1), body),
+            Condition::Absent,
+        )
+        .await
+        .unwrap();
+    assert!(
+        log.read_after(other, 0, 10).await.is_err(),
+        "an oversized pack is refused"
+    );
+    // The last number comes from the key and the pack's length alone.
+    assert_eq!(
+        log.last_seq(other).await.unwrap(),
+        1 + tessera_core::ports::event_log::PACK_MAX
+    );
+
     // A reader built before packing decodes each item as one event: it sees every
     // item's first event, and the last key is the last number, so a writer of that
     // build claims the right successor.

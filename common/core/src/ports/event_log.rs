@@ -80,9 +80,14 @@ pub struct StagedEvents {
 }
 
 /// The most events one stored item holds. A pack of this many small events stays a
-/// few kilobytes, and a reader resuming inside a pack reads at most this many items
-/// before the one it resumes at.
+/// few kilobytes.
 pub const PACK_MAX: u64 = 16;
+
+/// How many numbers before the one it resumes at a reader starts its query, so that it
+/// finds the item holding that number: one less than the largest pack any build has
+/// ever written (never less, or a reader resuming inside such a pack misses it).
+/// [`unpack`] refuses a larger pack as corrupt instead of skipping its events.
+const READ_BACK: u64 = PACK_MAX - 1;
 
 /// The event log port.
 #[async_trait]
@@ -235,18 +240,18 @@ impl EventLog for StoreEventLog {
         after: u64,
         limit: usize,
     ) -> Result<Vec<ProgressEvent>, EventLogError> {
-        // An item holds its key's number and up to PACK_MAX - 1 after it, so the first
-        // one that can hold `after + 1` is keyed no lower than `after + 2 - PACK_MAX`;
-        // at most PACK_MAX - 1 items are read before the wanted events start, each at
-        // least one event after it.
+        // An item holds its key's number and up to READ_BACK after it, so the first one
+        // that can hold `after + 1` is keyed above `after - READ_BACK`; at most
+        // READ_BACK items are read before the wanted events start, each at least one
+        // event after it.
         let mut q = Query::partition(
             Index::Table,
             records::events_partition(job),
-            limit.max(1).saturating_add(PACK_MAX as usize),
+            limit.max(1).saturating_add(READ_BACK as usize),
         );
-        q.after = Some(format!("{:012}", after.saturating_sub(PACK_MAX - 1)));
+        q.after = Some(format!("{:012}", after.saturating_sub(READ_BACK)));
         let page = self.store.query(&q).await?;
-        let mut out = Vec::with_capacity(limit.max(1));
+        let mut out = Vec::new();
         for item in &page.items {
             out.extend(unpack(item)?.into_iter().filter(|e| e.seq > after));
             if out.len() >= limit.max(1) {
@@ -261,8 +266,23 @@ impl EventLog for StoreEventLog {
         let mut q = Query::partition(Index::Table, records::events_partition(job), 1);
         q.descending = true;
         let page = self.store.query(&q).await?;
+        // The key and the length of `then`, without decoding the events: a last item
+        // whose events do not decode stops no writer.
         Ok(match page.items.first() {
-            Some(item) => unpack(item)?.last().map_or(0, |e| e.seq),
+            Some(item) => {
+                let first: u64 = item.key.sk.parse().map_err(|_| {
+                    StoreError::Corrupt(format!(
+                        "event key {} is not a sequence number",
+                        item.key.sk
+                    ))
+                })?;
+                let later = item
+                    .body
+                    .get(THEN)
+                    .and_then(|v| v.as_array())
+                    .map_or(0, Vec::len);
+                first + later as u64
+            }
             None => 0,
         })
     }
@@ -305,12 +325,21 @@ fn put_new(job: JobId, events: &[ProgressEvent]) -> Result<Write, StoreError> {
 
 /// The events one stored item holds, in order: one, or a pack's first and its `then`.
 fn unpack(item: &Item) -> Result<Vec<ProgressEvent>, StoreError> {
+    use serde::Deserialize;
     let first: ProgressEvent = records::decode(item)?;
     let later: Vec<Later> = match item.body.get(THEN) {
         None => Vec::new(),
-        Some(v) => serde_json::from_value(v.clone())
+        Some(v) => Vec::<Later>::deserialize(v)
             .map_err(|e| StoreError::Corrupt(format!("events packed in {}: {e}", item.key.pk)))?,
     };
+    if later.len() as u64 > READ_BACK {
+        return Err(StoreError::Corrupt(format!(
+            "{} holds a pack of {} events where at most {PACK_MAX} are written; a reader \
+             resuming inside it would miss some",
+            item.key.pk,
+            later.len() + 1
+        )));
+    }
     let mut out = Vec::with_capacity(1 + later.len());
     for (seq, l) in (first.seq + 1..).zip(later) {
         out.push(ProgressEvent {
