@@ -110,6 +110,7 @@ class LoadReport:
         r["proxy_latency_s"] = {f"{svc} {op}": round(v, 1) for (svc, op), v in sorted(
             self.recorder.stats.latency.items(), key=lambda kv: -kv[1])[:12]}
         self.report_functions()
+        self.report["phases"] = {k: round((v[1] or time.time()) - v[0], 1) for k, v in self.phases.items()}
         # A function killed at its timeout did part of its work and failed the rest: a
         # pass sized by count rather than by time (the reaper's, before its budget) shows
         # here first, under a backlog.
@@ -259,14 +260,3 @@ class LoadReport:
             top[target].sort(key=lambda r: -max(r["peak_read_per_s"] / PARTITION_READ_LIMIT, r["peak_write_per_s"] / PARTITION_WRITE_LIMIT))
             top[target] = top[target][:10]
         return top
-
-    def report_functions(self):
-        for logical, f in self.functions.items():
-            durations = [d for _, d, o in f.invocations if o == "ok"]
-            self.report["functions"][logical] = {
-                "memory_mb": f.memory_mb, "timeout_s": f.timeout_s, "invocations": len(f.invocations),
-                "failed": [o for _, _, o in f.invocations if o != "ok"][:5], "timeouts": f.timeouts,
-                "peak_rss_mb": round(f.peak_kib / 1024, 1),
-                "mean_ms": round(1000 * sum(durations) / len(durations)) if durations else None,
-            }
-        self.report["phases"] = {k: round((v[1] or time.time()) - v[0], 1) for k, v in self.phases.items()}

@@ -105,7 +105,6 @@ class Rehearsal(NoticeScenarios):
     # -- set up ----------------------------------------------------------------------------
 
     def deploy(self):
-        a = self.args
         translated = os.path.join(self.work, "template.json")
         packages_json = os.path.join(self.work, "packages.json")
         subprocess.run([os.path.join(CACHE, "venv-sam/bin/python"), os.path.join(REPO, "scripts/translate_template.py"),
@@ -587,6 +586,10 @@ class Rehearsal(NoticeScenarios):
         for p in self.pollers:
             for e in p.errors[:3]:
                 self.fail(f"event source mapping of {p.queue_name}: {e}")
+        self.report_functions()
+
+    def report_functions(self):
+        """Each function's invocations, failures, timeouts, peak memory and mean duration."""
         for logical, f in self.functions.items():
             durations = [d for _, d, o in f.invocations if o == "ok"]
             self.report["functions"][logical] = {
