@@ -30,8 +30,8 @@ pub enum MatchPolicy {
 
 /// The threshold to start from: SFace's published operating point, which
 /// `tessera bench privacy --curve` found inside the range where no decision showed an
-/// opted-out face and no case blurred more than 5 % of its bystanders (0.25–0.50; see the
-/// the table in docs/measuring.md).
+/// opted-out face and no case blurred more than 5 % of its bystanders (0.30–0.475 with
+/// the enlarged search of small faces; see the table in docs/measuring.md).
 pub const RECOMMENDED_THRESHOLD: f32 = 0.363;
 
 /// What a face offers to recognise it by, as the detector found it.
