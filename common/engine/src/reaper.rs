@@ -480,4 +480,16 @@ mod tests {
         assert_eq!(share(tessera_core::catalog::EXPIRY), 1.0);
         assert_eq!(share(TaskState::Running.as_str()), SHARES[0].1);
     }
+
+    /// `share` falls back to the whole budget for a name it does not know, so a kind
+    /// named apart from its share would quietly lose its slice.
+    #[test]
+    fn every_kind_a_pass_walks_has_its_share_in_order() {
+        let kinds = [DueKind::Running, DueKind::Queued, DueKind::Advance];
+        for (i, kind) in kinds.into_iter().enumerate() {
+            assert_eq!(SHARES[i].0, kind.name(), "{kind:?}");
+        }
+        assert_eq!(DueKind::Running.name(), TaskState::Running.as_str());
+        assert_eq!(DueKind::Queued.name(), TaskState::Queued.as_str());
+    }
 }
