@@ -79,9 +79,51 @@ impl Millis {
     }
 }
 
+/// A share of a function's time for work done one item at a time (the reaper's kinds,
+/// the collector's expired items). It is up only once an item was acted on: a slow
+/// store, or earlier work running past its own share, then still leaves one item of
+/// progress per pass, never none for ever.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareOfPass {
+    until: std::time::Instant,
+    acted: bool,
+}
+
+impl ShareOfPass {
+    /// A share that ends at `until`.
+    pub fn until(until: std::time::Instant) -> Self {
+        ShareOfPass {
+            until,
+            acted: false,
+        }
+    }
+
+    /// Note that an item is being acted on.
+    pub fn act(&mut self) {
+        self.acted = true;
+    }
+
+    /// Whether to start no new item.
+    pub fn is_up(&self) -> bool {
+        self.acted && std::time::Instant::now() >= self.until
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Millis;
+    use super::{Millis, ShareOfPass};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_share_past_its_end_still_allows_one_item() {
+        let mut late = ShareOfPass::until(Instant::now() - Duration::from_secs(1));
+        assert!(!late.is_up(), "nothing acted on yet: one item is allowed");
+        late.act();
+        assert!(late.is_up());
+        let mut early = ShareOfPass::until(Instant::now() + Duration::from_secs(3600));
+        early.act();
+        assert!(!early.is_up());
+    }
 
     #[test]
     fn rfc3339_round_trips_and_garbage_is_none() {

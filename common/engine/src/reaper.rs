@@ -28,6 +28,7 @@ use crate::{Engine, EngineError};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use tessera_core::Millis;
+use tessera_core::clock::ShareOfPass;
 use tessera_core::ports::state_store::{Condition, Index, Query, StoreError};
 use tessera_core::records;
 use tessera_core::task::TaskState;
@@ -88,7 +89,7 @@ impl ReapBudget {
 /// a pass does them: expired leases (dead workers' tasks), lost messages, unfinished
 /// fan-outs, then expired uploads and blobs. A kind that finishes early leaves its time
 /// to the kinds after it; none starts work in the time of those after it, except its
-/// first entry of the pass (each kind acts on at least one, [`KindTime`]), and work in
+/// first entry of the pass (each kind acts on at least one, [`ShareOfPass`]), and work in
 /// flight at its deadline finishes.
 pub const SHARES: [(&str, f64); 4] = [
     ("running", 0.5),
@@ -197,18 +198,20 @@ impl Engine {
         report: &mut ReapReport,
     ) {
         let limit = budget.per_partition;
-        let mut time = KindTime::of(budget, kind.name());
+        let mut time = ShareOfPass::until(budget.until(share(kind.name())));
         'partitions: for partition in records::due_partitions_turned(kind.name(), now) {
-            if time.up(report) {
+            if time.is_up() {
+                report.cut_short = true;
                 break;
             }
             let mut q = Query::partition(Index::ByDue, partition, limit);
             q.sk_max = Some(format!("{}#~", due_by.sort_key()));
             for (item_rev, task) in self.due_tasks(q, limit, report).await {
-                if time.up(report) {
+                if time.is_up() {
+                    report.cut_short = true;
                     break 'partitions;
                 }
-                time.acted = true;
+                time.act();
                 match kind {
                     DueKind::Running => self.reap_lease(&task, item_rev, now, report).await,
                     DueKind::Queued => {
@@ -277,30 +280,6 @@ impl Engine {
                 Err(e) => skipped(task, "offer it again", &e, report),
             }
         }
-    }
-}
-
-/// One kind's time in a pass. It is up only once the kind has acted on an entry this
-/// pass: a slow store, or an earlier kind's last item running past this kind's share,
-/// then still leaves each kind one entry of progress a pass, never none for ever.
-struct KindTime {
-    until: Instant,
-    acted: bool,
-}
-
-impl KindTime {
-    fn of(budget: &ReapBudget, kind: &str) -> Self {
-        KindTime {
-            until: budget.until(share(kind)),
-            acted: false,
-        }
-    }
-
-    /// Whether to stop (noted in the report when it is).
-    fn up(&self, report: &mut ReapReport) -> bool {
-        let out = self.acted && Instant::now() >= self.until;
-        report.cut_short |= out;
-        out
     }
 }
 

@@ -64,12 +64,12 @@ pub async fn collect_expired_until(
 ) -> Result<Collected, CatalogError> {
     let mut done = Collected::default();
     let mut left = limit.max(1);
-    let mut acted = false;
+    let mut time = crate::clock::ShareOfPass::until(until);
     for partition in crate::records::due_partitions_turned(super::EXPIRY, now) {
         if left == 0 {
             break;
         }
-        if acted && Instant::now() >= until {
+        if time.is_up() {
             done.cut_short = true;
             break;
         }
@@ -78,11 +78,11 @@ pub async fn collect_expired_until(
         let page = store.query(&q).await?;
         left = left.saturating_sub(page.items.len());
         for item in page.items {
-            if acted && Instant::now() >= until {
+            if time.is_up() {
                 done.cut_short = true;
                 return Ok(done);
             }
-            acted = true;
+            time.act();
             // One item that cannot be collected now (a store error, a damaged record)
             // must not hold up the deletions due behind it: it is tried again in an hour.
             if let Err(e) = collect_one(store, objects, &item, &mut done).await {
