@@ -416,6 +416,57 @@ fn spatial_pairs_follow_flight_strips_on_either_engine() {
     }
 }
 
+/// Photos of 1600 px are seen by SIFT at their own pixels on COLMAP 4 (no doubled copy:
+/// issue 27's time against bare COLMAP 4), and a photo whose texture is too weak for
+/// that is extracted again with weaker extrema kept: six photos of the fixed-wing survey
+/// over fields, where at COLMAP's own threshold the poorest keeps 244 features. With
+/// defaults, as a user runs it.
+#[test]
+fn large_photos_are_seen_at_their_own_pixels_and_weak_ones_looked_at_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir_all(&photos).unwrap();
+    let survey = repo_root().join("../shared/datasets/odm_seneca_80/images");
+    for n in 576..582 {
+        let name = format!("IMG_{n:04}.jpg");
+        std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
+    }
+    let state = dir.path().join("state");
+    let o = tessera(
+        &state,
+        &[
+            "--json",
+            "reconstruct",
+            photos.to_str().unwrap(),
+            "--out",
+            dir.path().join("out").to_str().unwrap(),
+            "--engine",
+            "pycolmap",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = json(&o);
+    let extracted = stage(&report, "extract");
+    let fewest = extracted["database"]["fewest_keypoints"].as_u64().unwrap();
+    assert!(
+        fewest >= u64::from(tessera_core::spec::NATIVE_SCALE_WEAK_BELOW),
+        "the weakest photo was not extracted again: {extracted}"
+    );
+    assert_eq!(report["resolution_auto"]["native_scale"], true, "{report}");
+    let events = job_events(&state, &report);
+    assert!(
+        events.contains("from the photos' own pixels"),
+        "the choice is said in the job's events: {events}"
+    );
+    let again = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "metric" && e["name"] == "photos_extracted_again")
+        .unwrap_or_else(|| panic!("no photos_extracted_again metric: {events}"));
+    assert!(again["value"].as_f64().unwrap() >= 1.0, "{again}");
+    sfmapi_conformant(&events, "pycolmap");
+}
+
 /// Photos retrieved per photo in the retrieval test: every other photo of the six. With
 /// 3, COLMAP 3.8's unseeded tree and RANSAC sometimes left no initial pair (once in five
 /// runs under load): a ranking over six photos is noise, and the test is of the path

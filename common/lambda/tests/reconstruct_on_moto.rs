@@ -96,6 +96,7 @@ fn small_spec(image_set: &str) -> ReconstructionSpec {
         camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
         max_features: 2048,
         max_image_size: 1000,
+        sift_native_scale: false,
         pairs: PairStrategy::Exhaustive,
         mapper: MapperKind::Incremental,
         ba: BaMode::Standard,

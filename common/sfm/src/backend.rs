@@ -63,6 +63,12 @@ impl BackendInfo {
     /// Every capability a reconstruction spec needs, checked at once.
     pub fn check_spec(&self, spec: &ReconstructionSpec) -> Result<(), Unsupported> {
         self.require("features.extract.sift", "")?;
+        if spec.sift_native_scale {
+            self.require(
+                "features.native_scale",
+                "leave out sift_native_scale, or run on COLMAP 4 (pycolmap)",
+            )?;
+        }
         match spec.pairs {
             PairStrategy::Exhaustive => self.require("pairs.exhaustive", "")?,
             PairStrategy::Sequential { .. } => self.require("pairs.sequential", "")?,

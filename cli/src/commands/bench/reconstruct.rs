@@ -91,6 +91,8 @@ struct ReconstructReport {
     /// The longest side and features every run used.
     max_image_size: u32,
     max_features: u32,
+    /// SIFT started at the photos' own pixels, not a doubled copy.
+    sift_native_scale: bool,
     /// The pairs every run matched (`--pairs auto` chooses from the photos).
     pairs: tessera_jobs::reconstruct::pairing::Choice,
     runs: Vec<EngineRun>,
@@ -462,6 +464,7 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         images: files.len(),
         max_image_size: spec.max_image_size,
         max_features: spec.max_features,
+        sift_native_scale: spec.sift_native_scale,
         pairs,
         runs,
     })
@@ -470,10 +473,15 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
 /// The comparison as lines.
 fn text(r: &ReconstructReport) -> String {
     let mut lines = vec![format!(
-        "{} photos, pairs {}, {} px, {} features",
+        "{} photos, pairs {}, {} px{}, {} features",
         r.images,
         r.pairs.strategy_name(),
         r.max_image_size,
+        if r.sift_native_scale {
+            " (SIFT from the photos' own pixels)"
+        } else {
+            ""
+        },
         r.max_features
     )];
     for run in &r.runs {

@@ -185,6 +185,7 @@ mod tests {
             camera_model: serde_json::from_value(serde_json::json!("SIMPLE_RADIAL")).unwrap(),
             max_features: 4096,
             max_image_size,
+            sift_native_scale: false,
             pairs,
             mapper: MapperKind::Incremental,
             ba: BaMode::Standard,

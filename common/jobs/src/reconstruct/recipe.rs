@@ -309,7 +309,9 @@ pub fn prepare(
         .iter()
         .map(|(_, (w, h))| (*w).max(*h).min(u64::from(u32::MAX)) as u32)
         .collect();
-    let chosen = resolution::choose(&sides);
+    let can_native = place.backend.sift_native_scale();
+    let mut chosen = resolution::choose(&sides);
+    chosen.native_scale &= can_native;
     let resolution_auto =
         (recipe.max_features.is_none() || recipe.max_image_size.is_none()).then(|| chosen.clone());
     let pairs_auto = (recipe.pairs == PairsAsk::Auto).then(|| pairing::choose(&names, with_gps));
@@ -330,6 +332,11 @@ pub fn prepare(
         camera_model: recipe.camera_model,
         max_features: recipe.max_features.unwrap_or(chosen.max_features),
         max_image_size: recipe.max_image_size.unwrap_or(chosen.max_image_size),
+        sift_native_scale: can_native
+            && resolution::native_scale(
+                recipe.max_image_size.unwrap_or(chosen.max_image_size),
+                &sides,
+            ),
         pairs: match (&recipe.pairs, &pairs_auto) {
             (PairsAsk::Given(p), _) => p.clone(),
             (PairsAsk::Auto, Some(c)) => c.strategy.clone(),
@@ -451,6 +458,47 @@ mod tests {
         let q = prepare(&recipe(), place("images/a"), &photos(80, 40), "set").unwrap();
         assert!(!matches!(q.spec.pairs, PairStrategy::Spatial { .. }));
         assert_eq!(q.spec.georef, Georef::None);
+    }
+
+    fn on_pycolmap(set: &str) -> Placement {
+        let mut p = place(set);
+        p.backend = BackendSpec {
+            name: "pycolmap".into(),
+            version: None,
+        };
+        p
+    }
+
+    #[test]
+    fn sift_starts_at_the_photos_own_pixels_where_they_are_large_enough() {
+        // 4000 px photos seen at the chosen 2000 px: no doubled copy.
+        let p = prepare(&recipe(), on_pycolmap("images/a"), &photos(30, 30), "set").unwrap();
+        assert!(p.spec.sift_native_scale, "{:?}", p.spec);
+        assert!(p.resolution_auto.as_ref().unwrap().native_scale);
+        // The command line cannot look twice at a weak photo: doubled there.
+        let cli = prepare(&recipe(), place("images/a"), &photos(30, 30), "set").unwrap();
+        assert!(!cli.spec.sift_native_scale);
+        assert!(!cli.resolution_auto.unwrap().native_scale);
+        let json = serde_json::to_value(&p.spec).unwrap();
+        assert_eq!(json["sift_native_scale"], true);
+        // The same photos with a small size asked for, and small photos: doubled, and
+        // the field left out, as older specs have it.
+        let mut r = recipe();
+        r.max_image_size = Some(1000);
+        let q = prepare(&r, on_pycolmap("images/a"), &photos(30, 30), "set").unwrap();
+        assert!(!q.spec.sift_native_scale);
+        assert!(
+            serde_json::to_value(&q.spec)
+                .unwrap()
+                .get("sift_native_scale")
+                .is_none()
+        );
+        let mut small = photos(12, 12);
+        for s in &mut small {
+            s.size = Ok((800, 600));
+        }
+        let s = prepare(&recipe(), on_pycolmap("images/a"), &small, "set").unwrap();
+        assert!(!s.spec.sift_native_scale);
     }
 
     #[test]

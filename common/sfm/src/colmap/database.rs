@@ -16,6 +16,10 @@ pub struct DatabaseStats {
     pub images_with_keypoints: u64,
     /// Keypoints in all.
     pub keypoints: u64,
+    /// Keypoints of the photo that has fewest (a photo of weak texture shows here
+    /// before it fails to register). Absent from older checkpoints' stats.
+    #[serde(default)]
+    pub fewest_keypoints: u64,
     /// Image pairs with raw matches.
     pub matched_pairs: u64,
     /// Raw matches in all.
@@ -225,6 +229,7 @@ pub fn stats(path: &Path) -> Result<DatabaseStats, DatabaseError> {
         cameras: one("SELECT count(*) FROM cameras")?,
         images_with_keypoints: one("SELECT count(*) FROM keypoints WHERE rows > 0")?,
         keypoints: one("SELECT coalesce(sum(rows), 0) FROM keypoints")?,
+        fewest_keypoints: one("SELECT coalesce(min(rows), 0) FROM keypoints")?,
         matched_pairs: one("SELECT count(*) FROM matches WHERE rows > 0")?,
         matches: one("SELECT coalesce(sum(rows), 0) FROM matches")?,
         verified_pairs: one(

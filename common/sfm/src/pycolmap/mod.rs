@@ -51,10 +51,13 @@ pub fn python() -> String {
 
 /// What pycolmap can do through Tessera: what the command-line backend offers on a CPU
 /// (the hierarchical mapper included), plus the global mapper, which COLMAP 4 runs
-/// without CUDA.
+/// without CUDA, and SIFT from the photos' own pixels.
 pub fn capabilities() -> BTreeSet<String> {
     let mut caps = crate::colmap::capabilities("3.8", false);
     caps.insert("map.global".into());
+    // SIFT from the photos' own pixels, weak photos extracted again (`stage.py`'s
+    // `look_again`): the command line cannot read the database between two extractions.
+    caps.insert("features.native_scale".into());
     caps
 }
 
@@ -250,8 +253,26 @@ impl EngineBackend for PycolmapBackend {
             ),
             ("max-image-size", spec.max_image_size.to_string()),
             ("max-features", spec.max_features.to_string()),
+            (
+                "first-octave",
+                if spec.sift_native_scale { "0" } else { "-1" }.to_string(),
+            ),
             ("gpu", self.gpu()),
         ];
+        if spec.sift_native_scale {
+            self.info.require(
+                "features.native_scale",
+                "leave out sift_native_scale: SIFT then sees a doubled copy of each photo",
+            )?;
+            flags.push((
+                "weak-below",
+                tessera_core::spec::NATIVE_SCALE_WEAK_BELOW.to_string(),
+            ));
+            flags.push((
+                "weak-peak-threshold",
+                tessera_core::spec::NATIVE_SCALE_WEAK_PEAK_THRESHOLD.to_string(),
+            ));
+        }
         if let Some(list) = image_list {
             flags.push(("image-list", p(list)));
         }
@@ -532,6 +553,7 @@ const FIGURES: &[&str] = &[
     "points",
     "mean_reprojection_error",
     "mean_reprojection_error_before",
+    "photos_extracted_again",
 ];
 
 /// Read one line of the runner's output: its JSON lines, and COLMAP 4's own progress

@@ -95,6 +95,7 @@ def extract(args):
     options = pycolmap.FeatureExtractionOptions()
     options.max_image_size = args.max_image_size
     options.sift.max_num_features = args.max_features
+    options.sift.first_octave = args.first_octave
     # COLMAP 4's AUTO shares a camera between photos whose size and EXIF agree.
     mode = {
         "single": pycolmap.CameraMode.SINGLE,
@@ -111,7 +112,48 @@ def extract(args):
             extraction_options=options,
             device=device(args),
         )
+    if args.weak_below:
+        look_again(args, names, mode, reader, options)
     settle(args.database)
+
+
+def look_again(args, names, mode, reader, options):
+    """Photos whose features came out under `--weak-below` (weak texture: water, fields,
+    haze) extracted again with the lower `--weak-peak-threshold`, the others left as they
+    are: SIFT on a photo's own pixels keeps few extrema where contrast is low, and a photo
+    with a few hundred features may not register. COLMAP extracts a photo whose features
+    are missing from the database again, on its own image row and camera."""
+    c = sqlite3.connect(args.database)
+    try:
+        rows = c.execute(
+            "SELECT images.image_id, images.name FROM images "
+            "LEFT JOIN keypoints ON keypoints.image_id = images.image_id "
+            "WHERE COALESCE(keypoints.rows, 0) < ?",
+            (args.weak_below,),
+        ).fetchall()
+        if names:
+            wanted = set(names)
+            rows = [r for r in rows if r[1] in wanted]
+        if not rows:
+            return
+        ids = [(r[0],) for r in rows]
+        c.executemany("DELETE FROM keypoints WHERE image_id = ?", ids)
+        c.executemany("DELETE FROM descriptors WHERE image_id = ?", ids)
+        c.commit()
+    finally:
+        c.close()
+    emit("figure", name="photos_extracted_again", value=len(rows))
+    options.sift.peak_threshold = args.weak_peak_threshold
+    with Verbose():
+        pycolmap.extract_features(
+            args.database,
+            args.images,
+            image_names=[r[1] for r in rows],
+            camera_mode=mode,
+            reader_options=reader,
+            extraction_options=options,
+            device=device(args),
+        )
 
 
 def train_tree(args):
@@ -373,6 +415,9 @@ def main():
     p.add_argument("--camera-mode", choices=["single", "auto", "per_image"], default="auto")
     p.add_argument("--max-image-size", type=int, default=3200)
     p.add_argument("--max-features", type=int, default=8192)
+    p.add_argument("--first-octave", type=int, default=-1)
+    p.add_argument("--weak-below", type=int, default=0)
+    p.add_argument("--weak-peak-threshold", type=float, default=0.004)
     p.add_argument("--image-list")
     p.add_argument("--existing-camera", type=int)
     p.add_argument("--gpu", type=int, default=0)
