@@ -91,7 +91,8 @@ struct ReconstructReport {
     /// The longest side and features every run used.
     max_image_size: u32,
     max_features: u32,
-    /// SIFT started at the photos' own pixels, not a doubled copy.
+    /// SIFT started at the photos' own pixels, not a doubled copy, in Tessera's runs on
+    /// the default engine (the bare runs keep COLMAP's own octaves).
     sift_native_scale: bool,
     /// The pairs every run matched (`--pairs auto` chooses from the photos).
     pairs: tessera_jobs::reconstruct::pairing::Choice,
@@ -343,6 +344,18 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         },
     )?;
     let spec = prepared.spec.clone();
+    // Where SIFT starts is the engine's to honour (COLMAP 4 only): as the default engine
+    // runs it.
+    let sift_native_scale = crate::commands::reconstruction::prepare(
+        &args(EngineArg::Auto, Mapper::Incremental, "spec-default"),
+        &folder,
+        tessera_core::spec::BackendSpec {
+            name: default_engine.clone(),
+            version: None,
+        },
+    )?
+    .spec
+    .sift_native_scale;
     let pairs = tessera_jobs::reconstruct::pairing::Choice {
         strategy: spec.pairs.clone(),
         why: prepared
@@ -464,7 +477,7 @@ async fn compare(b: &ReconstructBench, images: &Path) -> anyhow::Result<Reconstr
         images: files.len(),
         max_image_size: spec.max_image_size,
         max_features: spec.max_features,
-        sift_native_scale: spec.sift_native_scale,
+        sift_native_scale,
         pairs,
         runs,
     })

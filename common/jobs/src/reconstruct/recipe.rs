@@ -309,11 +309,7 @@ pub fn prepare(
         .iter()
         .map(|(_, (w, h))| (*w).max(*h).min(u64::from(u32::MAX)) as u32)
         .collect();
-    let can_native = place.backend.sift_native_scale();
-    let mut chosen = resolution::choose(&sides);
-    chosen.native_scale &= can_native;
-    let resolution_auto =
-        (recipe.max_features.is_none() || recipe.max_image_size.is_none()).then(|| chosen.clone());
+    let chosen = resolution::choose(&sides);
     let pairs_auto = (recipe.pairs == PairsAsk::Auto).then(|| pairing::choose(&names, with_gps));
     let georef_auto =
         (recipe.georef == GeorefAsk::Auto).then(|| georef_choice::choose(with_gps, readable.len()));
@@ -325,6 +321,11 @@ pub fn prepare(
     exports.push(ExportFormat::PointsBin);
     exports.sort_unstable();
     exports.dedup();
+    let native = place.backend.sift_native_scale()
+        && resolution::native_scale(
+            recipe.max_image_size.unwrap_or(chosen.max_image_size),
+            &sides,
+        );
     let spec = ReconstructionSpec {
         project: place.project,
         image_set: place.image_set,
@@ -332,11 +333,7 @@ pub fn prepare(
         camera_model: recipe.camera_model,
         max_features: recipe.max_features.unwrap_or(chosen.max_features),
         max_image_size: recipe.max_image_size.unwrap_or(chosen.max_image_size),
-        sift_native_scale: can_native
-            && resolution::native_scale(
-                recipe.max_image_size.unwrap_or(chosen.max_image_size),
-                &sides,
-            ),
+        sift_native_scale: native,
         pairs: match (&recipe.pairs, &pairs_auto) {
             (PairsAsk::Given(p), _) => p.clone(),
             (PairsAsk::Auto, Some(c)) => c.strategy.clone(),
@@ -377,6 +374,13 @@ pub fn prepare(
         .map(|(_, (w, h))| (w * h) as f64 / 1e6)
         .sum::<f64>()
         / readable.len() as f64;
+    // What was chosen, as the spec runs it: where SIFT starts follows the size used,
+    // given or chosen.
+    let resolution_auto = (recipe.max_features.is_none() || recipe.max_image_size.is_none())
+        .then_some(resolution::Resolution {
+            native_scale: spec.sift_native_scale,
+            ..chosen
+        });
     Ok(Prepared {
         spec,
         images: readable.len(),
@@ -487,6 +491,10 @@ mod tests {
         r.max_image_size = Some(1000);
         let q = prepare(&r, on_pycolmap("images/a"), &photos(30, 30), "set").unwrap();
         assert!(!q.spec.sift_native_scale);
+        assert!(
+            !q.resolution_auto.as_ref().unwrap().native_scale,
+            "said as it runs"
+        );
         assert!(
             serde_json::to_value(&q.spec)
                 .unwrap()

@@ -293,9 +293,11 @@ impl TaskHandler for Relocalize {
             new.iter()
                 .all(|n| (n.width, n.height) == (b.width, b.height))
         });
-        let mut base_spec = base_spec(ctx, base.job).await?;
-        base_spec.max_features = spec.max_features;
-        base_spec.max_image_size = spec.max_image_size;
+        let sides: Vec<u32> = new
+            .iter()
+            .map(|n| n.width.max(n.height).min(u64::from(u32::MAX)) as u32)
+            .collect();
+        let base_spec = extraction_spec(base_spec(ctx, base.job).await?, &spec, &sides);
         let backend = super::stages::backend_for(&base_spec.backend)?;
         let existing_camera = same_size.then_some(1);
         let steps = [
@@ -496,4 +498,53 @@ pub fn register(r: &mut Registry) {
     r.register("sfm.relocalize", Relocalize);
     r.register("sfm.triangulate", Triangulate);
     r.register("sfm.refined_export", RefinedExport);
+}
+
+/// The base run's spec as the new photos' extraction uses it: their features at the size
+/// this relocalisation asks for, and SIFT's start chosen for them by the recipe's rule
+/// (a base seen at its own pixels at 2000 px does not make 1000 px photos so).
+fn extraction_spec(
+    mut base: tessera_core::spec::ReconstructionSpec,
+    asked: &RelocalizeSpec,
+    new_long_sides: &[u32],
+) -> tessera_core::spec::ReconstructionSpec {
+    base.max_features = asked.max_features;
+    base.max_image_size = asked.max_image_size;
+    base.sift_native_scale = base.backend.sift_native_scale()
+        && super::resolution::native_scale(asked.max_image_size, new_long_sides);
+    base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_photos_get_sifts_start_by_their_own_size() {
+        let base: tessera_core::spec::ReconstructionSpec = serde_json::from_value(json!({
+            "project": "01JA0000000000000000000000", "image_set": "datasets/x/images",
+            "backend": {"name": "pycolmap"}, "camera_model": "SIMPLE_RADIAL",
+            "max_features": 8192, "max_image_size": 2000, "pairs": {"strategy": "exhaustive"},
+            "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
+            "exports": ["points-bin"], "sift_native_scale": true
+        }))
+        .unwrap();
+        let asked = |size: u32| RelocalizeSpec {
+            base_job: "01JA0000000000000000000001".into(),
+            image_set: "uploads/new".into(),
+            max_features: 4096,
+            max_image_size: size,
+            exports: vec![],
+            priority: 0,
+        };
+        let small = extraction_spec(base.clone(), &asked(1000), &[4000, 4000]);
+        assert!(!small.sift_native_scale, "1000 px is doubled");
+        assert_eq!((small.max_image_size, small.max_features), (1000, 4096));
+        let large = extraction_spec(base.clone(), &asked(3200), &[4000]);
+        assert!(large.sift_native_scale);
+        let mut on_cli = base;
+        on_cli.backend.name = "colmap".into();
+        on_cli.sift_native_scale = false;
+        assert!(!extraction_spec(on_cli, &asked(3200), &[4000]).sift_native_scale);
+    }
 }

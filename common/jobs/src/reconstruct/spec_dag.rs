@@ -81,6 +81,9 @@ impl SpecKind {
                 if spec.per_image_intrinsics {
                     p["per_image_intrinsics"] = json!(true);
                 }
+                if spec.sift_native_scale {
+                    p["sift_native_scale"] = json!(true);
+                }
                 p
             }
             SpecKind::Match => json!({ "pairs": spec.pairs, "backend": backend }),

@@ -264,10 +264,9 @@ impl EngineBackend for PycolmapBackend {
                 "features.native_scale",
                 "leave out sift_native_scale: SIFT then sees a doubled copy of each photo",
             )?;
-            flags.push((
-                "weak-below",
-                tessera_core::spec::NATIVE_SCALE_WEAK_BELOW.to_string(),
-            ));
+            // A photo that reached the cap asked for is not weak, whatever the cap.
+            let weak_below = tessera_core::spec::NATIVE_SCALE_WEAK_BELOW.min(spec.max_features);
+            flags.push(("weak-below", weak_below.to_string()));
             flags.push((
                 "weak-peak-threshold",
                 tessera_core::spec::NATIVE_SCALE_WEAK_PEAK_THRESHOLD.to_string(),

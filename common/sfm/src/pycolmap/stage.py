@@ -144,16 +144,17 @@ def look_again(args, names, mode, reader, options):
         c.close()
     emit("figure", name="photos_extracted_again", value=len(rows))
     options.sift.peak_threshold = args.weak_peak_threshold
-    with Verbose():
-        pycolmap.extract_features(
-            args.database,
-            args.images,
-            image_names=[r[1] for r in rows],
-            camera_mode=mode,
-            reader_options=reader,
-            extraction_options=options,
-            device=device(args),
-        )
+    # Quietly: COLMAP's own `Processed file [1/4]` lines would read as the stage's
+    # progress going back from all photos to the first of these few.
+    pycolmap.extract_features(
+        args.database,
+        args.images,
+        image_names=[r[1] for r in rows],
+        camera_mode=mode,
+        reader_options=reader,
+        extraction_options=options,
+        device=device(args),
+    )
 
 
 def train_tree(args):
