@@ -18,6 +18,18 @@ const FAST: &[&str] = &[
 ];
 
 fn reconstruct(state: &Path, photos: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = FAST.to_vec();
+    args.extend_from_slice(extra);
+    reconstruct_as_given(state, photos, out, &args)
+}
+
+/// `--json reconstruct` with only the options in `extra`: the photos choose the rest.
+fn reconstruct_as_given(
+    state: &Path,
+    photos: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "--json",
         "reconstruct",
@@ -25,7 +37,6 @@ fn reconstruct(state: &Path, photos: &Path, out: &Path, extra: &[&str]) -> std::
         "--out",
         out.to_str().unwrap(),
     ];
-    args.extend_from_slice(FAST);
     args.extend_from_slice(extra);
     tessera(state, &args)
 }
@@ -307,16 +318,7 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
     // their own size, and features for that area).
     let out = dir.path().join("out-defaults");
     let state = dir.path().join("state-defaults");
-    let o = tessera(
-        &state,
-        &[
-            "--json",
-            "reconstruct",
-            photos.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = reconstruct_as_given(&state, &photos, &out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let report = json(&o);
     assert_eq!(report["registered_images"], 6, "{report}");
@@ -432,18 +434,8 @@ fn large_photos_are_seen_at_their_own_pixels_and_weak_ones_looked_at_again() {
         std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
     }
     let state = dir.path().join("state");
-    let o = tessera(
-        &state,
-        &[
-            "--json",
-            "reconstruct",
-            photos.to_str().unwrap(),
-            "--out",
-            dir.path().join("out").to_str().unwrap(),
-            "--engine",
-            "pycolmap",
-        ],
-    );
+    let out = dir.path().join("out");
+    let o = reconstruct_as_given(&state, &photos, &out, &["--engine", "pycolmap"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let report = json(&o);
     let extracted = stage(&report, "extract");
