@@ -307,7 +307,7 @@ pub fn prepare(
     let with_gps = readable.iter().filter(|(p, _)| p.gps).count();
     let sides: Vec<u32> = readable
         .iter()
-        .map(|(_, (w, h))| (*w).max(*h).min(u64::from(u32::MAX)) as u32)
+        .map(|(_, (w, h))| resolution::long_side(*w, *h))
         .collect();
     let chosen = resolution::choose(&sides);
     let pairs_auto = (recipe.pairs == PairsAsk::Auto).then(|| pairing::choose(&names, with_gps));

@@ -295,7 +295,7 @@ impl TaskHandler for Relocalize {
         });
         let sides: Vec<u32> = new
             .iter()
-            .map(|n| n.width.max(n.height).min(u64::from(u32::MAX)) as u32)
+            .map(|n| super::resolution::long_side(n.width, n.height))
             .collect();
         let base_spec = extraction_spec(base_spec(ctx, base.job).await?, &spec, &sides);
         let backend = super::stages::backend_for(&base_spec.backend)?;

@@ -65,6 +65,11 @@ impl Resolution {
     }
 }
 
+/// A photo's long side in pixels, whatever its orientation: what the rules here read.
+pub fn long_side(width: u64, height: u64) -> u32 {
+    width.max(height).min(u64::from(u32::MAX)) as u32
+}
+
 /// Whether SIFT starts at the photos' own pixels when it sees at most `max_image_size`
 /// px of photos whose long sides are `long_sides`: the side it sees is the smaller of
 /// the two (the median photo's), and from [`NATIVE_FROM`] px it has detail enough

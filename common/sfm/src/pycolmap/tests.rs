@@ -1,4 +1,5 @@
 use super::*;
+use tessera_core::event::Phase;
 
 #[test]
 fn runner_lines_become_events_and_the_rest_is_log() {
