@@ -125,6 +125,22 @@ pub const RELAXED_INIT: RelaxedInit = RelaxedInit {
 /// inlier when a model is aligned to GPS, in metres.
 pub const GPS_MAX_ERROR_M: f64 = 50.0;
 
+/// Photos SIFT extracts at once at most: one per thread, each holding its decoded photo
+/// and its scale space. COLMAP's own default is one thread per core it sees, and in a
+/// container it sees the host's cores, not the container's share: 64 photos in flight
+/// in a 4-vCPU job's memory. Capped here so the memory model
+/// (`tessera_jobs::reconstruct::memory`) bounds extraction on any machine; 8 is the
+/// most vCPUs a class's job definition gives.
+pub const EXTRACT_THREADS_MAX: usize = 8;
+
+/// Threads for extraction here: the CPUs this process may use (Rust reads the cgroup's
+/// quota, unlike COLMAP), at most [`EXTRACT_THREADS_MAX`].
+pub fn extract_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(EXTRACT_THREADS_MAX)
+}
+
 /// One subprocess a backend wants run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {

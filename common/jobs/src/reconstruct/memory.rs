@@ -11,15 +11,32 @@
 //! | sample (12 × 800 px) | 5.8 | 322 MB | 40 MB | 51 MB | 44 MB |
 //! | sceaux (11 × 1000 px) | 8.3 | 526 MB | 48 MB | 82 MB | 54 MB |
 //!
-//! Extraction runs one image per thread, so its peak grows with image size more than
-//! with count; the coefficients below lie above every measurement (so estimates are
-//! conservative) rather than through them.
+//! **Extraction is not linear in the count**: it holds one photo per thread
+//! (`tessera_sfm::backend::EXTRACT_THREADS_MAX` at most), each decoded at its own size
+//! and turned into a scale space of the side SIFT sees — four times the pixels where
+//! SIFT doubles the photo first. Its peak is `a + threads · (k · seen MP · 4 or 1 + r ·
+//! photo MP)`, whatever the count. The linear model before it put 80 photos of 1600 px
+//! at 8.1 GB (a Batch container) and 1,000 phone photos at 56 GB (the GPU class);
+//! measured with pycolmap 4.2.1 on 2 threads (Python and pycolmap's ~110 MB included):
+//!
+//! | set | SIFT sees | extract peak |
+//! | --- | --- | --- |
+//! | sample, 12 × 800 px | doubled | 373 MB |
+//! | `opensfm_lund`, 29 × 1024 px | doubled | 552 MB |
+//! | `odm_caliterra_30`, 30 × 1600 px | doubled | 1,197 MB |
+//! | `odm_caliterra_30`, 30 × 1600 px | own pixels | 399 MB |
+//! | `odm_seneca_80`, 80 × 1600 px | own pixels | 421 MB |
+//! | `sceaux_castle`, 11 × 2832 px seen at 2000 | own pixels | 611 MB |
+//!
+//! The coefficients lie above every measurement (so estimates are conservative) rather
+//! than through them.
 //!
 //! **The time model** sizes the class too: a stage whose CPU time would not fit a light
 //! class's budget ([`ResourceClass::cpu_seconds`], the Lambda's 15 minutes) starts in a
 //! container class. Measured with the release build, 4096 features, on the sceaux set at
 //! 1600 px (11 × 1.92 MP, exhaustive, 2 cores; `tessera bench reconstruct … --json`):
-//! extract 19.4 s wall (≈ 3.5 CPU-s per image, 1.8 per image·MP), match 55 pairs in
+//! extract 19.4 s wall (≈ 3.5 CPU-s per image, 1.8 per image·MP; at the photos' own
+//! pixels 0.30 of the doubled time: 6.2 s against 21.0 s on `odm_caliterra_30`), match 55 pairs in
 //! 17.5 s (≈ 0.64 CPU-s per pair), map 8.8 s, bundle adjustment 0.8 s. Mapping and
 //! bundle adjustment grow faster than the image count; their terms are extrapolations,
 //! kept above the measurements.
@@ -37,7 +54,8 @@ const MB: f64 = 1024.0 * 1024.0;
 pub fn coefficients(stage: Stage) -> (f64, f64) {
     match stage {
         Stage::Ingest => (40.0 * MB, 0.5 * MB),
-        Stage::Extract => (120.0 * MB, 52.0 * MB),
+        // Per photo in flight, not per photo: see `extract_peak`.
+        Stage::Extract => (120.0 * MB, 0.0),
         Stage::Match => (40.0 * MB, 1.5 * MB),
         Stage::Verify => (30.0 * MB, 0.0),
         Stage::Map | Stage::MapCluster => (40.0 * MB, 6.0 * MB),
@@ -68,13 +86,48 @@ pub fn engine_overhead(backend: &str, stage: Stage) -> u64 {
     }
 }
 
-/// Peak memory estimate in bytes. Extraction works on images capped at
-/// `max_image_size` on the long side, so their megapixels are capped too.
-pub fn estimate(stage: Stage, images: usize, megapixels: f64, max_image_size: u32) -> u64 {
-    let cap = (max_image_size as f64).powi(2) * 0.75 / 1e6;
-    let mp = megapixels.min(cap).max(0.01);
+/// Extraction's peak per photo in flight: bytes per megapixel of the scale space SIFT
+/// builds, and per megapixel of the photo decoded before it is scaled down.
+const EXTRACT_PER_SEEN_MP: f64 = 65.0 * MB;
+const EXTRACT_PER_PHOTO_MP: f64 = 10.0 * MB;
+
+/// Peak memory estimate in bytes. `megapixels` is the photos' own (the mean); the
+/// stages after extraction see them capped at `max_image_size` on the long side.
+/// `native_scale`: SIFT starts at the photos' own pixels (the spec's
+/// `sift_native_scale`), not a doubled copy.
+pub fn estimate(
+    stage: Stage,
+    images: usize,
+    megapixels: f64,
+    max_image_size: u32,
+    native_scale: bool,
+) -> u64 {
+    if stage == Stage::Extract {
+        let threads = tessera_sfm::backend::EXTRACT_THREADS_MAX;
+        return extract_peak(images, megapixels, max_image_size, native_scale, threads);
+    }
     let (a, b) = coefficients(stage);
-    (a + b * images as f64 * mp) as u64
+    (a + b * images as f64 * seen_megapixels(megapixels, max_image_size)) as u64
+}
+
+fn seen_megapixels(megapixels: f64, max_image_size: u32) -> f64 {
+    let cap = (max_image_size as f64).powi(2) * 0.75 / 1e6;
+    megapixels.min(cap).max(0.01)
+}
+
+/// Extraction's peak with `threads` photos in flight (fewer if there are fewer photos).
+fn extract_peak(
+    images: usize,
+    megapixels: f64,
+    max_image_size: u32,
+    native_scale: bool,
+    threads: usize,
+) -> u64 {
+    let (a, _) = coefficients(Stage::Extract);
+    let doubling = if native_scale { 1.0 } else { 4.0 };
+    let per_photo = EXTRACT_PER_SEEN_MP * doubling * seen_megapixels(megapixels, max_image_size)
+        + EXTRACT_PER_PHOTO_MP * megapixels.max(0.01);
+    (a + images.clamp(1, threads) as f64 * per_photo) as u64
 }
 
 /// Image pairs a strategy matches among `images` photos (an upper bound for spatial and
@@ -101,6 +154,7 @@ pub fn cpu_seconds(stage: Stage, spec: &ReconstructionSpec, images: usize, megap
     // Incremental mapping re-adjusts a growing model: more than linear in the images.
     let growth = (n / 20.0).max(1.0);
     match stage {
+        Stage::Extract if spec.sift_native_scale => 0.6 * n * mp,
         Stage::Extract => 2.0 * n * mp,
         Stage::Match => 0.7 * pairs(&spec.pairs, images) + tree_training_cpu_seconds(spec, images),
         Stage::Map | Stage::MapCluster => 1.0 * n * growth,
@@ -155,17 +209,35 @@ mod tests {
     fn estimates_cover_what_was_measured() {
         // (stage, images, megapixels, max_image_size, measured bytes)
         let measured = [
-            (Stage::Extract, 12, 0.48, 800, 322e6),
-            (Stage::Extract, 11, 6.0, 1000, 526e6),
             (Stage::Match, 11, 6.0, 1000, 48e6),
             (Stage::Map, 11, 6.0, 1000, 82e6),
             (Stage::BundleAdjust, 11, 6.0, 1000, 54e6),
         ];
         for (stage, n, mp, size, bytes) in measured {
-            let e = estimate(stage, n, mp, size) as f64;
+            let e = estimate(stage, n, mp, size, false) as f64;
             assert!(
                 e >= bytes * 0.95 && e <= bytes * 3.0,
                 "{stage:?}: estimate {e} for measured {bytes}"
+            );
+        }
+        // Extraction on 2 threads, as measured: COLMAP 3.8 in bytes, pycolmap (the
+        // module's table, which carries Python) in MiB.
+        let python = engine_overhead("pycolmap", Stage::Extract) as f64;
+        let extraction = [
+            (12, 0.48, 800, false, 322e6, 0.0),
+            (11, 6.0, 1000, false, 526e6, 0.0),
+            (12, 0.48, 800, false, 373.0 * MB, python),
+            (29, 0.79, 1024, false, 552.0 * MB, python),
+            (30, 1.92, 1600, false, 1197.0 * MB, python),
+            (30, 1.92, 1600, true, 399.0 * MB, python),
+            (80, 1.92, 1600, true, 421.0 * MB, python),
+            (11, 6.03, 2000, true, 611.0 * MB, python),
+        ];
+        for (n, mp, size, native, bytes, overhead) in extraction {
+            let e = extract_peak(n, mp, size, native, 2) as f64 + overhead;
+            assert!(
+                e >= bytes * 0.95 && e <= bytes * 3.0,
+                "extract {n} × {mp} MP at {size} px (native {native}): estimate {e} for measured {bytes}"
             );
         }
         assert_eq!(class_for(100 << 20), ResourceClass::Small);
@@ -210,10 +282,34 @@ mod tests {
         ]
         .into_iter()
         .map(|s| {
-            let bytes = estimate(s, images, mp, spec.max_image_size);
+            let bytes = estimate(s, images, mp, spec.max_image_size, spec.sift_native_scale);
             (s, class_for_stage(bytes, cpu_seconds(s, spec, images, mp)))
         })
         .collect()
+    }
+
+    /// Extraction holds the photos in flight, not the set: 80 photos need what 8 do, and
+    /// 1,000 phone photos seen at their own pixels stay within a light class's memory
+    /// (the linear model put the 80 at 8.1 GB, a Batch container, and the 1,000 at
+    /// 56 GB, the GPU class). A doubled copy costs more per photo in flight.
+    #[test]
+    fn extraction_memory_is_the_photos_in_flight_not_the_set() {
+        let survey = |n| estimate(Stage::Extract, n, 1.92, 1600, true);
+        assert_eq!(survey(80), survey(8));
+        assert!(survey(3) < survey(8));
+        let python = engine_overhead("pycolmap", Stage::Extract);
+        assert_eq!(class_for(survey(80) + python), ResourceClass::Medium);
+        let phones = estimate(Stage::Extract, 1000, 12.0, 1200, true) + python;
+        assert_eq!(class_for(phones), ResourceClass::Medium);
+        let doubled = estimate(Stage::Extract, 1000, 12.0, 1200, false) + python;
+        assert!(doubled > phones && class_for(doubled) <= ResourceClass::Large);
+        // The time model: the doubled copy is most of extraction's time.
+        let mut native = spec(PairStrategy::Exhaustive, 1600);
+        native.sift_native_scale = true;
+        let doubled = spec(PairStrategy::Exhaustive, 1600);
+        let ratio = cpu_seconds(Stage::Extract, &native, 30, 1.92)
+            / cpu_seconds(Stage::Extract, &doubled, 30, 1.92);
+        assert!((0.25..=0.5).contains(&ratio), "{ratio}");
     }
 
     /// The time model covers what was measured, and keeps a stage that would outlive a
@@ -243,7 +339,7 @@ mod tests {
         // matching would fit a Lambda's memory.
         let big = spec(PairStrategy::Sequential { overlap: 10 }, 1600);
         let c = classes(&big, 500, 12.0);
-        assert!(!class_for(estimate(Stage::Match, 500, 12.0, 1600)).is_heavy());
+        assert!(!class_for(estimate(Stage::Match, 500, 12.0, 1600, false)).is_heavy());
         for (stage, class) in c {
             if matches!(stage, Stage::Extract | Stage::Match | Stage::Map) {
                 assert!(class.is_heavy(), "{stage:?} of 500 photos is {class:?}");

@@ -181,8 +181,13 @@ pub fn plan(
         .filter(|_| spec.mapper == tessera_core::spec::MapperKind::Incremental)
         .map_or(1, |s| s.clusters_for(images));
     let sized = |mut t: TaskPlan, stage: Stage, photos: usize| {
-        let estimate = memory::estimate(stage, photos, megapixels, spec.max_image_size)
-            + memory::engine_overhead(&spec.backend.name, stage);
+        let estimate = memory::estimate(
+            stage,
+            photos,
+            megapixels,
+            spec.max_image_size,
+            spec.sift_native_scale,
+        ) + memory::engine_overhead(&spec.backend.name, stage);
         t.memory_estimate = Some(estimate);
         t.resource_class = memory::class_for_stage(
             estimate,

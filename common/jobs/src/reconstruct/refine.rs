@@ -36,7 +36,7 @@ fn plan(
     label: &str,
 ) -> JobPlan {
     let mut work = TaskPlan::new(first, format!("sfm.{first}"), json!({}));
-    let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000);
+    let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000, false);
     work.memory_estimate = Some(estimate);
     work.resource_class = memory::class_for(estimate);
     let export =

@@ -52,6 +52,8 @@ pub fn extract(
         &spec.max_image_size.to_string(),
         "--SiftExtraction.max_num_features",
         &spec.max_features.to_string(),
+        "--SiftExtraction.num_threads",
+        &crate::backend::extract_threads().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())

@@ -257,6 +257,7 @@ impl EngineBackend for PycolmapBackend {
                 if spec.sift_native_scale { "0" } else { "-1" }.to_string(),
             ),
             ("gpu", self.gpu()),
+            ("threads", crate::backend::extract_threads().to_string()),
         ];
         if spec.sift_native_scale {
             self.info.require(

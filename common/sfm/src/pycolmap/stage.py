@@ -96,6 +96,7 @@ def extract(args):
     options.max_image_size = args.max_image_size
     options.sift.max_num_features = args.max_features
     options.sift.first_octave = args.first_octave
+    options.num_threads = args.threads
     # COLMAP 4's AUTO shares a camera between photos whose size and EXIF agree.
     mode = {
         "single": pycolmap.CameraMode.SINGLE,
@@ -417,6 +418,7 @@ def main():
     p.add_argument("--max-image-size", type=int, default=3200)
     p.add_argument("--max-features", type=int, default=8192)
     p.add_argument("--first-octave", type=int, default=-1)
+    p.add_argument("--threads", type=int, default=-1)
     p.add_argument("--weak-below", type=int, default=0)
     p.add_argument("--weak-peak-threshold", type=float, default=0.004)
     p.add_argument("--image-list")

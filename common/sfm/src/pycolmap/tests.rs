@@ -153,3 +153,62 @@ fn invocations_are_named_by_their_stage_not_the_runner_path() {
         inv[0].args
     );
 }
+
+/// Extraction is told its threads: COLMAP's own default is every core it sees, the
+/// host's in a container, and the memory model bounds the photos in flight by
+/// `EXTRACT_THREADS_MAX`. Both engines.
+#[test]
+fn extraction_runs_on_at_most_the_threads_the_memory_model_counts() {
+    let spec: ReconstructionSpec = serde_json::from_value(serde_json::json!({
+        "project": "01JA0000000000000000000000", "image_set": "datasets/x/images",
+        "backend": {"name": "pycolmap"}, "camera_model": "SIMPLE_RADIAL",
+        "max_features": 8192, "max_image_size": 2000, "pairs": {"strategy": "exhaustive"},
+        "mapper": "incremental", "ba": "standard", "georef": {"mode": "none"},
+        "exports": ["points-bin"]
+    }))
+    .unwrap();
+    let threads = |args: &[String], flag: &str| -> usize {
+        let at = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{args:?}"));
+        args[at + 1].parse().unwrap()
+    };
+    let b = PycolmapBackend {
+        info: BackendInfo {
+            name: "pycolmap".into(),
+            version: PINNED_VERSION.into(),
+            cuda: false,
+            capabilities: capabilities(),
+        },
+        python: "python3".into(),
+        runner: "/tmp/x/stage.py".into(),
+    };
+    let inv = b
+        .extract(
+            &spec,
+            Path::new("db"),
+            Path::new("im"),
+            CameraSharing::Auto,
+            None,
+            None,
+        )
+        .unwrap();
+    let on_pycolmap = threads(&inv[0].args, "--threads");
+    let on_cli = threads(
+        &crate::colmap::commands::extract(
+            &spec,
+            Path::new("db"),
+            Path::new("im"),
+            false,
+            CameraSharing::Auto,
+        ),
+        "--SiftExtraction.num_threads",
+    );
+    for n in [on_pycolmap, on_cli] {
+        assert!(
+            (1..=crate::backend::EXTRACT_THREADS_MAX).contains(&n),
+            "{n} threads"
+        );
+    }
+}
