@@ -122,6 +122,17 @@ pub const RELAXED_INIT: RelaxedInit = RelaxedInit {
 };
 
 /// Farthest a camera may sit from its photo's GPS position and still count as an
+/// Pose inliers enough for a photo on the mapping stage's last look
+/// ([`EngineBackend::register_left_out`]), against COLMAP's 30 and the relaxed pass's 15:
+/// OpenSfM's own minimum for resection. The rest of the model is held, so a weak pose
+/// moves nothing else, and the joined model is kept only if it has as many points and
+/// no worse an error. On the first 20 photos of `odm_seneca_80` at their own pixels,
+/// `IMG_0543` (one neighbour, 256 verified matches) reached 10–14 pose inliers: left out
+/// at 15, registered at 10 with its centre 1.4 % of the survey's extent from where the
+/// doubled copy's model puts it (pycolmap 4.2.1). Lowered for the whole relaxed pass
+/// instead, `opensfm_lund` took 79 s to map instead of 9.5 s.
+pub const LAST_LOOK_ABS_POSE_MIN_INLIERS: u32 = 10;
+
 /// inlier when a model is aligned to GPS, in metres.
 pub const GPS_MAX_ERROR_M: f64 = 50.0;
 
@@ -312,6 +323,18 @@ pub trait EngineBackend: Send + Sync + 'static {
         input: &Path,
         out: &Path,
     ) -> Result<Vec<Invocation>, Unsupported>;
+
+    /// The mapping stage's last look at the photos its best model leaves out: registered
+    /// into it with its poses held, down to [`LAST_LOOK_ABS_POSE_MIN_INLIERS`] pose
+    /// inliers where the backend can say so. By default the plain registrator.
+    fn register_left_out(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.register_images(db, input, out)
+    }
 
     /// Re-triangulate the points of `input` with its poses fixed.
     fn triangulate(

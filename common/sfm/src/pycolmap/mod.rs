@@ -131,6 +131,27 @@ fn ensure_runner(path: &Path) -> std::io::Result<()> {
 const MAJOR: &str = "4.";
 
 impl PycolmapBackend {
+    /// `register`: COLMAP's 30 pose inliers first, then a second try from that result
+    /// at `second_try` for the photos still out.
+    fn register(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+        second_try: u32,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.info.require("relocalize.images", "")?;
+        Ok(vec![self.call(
+            "register",
+            vec![
+                ("database", p(db)),
+                ("input", p(input)),
+                ("output", p(out)),
+                ("relaxed-abs-pose-min-inliers", second_try.to_string()),
+            ],
+        )])
+    }
+
     /// Find pycolmap (see [`python`]) and read its version.
     pub fn detect() -> Result<Self, DetectError> {
         let python = python();
@@ -488,19 +509,26 @@ impl EngineBackend for PycolmapBackend {
         input: &Path,
         out: &Path,
     ) -> Result<Vec<Invocation>, Unsupported> {
-        self.info.require("relocalize.images", "")?;
-        Ok(vec![self.call(
-            "register",
-            vec![
-                ("database", p(db)),
-                ("input", p(input)),
-                ("output", p(out)),
-                (
-                    "relaxed-abs-pose-min-inliers",
-                    crate::backend::RELAXED_INIT.abs_pose_min_inliers.to_string(),
-                ),
-            ],
-        )])
+        self.register(
+            db,
+            input,
+            out,
+            crate::backend::RELAXED_INIT.abs_pose_min_inliers,
+        )
+    }
+
+    fn register_left_out(
+        &self,
+        db: &Path,
+        input: &Path,
+        out: &Path,
+    ) -> Result<Vec<Invocation>, Unsupported> {
+        self.register(
+            db,
+            input,
+            out,
+            crate::backend::LAST_LOOK_ABS_POSE_MIN_INLIERS,
+        )
     }
 
     fn triangulate(

@@ -143,15 +143,16 @@ impl Run<'_> {
             .collect();
         let (mut primary, mut primary_metrics) = (best, best_metrics);
         let mut merged = None;
-        if submodels.len() > 1 && primary_metrics.registered_images < photos.len() {
-            // Try joining the other sub-models' photos to the largest: the registrator
-            // places them against its points with its poses held. Kept only when it
+        if primary_metrics.registered_images < photos.len() {
+            // A last look at the photos the largest model leaves out, in other sub-models
+            // or in none: the registrator places them against its points with its poses
+            // held, down to fewer pose inliers than the mapper asks. Kept only when it
             // registers more.
             let joined = dir.join("merged");
             fresh_dir(&joined)?;
             let run = self
                 .exec(
-                    backend.register_images(&db, &primary, &joined),
+                    backend.register_left_out(&db, &primary, &joined),
                     Phase::IncrementalRegister,
                     Some(photos.len() as u64),
                 )
@@ -178,7 +179,8 @@ impl Run<'_> {
             self.ctx
                 .emit(EventKind::LogLine {
                     line: format!(
-                        "map: joining the {} sub-models {}",
+                        "map: registering the {} photos left out into the largest of {} sub-models {}",
+                        photos.len() - primary_metrics.registered_images,
                         submodels.len(),
                         match &outcome {
                             Some((_, m)) if gained => format!(
