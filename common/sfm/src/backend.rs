@@ -51,12 +51,17 @@ impl BackendInfo {
         if self.capabilities.contains(cap) {
             Ok(())
         } else {
-            Err(Unsupported {
-                backend: self.name.clone(),
-                version: self.version.clone(),
-                capability: cap.into(),
-                hint: hint.into(),
-            })
+            Err(self.unsupported(cap, hint))
+        }
+    }
+
+    /// The error that says `cap` is not offered here, and what to do instead.
+    pub fn unsupported(&self, cap: &str, hint: &str) -> Unsupported {
+        Unsupported {
+            backend: self.name.clone(),
+            version: self.version.clone(),
+            capability: cap.into(),
+            hint: hint.into(),
         }
     }
 
@@ -121,18 +126,19 @@ pub const RELAXED_INIT: RelaxedInit = RelaxedInit {
     abs_pose_min_inliers: 15,
 };
 
-/// Farthest a camera may sit from its photo's GPS position and still count as an
 /// Pose inliers enough for a photo on the mapping stage's last look
 /// ([`EngineBackend::register_left_out`]), against COLMAP's 30 and the relaxed pass's 15:
-/// OpenSfM's own minimum for resection. The rest of the model is held, so a weak pose
-/// moves nothing else, and the joined model is kept only if it has as many points and
-/// no worse an error. On the first 20 photos of `odm_seneca_80` at their own pixels,
+/// OpenSfM's own minimum for resection. Only photos in no model get it (a photo of
+/// another scene's sub-model could pull its whole scene in), the rest of the model is
+/// held, so a weak pose moves nothing else, and the result is kept only if it has as
+/// many points and a mean error at most half again the model's. On the first 20 photos of `odm_seneca_80` at their own pixels,
 /// `IMG_0543` (one neighbour, 256 verified matches) reached 10–14 pose inliers: left out
 /// at 15, registered at 10 with its centre 1.4 % of the survey's extent from where the
 /// doubled copy's model puts it (pycolmap 4.2.1). Lowered for the whole relaxed pass
 /// instead, `opensfm_lund` took 79 s to map instead of 9.5 s.
 pub const LAST_LOOK_ABS_POSE_MIN_INLIERS: u32 = 10;
 
+/// Farthest a camera may sit from its photo's GPS position and still count as an
 /// inlier when a model is aligned to GPS, in metres.
 pub const GPS_MAX_ERROR_M: f64 = 50.0;
 
@@ -144,8 +150,9 @@ pub const GPS_MAX_ERROR_M: f64 = 50.0;
 /// most vCPUs a class's job definition gives.
 pub const EXTRACT_THREADS_MAX: usize = 8;
 
-/// Threads for extraction here: the CPUs this process may use (Rust reads the cgroup's
-/// quota, unlike COLMAP), at most [`EXTRACT_THREADS_MAX`].
+/// Threads for extraction here: the CPUs this process may use (Rust reads a cgroup's CPU
+/// quota and affinity, unlike COLMAP; where a container is limited by CPU shares alone,
+/// as on Batch, it sees the host's), at most [`EXTRACT_THREADS_MAX`].
 pub fn extract_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -324,16 +331,22 @@ pub trait EngineBackend: Send + Sync + 'static {
         out: &Path,
     ) -> Result<Vec<Invocation>, Unsupported>;
 
-    /// The mapping stage's last look at the photos its best model leaves out: registered
-    /// into it with its poses held, down to [`LAST_LOOK_ABS_POSE_MIN_INLIERS`] pose
-    /// inliers where the backend can say so. By default the plain registrator.
+    /// The mapping stage's last look at photos that are in no model: registered into
+    /// `input` with its poses held, only the photos `image_list` names (the model's own
+    /// and those), down to [`LAST_LOOK_ABS_POSE_MIN_INLIERS`] pose inliers. Capability
+    /// `relocalize.last_look`; not offered by default.
     fn register_left_out(
         &self,
         db: &Path,
         input: &Path,
         out: &Path,
+        image_list: &Path,
     ) -> Result<Vec<Invocation>, Unsupported> {
-        self.register_images(db, input, out)
+        let _ = (db, input, out, image_list);
+        Err(self.info().unsupported(
+            "relocalize.last_look",
+            "the photos the mapper left out stay out",
+        ))
     }
 
     /// Re-triangulate the points of `input` with its poses fixed.

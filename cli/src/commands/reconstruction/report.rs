@@ -30,6 +30,8 @@ pub struct Report {
     pub submodels: serde_json::Value,
     /// When the other sub-models' photos were joined to the largest: how many it gained.
     pub merged: serde_json::Value,
+    /// When photos were in no model: how many the mapping stage's last look placed.
+    pub last_look: serde_json::Value,
     pub metrics: serde_json::Value,
     pub stages: Vec<serde_json::Value>,
     /// Wall time of the stages that ran (skipped ones left out).
@@ -152,6 +154,7 @@ pub async fn build_report(
         points: 0,
         submodels: serde_json::Value::Null,
         merged: serde_json::Value::Null,
+        last_look: serde_json::Value::Null,
         metrics: serde_json::Value::Null,
         stages: stage_rows,
         stages_wall_s: wall,
@@ -193,6 +196,7 @@ pub async fn build_report(
     {
         report.submodels = r["submodels"].clone();
         report.merged = r["merged"].clone();
+        report.last_look = r["last_look"].clone();
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output folder {}", args.out.display()))?;

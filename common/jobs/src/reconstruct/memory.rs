@@ -1,5 +1,6 @@
 //! The memory model: peak RSS of a stage ≈ a + b · (images × megapixels), megapixels
-//! capped by `max_image_size`, with coefficients kept per engine version. The estimate
+//! capped by `max_image_size`, with coefficients kept per engine version; extraction's
+//! is of the photos in flight instead (below). The estimate
 //! sizes the task's resource class and is what the memory gate admits; the hard limit
 //! on the child is twice it.
 //!
@@ -29,7 +30,10 @@
 //! | `sceaux_castle`, 11 × 2832 px seen at 2000 | own pixels | 611 MB |
 //!
 //! The coefficients lie above every measurement (so estimates are conservative) rather
-//! than through them.
+//! than through them. The photo's own megapixels are the set's mean: a set that mixes a
+//! few very large photos into small ones can exceed it by the large ones' decoded
+//! pixels (10 MB per megapixel each), which the eight threads assumed on a light class's
+//! two vCPUs and the child's limit at twice the estimate leave room for.
 //!
 //! **The time model** sizes the class too: a stage whose CPU time would not fit a light
 //! class's budget ([`ResourceClass::cpu_seconds`], the Lambda's 15 minutes) starts in a
@@ -45,8 +49,8 @@ use super::Stage;
 use tessera_core::spec::{PairStrategy, ReconstructionSpec};
 use tessera_core::task::ResourceClass;
 
-/// Engine version the coefficients were measured with.
-pub const MEASURED_WITH: &str = "colmap-3.8-cpu";
+/// Engine versions the coefficients were measured with: extraction's with pycolmap.
+pub const MEASURED_WITH: &str = "colmap-3.8-cpu, extraction pycolmap-4.2.1-cpu";
 
 const MB: f64 = 1024.0 * 1024.0;
 
@@ -125,8 +129,12 @@ fn extract_peak(
 ) -> u64 {
     let (a, _) = coefficients(Stage::Extract);
     let doubling = if native_scale { 1.0 } else { 4.0 };
-    let per_photo = EXTRACT_PER_SEEN_MP * doubling * seen_megapixels(megapixels, max_image_size)
-        + EXTRACT_PER_PHOTO_MP * megapixels.max(0.01);
+    // Capped as a square photo would be, not 4:3: a panorama or square crop at the cap
+    // holds a third more pixels.
+    let cap = f64::from(max_image_size).powi(2) / 1e6;
+    let seen = megapixels.min(cap).max(0.01);
+    let per_photo =
+        EXTRACT_PER_SEEN_MP * doubling * seen + EXTRACT_PER_PHOTO_MP * megapixels.max(0.01);
     (a + images.clamp(1, threads) as f64 * per_photo) as u64
 }
 

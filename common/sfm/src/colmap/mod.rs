@@ -125,6 +125,16 @@ impl ColmapBackend {
         })
     }
 
+    /// A backend whose capabilities are given, not detected: for tests of what it
+    /// offers and refuses.
+    #[cfg(test)]
+    pub(crate) fn with_info(info: BackendInfo) -> Self {
+        ColmapBackend {
+            info,
+            program: program(),
+        }
+    }
+
     fn call(&self, args: Vec<String>) -> Vec<Invocation> {
         vec![Invocation {
             program: self.program.clone(),

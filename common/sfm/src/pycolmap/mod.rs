@@ -57,6 +57,9 @@ pub fn capabilities() -> BTreeSet<String> {
     // SIFT from the photos' own pixels, weak photos extracted again (`stage.py`'s
     // `look_again`): the command line cannot read the database between two extractions.
     caps.insert("features.native_scale".into());
+    // The mapping stage's last look at photos in no model: COLMAP 3.8's registrator
+    // takes no list of photos, so it would lower the bar for other scenes' too.
+    caps.insert("relocalize.last_look".into());
     caps
 }
 
@@ -522,13 +525,19 @@ impl EngineBackend for PycolmapBackend {
         db: &Path,
         input: &Path,
         out: &Path,
+        image_list: &Path,
     ) -> Result<Vec<Invocation>, Unsupported> {
-        self.register(
+        self.info.require("relocalize.last_look", "")?;
+        let mut inv = self.register(
             db,
             input,
             out,
             crate::backend::LAST_LOOK_ABS_POSE_MIN_INLIERS,
-        )
+        )?;
+        inv[0]
+            .args
+            .extend(["--image-list".to_string(), p(image_list)]);
+        Ok(inv)
     }
 
     fn triangulate(

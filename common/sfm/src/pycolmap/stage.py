@@ -372,6 +372,10 @@ def register(args):
     options.extract_colors = False
     options.fix_existing_frames = True
     options.multiple_models = False
+    # The mapping stage's last look: the model's photos and the ones in no model only.
+    if args.image_list:
+        with open(args.image_list, encoding="utf-8") as f:
+            options.image_names = [line.strip() for line in f if line.strip()]
     os.makedirs(args.output, exist_ok=True)
     # No colours are read, but the pipeline wants an image folder that exists.
     models = pycolmap.incremental_mapping(
@@ -491,6 +495,7 @@ def main():
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--relaxed-abs-pose-min-inliers", type=int, default=0)
+    p.add_argument("--image-list")
     p.set_defaults(run=register)
 
     p = sub.add_parser("triangulate")

@@ -212,3 +212,46 @@ fn extraction_runs_on_at_most_the_threads_the_memory_model_counts() {
         );
     }
 }
+
+/// The last look at photos in no model is COLMAP 4's alone: it names the photos it may
+/// place and goes down to `LAST_LOOK_ABS_POSE_MIN_INLIERS`; COLMAP 3.8's registrator
+/// takes no list, so that backend refuses by the capability's name.
+#[test]
+fn the_last_look_names_its_photos_and_its_threshold() {
+    let b = PycolmapBackend {
+        info: BackendInfo {
+            name: "pycolmap".into(),
+            version: PINNED_VERSION.into(),
+            cuda: false,
+            capabilities: capabilities(),
+        },
+        python: "python3".into(),
+        runner: "/tmp/x/stage.py".into(),
+    };
+    let (db, model, out, list) = (
+        Path::new("db"),
+        Path::new("model"),
+        Path::new("out"),
+        Path::new("list.txt"),
+    );
+    let args = &b.register_left_out(db, model, out, list).unwrap()[0].args;
+    let after = |flag: &str| {
+        let at = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("{args:?}"));
+        args[at + 1].clone()
+    };
+    assert_eq!(after("--image-list"), "list.txt");
+    let last = crate::backend::LAST_LOOK_ABS_POSE_MIN_INLIERS;
+    assert_eq!(after("--relaxed-abs-pose-min-inliers"), last.to_string());
+    assert!(last < crate::backend::RELAXED_INIT.abs_pose_min_inliers);
+    // The join of sub-models keeps the relaxed pass's bar.
+    let join = &b.register_images(db, model, out).unwrap()[0].args;
+    assert!(!join.iter().any(|a| a == "--image-list"), "{join:?}");
+    let cli = crate::colmap::ColmapBackend::with_info(BackendInfo {
+        name: "colmap".into(),
+        version: "3.8".into(),
+        cuda: false,
+        capabilities: crate::colmap::capabilities("3.8", false),
+    });
+    let refused = cli.register_left_out(db, model, out, list).unwrap_err();
+    assert_eq!(refused.capability, "relocalize.last_look");
+}

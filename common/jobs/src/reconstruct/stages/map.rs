@@ -143,16 +143,15 @@ impl Run<'_> {
             .collect();
         let (mut primary, mut primary_metrics) = (best, best_metrics);
         let mut merged = None;
-        if primary_metrics.registered_images < photos.len() {
-            // A last look at the photos the largest model leaves out, in other sub-models
-            // or in none: the registrator places them against its points with its poses
-            // held, down to fewer pose inliers than the mapper asks. Kept only when it
+        if submodels.len() > 1 && primary_metrics.registered_images < photos.len() {
+            // Try joining the other sub-models' photos to the largest: the registrator
+            // places them against its points with its poses held. Kept only when it
             // registers more.
             let joined = dir.join("merged");
             fresh_dir(&joined)?;
             let run = self
                 .exec(
-                    backend.register_left_out(&db, &primary, &joined),
+                    backend.register_images(&db, &primary, &joined),
                     Phase::IncrementalRegister,
                     Some(photos.len() as u64),
                 )
@@ -179,8 +178,7 @@ impl Run<'_> {
             self.ctx
                 .emit(EventKind::LogLine {
                     line: format!(
-                        "map: registering the {} photos left out into the largest of {} sub-models {}",
-                        photos.len() - primary_metrics.registered_images,
+                        "map: joining the {} sub-models {}",
                         submodels.len(),
                         match &outcome {
                             Some((_, m)) if gained => format!(
@@ -213,6 +211,15 @@ impl Run<'_> {
                 submodels = kept;
                 (primary, primary_metrics) = (p, m);
             }
+        }
+        let last_look = self
+            .last_look(backend, &db, &dir, &photos, &submodels, &primary_metrics)
+            .await?;
+        if let Some(look) = &last_look
+            && let Some((p, m)) = &look.joined
+        {
+            submodels[0] = (p.clone(), m.clone());
+            (primary, primary_metrics) = (p.clone(), m.clone());
         }
         // Named, so a person can see which photo did not fit (a portrait in a drone set)
         // instead of a count that could be any of them.
@@ -256,6 +263,7 @@ impl Run<'_> {
                 .map(|(idx, (_, m))| json!({ "idx": idx, "model": m }))
                 .collect::<Vec<_>>(),
             "merged": merged,
+            "last_look": last_look.as_ref().map(|l| &l.report),
             "models": models.iter().map(|(_, m)| m).collect::<Vec<_>>(),
             "total_images": photos.len(),
             "left_out": left_out,

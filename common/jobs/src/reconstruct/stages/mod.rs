@@ -12,6 +12,7 @@ mod export;
 mod extract;
 mod georeference;
 mod ingest;
+mod last_look;
 mod map;
 mod map_cluster;
 mod match_pairs;
