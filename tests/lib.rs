@@ -38,6 +38,19 @@ pub fn repo_root() -> PathBuf {
 
 /// The first `n` bundled sample photos (by name) copied into `DIR/photos`: geotagged
 /// drone photos, the reconstruction tests' input.
+/// The fixed-wing survey's photos `IMG_<first>` … `IMG_<last - 1>` copied into
+/// `dir/photos`, which is returned.
+pub fn survey_photos(dir: &Path, numbers: std::ops::Range<u32>) -> PathBuf {
+    let out = dir.join("photos");
+    std::fs::create_dir_all(&out).unwrap();
+    let survey = repo_root().join("../shared/datasets/odm_seneca_80/images");
+    for n in numbers {
+        let name = format!("IMG_{n:04}.jpg");
+        std::fs::copy(survey.join(&name), out.join(&name)).unwrap();
+    }
+    out
+}
+
 pub fn sample_photos(dir: &Path, n: usize) -> PathBuf {
     let out = dir.join("photos");
     std::fs::create_dir_all(&out).unwrap();

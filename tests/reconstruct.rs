@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_tests::{Killed, http, json, repo_root, sample_photos, stderr, tessera, tessera_bin};
+use tessera_tests::{
+    Killed, http, json, repo_root, sample_photos, stderr, survey_photos, tessera, tessera_bin,
+};
 
 /// Small and fast on 2 cores: a few sample photos at 640 px, 1024 features.
 const FAST: &[&str] = &[
@@ -369,13 +371,7 @@ fn the_global_mapper_runs_on_this_machine_and_the_command_line_engine_stays() {
 #[test]
 fn spatial_pairs_follow_flight_strips_on_either_engine() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = dir.path().join("photos");
-    std::fs::create_dir_all(&photos).unwrap();
-    let survey = tessera_tests::repo_root().join("../shared/datasets/odm_seneca_80/images");
-    for n in 533..541 {
-        let name = format!("IMG_{n:04}.jpg");
-        std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
-    }
+    let photos = survey_photos(dir.path(), 533..541);
     for engine in ["pycolmap", "colmap"] {
         let o = reconstruct(
             &dir.path().join(format!("state-{engine}")),
@@ -426,13 +422,7 @@ fn spatial_pairs_follow_flight_strips_on_either_engine() {
 #[test]
 fn large_photos_are_seen_at_their_own_pixels_and_weak_ones_looked_at_again() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = dir.path().join("photos");
-    std::fs::create_dir_all(&photos).unwrap();
-    let survey = repo_root().join("../shared/datasets/odm_seneca_80/images");
-    for n in 576..582 {
-        let name = format!("IMG_{n:04}.jpg");
-        std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
-    }
+    let photos = survey_photos(dir.path(), 576..582);
     let state = dir.path().join("state");
     let out = dir.path().join("out");
     let o = reconstruct_as_given(&state, &photos, &out, &["--engine", "pycolmap"]);
@@ -468,13 +458,7 @@ fn large_photos_are_seen_at_their_own_pixels_and_weak_ones_looked_at_again() {
 #[test]
 fn a_photo_left_out_gets_a_last_look_with_the_model_held() {
     let dir = tempfile::tempdir().unwrap();
-    let photos = dir.path().join("photos");
-    std::fs::create_dir_all(&photos).unwrap();
-    let survey = repo_root().join("../shared/datasets/odm_seneca_80/images");
-    for n in 533..553 {
-        let name = format!("IMG_{n:04}.jpg");
-        std::fs::copy(survey.join(&name), photos.join(&name)).unwrap();
-    }
+    let photos = survey_photos(dir.path(), 533..553);
     let state = dir.path().join("state");
     let out = dir.path().join("out");
     let o = reconstruct_as_given(&state, &photos, &out, &["--engine", "pycolmap"]);

@@ -1,6 +1,20 @@
 use super::*;
 use tessera_core::event::Phase;
 
+/// A CPU backend at the pinned version whose runner is never run: for the command lines.
+fn backend() -> PycolmapBackend {
+    PycolmapBackend {
+        info: BackendInfo {
+            name: "pycolmap".into(),
+            version: PINNED_VERSION.into(),
+            cuda: false,
+            capabilities: capabilities(),
+        },
+        python: "python3".into(),
+        runner: "/tmp/x/stage.py".into(),
+    }
+}
+
 #[test]
 fn runner_lines_become_events_and_the_rest_is_log() {
     assert_eq!(
@@ -104,16 +118,7 @@ fn the_global_mapper_is_offered_without_cuda() {
 
 #[test]
 fn invocations_are_named_by_their_stage_not_the_runner_path() {
-    let b = PycolmapBackend {
-        info: BackendInfo {
-            name: "pycolmap".into(),
-            version: PINNED_VERSION.into(),
-            cuda: false,
-            capabilities: capabilities(),
-        },
-        python: "python3".into(),
-        runner: "/tmp/x/stage.py".into(),
-    };
+    let b = backend();
     let inv = b
         .map(
             MapperKind::Global,
@@ -174,16 +179,7 @@ fn extraction_runs_on_at_most_the_threads_the_memory_model_counts() {
             .unwrap_or_else(|| panic!("{args:?}"));
         args[at + 1].parse().unwrap()
     };
-    let b = PycolmapBackend {
-        info: BackendInfo {
-            name: "pycolmap".into(),
-            version: PINNED_VERSION.into(),
-            cuda: false,
-            capabilities: capabilities(),
-        },
-        python: "python3".into(),
-        runner: "/tmp/x/stage.py".into(),
-    };
+    let b = backend();
     let inv = b
         .extract(
             &spec,
@@ -218,16 +214,7 @@ fn extraction_runs_on_at_most_the_threads_the_memory_model_counts() {
 /// takes no list, so that backend refuses by the capability's name.
 #[test]
 fn the_last_look_names_its_photos_and_its_threshold() {
-    let b = PycolmapBackend {
-        info: BackendInfo {
-            name: "pycolmap".into(),
-            version: PINNED_VERSION.into(),
-            cuda: false,
-            capabilities: capabilities(),
-        },
-        python: "python3".into(),
-        runner: "/tmp/x/stage.py".into(),
-    };
+    let b = backend();
     let (db, model, out, list) = (
         Path::new("db"),
         Path::new("model"),
@@ -236,7 +223,10 @@ fn the_last_look_names_its_photos_and_its_threshold() {
     );
     let args = &b.register_left_out(db, model, out, list).unwrap()[0].args;
     let after = |flag: &str| {
-        let at = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("{args:?}"));
+        let at = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{args:?}"));
         args[at + 1].clone()
     };
     assert_eq!(after("--image-list"), "list.txt");
