@@ -44,31 +44,16 @@ impl Run<'_> {
             .map_err(io("writing the last look's photo list"))?;
         let out = dir.join("last_look");
         fresh_dir(&out)?;
-        let run = self
-            .exec(
-                backend.register_left_out(db, primary, &out, &list),
-                Phase::IncrementalRegister,
-                Some(photos.len() as u64),
-            )
-            .await;
         // Optional like the join: any failure but a cancel leaves the largest model.
-        let outcome = match run {
-            Ok(_) => model_bin::read(&out)
-                .ok()
-                .map(|r| (out.clone(), metrics::compute(&r))),
-            Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
-            Err(e) => {
-                self.ctx
-                    .emit(EventKind::Warning {
-                        message: format!(
-                            "the last look at the photos left out failed: {}",
-                            e.message
-                        ),
-                    })
-                    .await?;
-                None
-            }
-        };
+        let outcome = self
+            .register_optionally(
+                backend.register_left_out(db, primary, &out, &list),
+                &out,
+                photos.len(),
+                "the last look at the photos in no model",
+            )
+            .await?
+            .map(|r| (out.clone(), metrics::compute(&r)));
         let gained = outcome
             .as_ref()
             .is_some_and(|(_, m)| joined_is_better(largest, m));

@@ -149,29 +149,15 @@ impl Run<'_> {
             // registers more.
             let joined = dir.join("merged");
             fresh_dir(&joined)?;
-            let run = self
-                .exec(
+            let outcome = self
+                .register_optionally(
                     backend.register_images(&db, &primary, &joined),
-                    Phase::IncrementalRegister,
-                    Some(photos.len() as u64),
+                    &joined,
+                    photos.len(),
+                    "joining the sub-models",
                 )
-                .await;
-            // The registrator writes the joined model into the folder itself. Joining is
-            // optional: any failure but a cancel leaves the largest model primary.
-            let outcome = match run {
-                Ok(_) => model_bin::read(&joined)
-                    .ok()
-                    .map(|r| (joined.clone(), metrics::compute(&r))),
-                Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
-                Err(e) => {
-                    self.ctx
-                        .emit(EventKind::Warning {
-                            message: format!("joining the sub-models failed: {}", e.message),
-                        })
-                        .await?;
-                    None
-                }
-            };
+                .await?
+                .map(|r| (joined.clone(), metrics::compute(&r)));
             let gained = outcome
                 .as_ref()
                 .is_some_and(|(_, m)| joined_is_better(&primary_metrics, m));

@@ -117,33 +117,18 @@ impl Run<'_> {
             let before = model.images.len();
             let grown = dir.join("registered");
             fresh_dir(&grown)?;
-            match self
-                .exec(
+            if let Some(r) = self
+                .register_optionally(
                     backend.register_images(&db, &triangulated, &grown),
-                    Phase::IncrementalRegister,
-                    Some(photos.len() as u64),
+                    &grown,
+                    photos.len(),
+                    "registering the photos the joined clusters lack",
                 )
-                .await
+                .await?
+                && r.images.len() > before
             {
-                Ok(_) => {
-                    if let Ok(r) = model_bin::read(&grown)
-                        && r.images.len() > before
-                    {
-                        registered_after_join = Some(r.images.len() - before);
-                        model = r;
-                    }
-                }
-                Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
-                Err(e) => {
-                    self.ctx
-                        .emit(EventKind::Warning {
-                            message: format!(
-                                "registering the photos the joined clusters lack failed: {}",
-                                e.message
-                            ),
-                        })
-                        .await?;
-                }
+                registered_after_join = Some(r.images.len() - before);
+                model = r;
             }
         }
         let (model, placement) = self.place_again_by_gps(&db, &dir, &photos, model).await?;

@@ -58,40 +58,14 @@ impl Run<'_> {
         let again = dir.join("placed_again");
         fresh_dir(&again)?;
         let backend = backend_for(&self.spec.backend)?;
-        let registered = match self
-            .exec(
+        let registered = self
+            .register_optionally(
                 backend.register_images(db, &out, &again),
-                Phase::IncrementalRegister,
-                Some(photos.len() as u64),
+                &again,
+                photos.len(),
+                "registering the misplaced photos again",
             )
-            .await
-        {
-            Ok(_) => match model_bin::read(&again) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    self.ctx
-                        .emit(EventKind::Warning {
-                            message: format!(
-                                "the model the misplaced photos were registered into could not be read: {e}"
-                            ),
-                        })
-                        .await?;
-                    None
-                }
-            },
-            Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
-            Err(e) => {
-                self.ctx
-                    .emit(EventKind::Warning {
-                        message: format!(
-                            "registering the misplaced photos again failed: {}",
-                            e.message
-                        ),
-                    })
-                    .await?;
-                None
-            }
-        };
+            .await?;
         // Kept only if it holds every photo the joined model held: a photo the
         // registrator cannot place again stays where its cluster put it rather than
         // leave the model.

@@ -277,6 +277,34 @@ impl Run<'_> {
         Ok(reports)
     }
 
+    /// An optional registration (joining sub-models, the last look, placing photos
+    /// again): the registrator's invocations run and the model it wrote to `out` read.
+    /// Any failure but a cancel is a warning that says `what` failed, and `None`: the
+    /// model it started from stands.
+    async fn register_optionally(
+        &self,
+        invocations: Result<Vec<Invocation>, tessera_sfm::backend::Unsupported>,
+        out: &Path,
+        total: usize,
+        what: &str,
+    ) -> Result<Option<tessera_sfm::model::Reconstruction>, TaskError> {
+        let failed = match self
+            .exec(invocations, Phase::IncrementalRegister, Some(total as u64))
+            .await
+        {
+            Ok(_) => match model_bin::read(out) {
+                Ok(r) => return Ok(Some(r)),
+                Err(e) => format!("{what}: the model it wrote could not be read: {e}"),
+            },
+            Err(e) if e.class == tessera_core::ErrorClass::Cancelled => return Err(e),
+            Err(e) => format!("{what} failed: {}", e.message),
+        };
+        self.ctx
+            .emit(EventKind::Warning { message: failed })
+            .await?;
+        Ok(None)
+    }
+
     /// The map stage's figures, one run or merged clusters alike.
     async fn map_metrics(
         &self,
