@@ -36,7 +36,11 @@ fn plan(
     label: &str,
 ) -> JobPlan {
     let mut work = TaskPlan::new(first, format!("sfm.{first}"), json!({}));
-    let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000, false);
+    // The base job's engine is read when the task runs: COLMAP 4's Python (the default,
+    // and the larger) is counted. The new photos are not known yet either; a memory kill
+    // moves the task to the next class with its whole budget.
+    let estimate = memory::estimate(super::Stage::Map, 50, 1.0, 1000, false)
+        + memory::engine_overhead("pycolmap", super::Stage::Map);
     work.memory_estimate = Some(estimate);
     work.resource_class = memory::class_for(estimate);
     let export =
@@ -518,6 +522,24 @@ fn extraction_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both refinements run the engine's processes: the estimate counts its Python, so
+    /// the child's limit (twice the estimate) is not spent on the interpreter.
+    #[test]
+    fn refinements_are_sized_with_the_engines_python() {
+        let python = memory::engine_overhead("pycolmap", super::super::Stage::Map);
+        let bare = memory::estimate(super::super::Stage::Map, 50, 1.0, 1000, false);
+        let p = plan(
+            RELOCALIZE,
+            "relocalize",
+            json!({}),
+            0,
+            TenantId::local(),
+            None,
+            "x",
+        );
+        assert_eq!(p.tasks[0].memory_estimate, Some(bare + python));
+    }
 
     #[test]
     fn new_photos_get_sifts_start_by_their_own_size() {
