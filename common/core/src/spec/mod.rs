@@ -374,24 +374,7 @@ impl ReconstructionSpec {
                 format!("`{v}` is not a version like `3.8` or `3.14.1`"),
             );
         }
-        if !(256..=65536).contains(&self.max_features) {
-            p.add(
-                "max_features",
-                format!(
-                    "{} is out of range; use 256 to 65536 (8192 is usual)",
-                    self.max_features
-                ),
-            );
-        }
-        if !(320..=16384).contains(&self.max_image_size) {
-            p.add(
-                "max_image_size",
-                format!(
-                    "{} is out of range; use 320 to 16384 pixels",
-                    self.max_image_size
-                ),
-            );
-        }
+        check_extraction(&mut p, self.max_features, self.max_image_size);
         match &self.pairs {
             PairStrategy::Exhaustive => {}
             PairStrategy::Sequential { overlap } => {
@@ -506,6 +489,22 @@ impl ReconstructionSpec {
 /// For `skip_serializing_if`: a count of zero is left out of a spec's JSON.
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// Features and image size as a reconstruction or a relocalisation asks them.
+fn check_extraction(p: &mut Problems, max_features: u32, max_image_size: u32) {
+    if !(256..=65536).contains(&max_features) {
+        p.add(
+            "max_features",
+            format!("{max_features} is out of range; use 256 to 65536 (8192 is usual)"),
+        );
+    }
+    if !(320..=16384).contains(&max_image_size) {
+        p.add(
+            "max_image_size",
+            format!("{max_image_size} is out of range; use 320 to 16384 pixels"),
+        );
+    }
 }
 
 fn check_exports(p: &mut Problems, exports: &[ExportFormat]) {

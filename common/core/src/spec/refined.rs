@@ -2,7 +2,7 @@
 //! ([`RelocalizeSpec`]) and its points triangulated again with the poses held
 //! ([`TriangulateSpec`]), with the checks they share.
 
-use super::{ExportFormat, Problems, SpecError, check_exports};
+use super::{ExportFormat, Problems, SpecError, check_exports, check_extraction};
 use serde::{Deserialize, Serialize};
 
 /// Register new photos into an existing reconstruction (COLMAP's image registrator),
@@ -68,21 +68,7 @@ impl RelocalizeSpec {
                 format!("`{}` is not a valid object-store prefix", self.image_set),
             );
         }
-        if !(256..=65536).contains(&self.max_features) {
-            p.add(
-                "max_features",
-                format!("{} is out of range; use 256 to 65536", self.max_features),
-            );
-        }
-        if !(320..=16384).contains(&self.max_image_size) {
-            p.add(
-                "max_image_size",
-                format!(
-                    "{} is out of range; use 320 to 16384 pixels",
-                    self.max_image_size
-                ),
-            );
-        }
+        check_extraction(&mut p, self.max_features, self.max_image_size);
         p.finish()
     }
 }

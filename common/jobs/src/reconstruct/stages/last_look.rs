@@ -27,16 +27,21 @@ impl Run<'_> {
         let Some((primary, _)) = submodels.first() else {
             return Ok(None);
         };
-        let mut in_a_model = BTreeSet::new();
-        for (path, _) in submodels {
+        if !backend.info().capabilities.contains("relocalize.last_look") {
+            return Ok(None);
+        }
+        // Each model's photos read once: the primary's are also the list's first part.
+        let primary_names = model_names(primary)?;
+        let mut in_a_model = primary_names.clone();
+        for (path, _) in &submodels[1..] {
             in_a_model.extend(model_names(path)?);
         }
         let orphans: Vec<String> = left_out(photos, &in_a_model);
-        if orphans.is_empty() || !backend.info().capabilities.contains("relocalize.last_look") {
+        if orphans.is_empty() {
             return Ok(None);
         }
         let list = dir.join("last_look.txt");
-        let names: Vec<String> = model_names(primary)?
+        let names: Vec<String> = primary_names
             .into_iter()
             .chain(orphans.iter().cloned())
             .collect();
