@@ -211,6 +211,14 @@ impl MatchPolicy {
             _ => MatchPolicy::FailClosed,
         }
     }
+
+    /// Whether faces are compared with anyone at all: only under a threshold. A project
+    /// without one blurs every face and recognises nobody, so its faces are found but
+    /// never embedded, and it holds no biometric template of anyone (data it has no use
+    /// for); they are embedded when a threshold is set, as every photo is decided again.
+    pub fn recognises(self) -> bool {
+        matches!(self, MatchPolicy::Threshold(_))
+    }
 }
 
 /// What was decided about one face.

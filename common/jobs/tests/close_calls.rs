@@ -31,7 +31,7 @@ fn hopper() -> SubjectEmbeddings {
 fn only_close_calls_are_looked_at_again_and_once() {
     let m = models();
     let img = composite();
-    let faces = faces::faces_in(&m, &img).unwrap();
+    let faces = faces::faces_in(&m, &img, MatchPolicy::Threshold(0.363)).unwrap();
     assert_eq!(faces.len(), 8);
     assert!(
         faces.iter().all(|f| !f.looked_again),

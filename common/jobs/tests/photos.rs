@@ -329,24 +329,17 @@ async fn reprocess_reblurs_from_stored_faces_and_deletes_what_it_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_failure_unpublishes_in_the_same_transaction() {
     let r = rig().await;
-    let p = r.project(None).await;
+    // Someone opted out, so faces are searched and embedded (a project without a
+    // threshold embeds none, and a re-decision of it never needs the faces' object).
+    let p = r.project(Some(0.363)).await;
+    r.enrol(&p, "hopper", "grace_hopper.jpg").await;
     let (photo, event) = r.upload(&p, "astronaut.png").await;
     r.ingest(&p, &event).await;
     r.settle().await;
     let row = r.photo(photo).await;
     assert!(row.published_at.is_some());
-    assert_eq!(
-        row.pipeline,
-        Pipeline::FaceProcess,
-        "no threshold → face processing (fail closed)"
-    );
-    assert!(
-        row.faces
-            .as_ref()
-            .unwrap()
-            .iter()
-            .all(|f| f.decision == tessera_core::privacy::FaceDecision::FailClosed)
-    );
+    assert_eq!(row.pipeline, Pipeline::FaceProcess, "someone opted out");
+    assert!(!row.faces.as_ref().unwrap().is_empty());
 
     // The upload disappears behind the pipeline's back, and so does the faces' object (a
     // re-decision that changes no file would not need the upload): the reprocess must
@@ -356,7 +349,13 @@ async fn a_final_failure_unpublishes_in_the_same_transaction() {
     }
     let job = r
         .engine
-        .submit(photos::reprocess_plan(p.tenant.clone(), p.id, photo, 0, 1))
+        .submit(photos::reprocess_plan(
+            p.tenant.clone(),
+            p.id,
+            photo,
+            row.subjects_rev,
+            1,
+        ))
         .await
         .unwrap()
         .job_id;
@@ -904,4 +903,77 @@ async fn a_rename_keeps_the_fields_a_newer_build_wrote() {
             .is_err(),
         "the old name is free"
     );
+}
+
+/// A project with no threshold blurs every face and recognises nobody, so it makes no
+/// biometric template of anyone: its faces are found, blurred and kept (boxes and
+/// landmarks), never embedded, and no embeddings object is stored. Setting a threshold
+/// re-decides every photo; the stored faces are embedded then, without detecting again,
+/// and the opted-out person is told apart from the bystanders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_without_a_threshold_embeds_no_face_until_one_is_set() {
+    use tessera_core::privacy::FaceDecision;
+    let r = rig().await;
+    let p = r.project(None).await;
+    r.enrol(&p, "astronaut", "astronaut.png").await;
+    let (photo, event) = r.upload(&p, "composite_pd_1280x896.jpg").await;
+    r.ingest(&p, &event).await;
+    r.settle().await;
+    let first = r.photo(photo).await;
+    assert!(first.published_at.is_some(), "{first:?}");
+    assert_eq!(first.pipeline, Pipeline::FaceProcess);
+    assert_eq!(first.faces.as_ref().map(Vec::len), Some(8));
+    assert!(first.embeddings_key.is_none(), "no template stored");
+    assert_eq!(
+        r.objects(&keys::derived_prefix(p.id, photo)).await,
+        derived(&first),
+        "nothing but the files under the photo's prefix"
+    );
+    let faces = r.faces(&first).await;
+    assert!(
+        faces
+            .iter()
+            .all(|f| f.embedding.is_empty() && f.decision == FaceDecision::FailClosed),
+        "{faces:?}"
+    );
+
+    // A threshold: every photo is decided again, its stored faces embedded then.
+    project::set_settings(
+        &r.engine,
+        p.id,
+        project::Settings {
+            threshold: Some(0.363),
+            expand: 0.35,
+            keep_metadata: Default::default(),
+        },
+        &tessera_core::audit::Actor::cli(p.tenant.clone()),
+    )
+    .await
+    .unwrap();
+    r.settle().await;
+    let second = r.photo(photo).await;
+    assert!(second.published_at.is_some(), "{second:?}");
+    assert!(second.variant_version > first.variant_version);
+    assert!(second.embeddings_key.is_some());
+    let faces = r.faces(&second).await;
+    assert_eq!(faces.len(), 8);
+    assert!(faces.iter().all(|f| f.embedding.len() == 128));
+    let opted_out = faces
+        .iter()
+        .filter(|f| matches!(f.decision, FaceDecision::Subject { .. }))
+        .count();
+    assert_eq!(opted_out, 4, "{faces:?}");
+    assert!(
+        faces
+            .iter()
+            .any(|f| matches!(f.decision, FaceDecision::NotOptedOut { .. })),
+        "the bystanders are no longer blurred: {faces:?}"
+    );
+    let reprocess = r
+        .jobs_of_kind(photos::kinds::REPROCESS_JOB)
+        .await
+        .into_iter()
+        .find(|j| j.spec["photo"] == photo.to_string())
+        .expect("the sweep re-decided the photo");
+    assert_eq!(r.detections_in(reprocess.id).await, 0, "not detected again");
 }

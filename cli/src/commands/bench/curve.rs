@@ -19,7 +19,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use tessera_core::photo::Face;
-use tessera_core::privacy::{MatchPolicy, MatchRule};
+use tessera_core::privacy::{MatchPolicy, MatchRule, RECOMMENDED_THRESHOLD};
 use tessera_faces::search::Thoroughness;
 use tessera_jobs::photos::{decide, faces, render, upload};
 
@@ -99,7 +99,11 @@ fn measure(bench: &Bench, case: &Case, a: &Args, ts: &[f32]) -> anyhow::Result<C
     for i in 0..a.photos {
         let (scene, bytes) = bench.scene(case, i)?;
         let decoded = upload::decode("scene", &bytes)?;
-        let faces = faces::faces_searched(&bench.product, &decoded.rgb, Thoroughness::Gated)?.faces;
+        // Embedded (any threshold recognises): the same faces are decided at every one.
+        let recognise = MatchPolicy::Threshold(RECOMMENDED_THRESHOLD);
+        let faces =
+            faces::faces_searched(&bench.product, &decoded.rgb, Thoroughness::Gated, recognise)?
+                .faces;
         let found = Found {
             faces,
             truth: scene.faces.clone(),

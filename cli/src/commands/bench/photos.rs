@@ -70,7 +70,7 @@ fn process_once(
         .map_err(anyhow::Error::msg)?
         .rgb;
     let t1 = Instant::now();
-    let searched = faces::faces_searched(models, &img, how)?;
+    let searched = faces::faces_searched(models, &img, how, policy)?;
     let mut faces = searched.faces;
     let t_decide = Instant::now();
     let looked = decide::decide(models, &img, &mut faces, subjects, policy)?;

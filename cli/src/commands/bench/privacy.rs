@@ -99,7 +99,7 @@ fn faces_of(
     how: Option<Thoroughness>,
 ) -> anyhow::Result<(Vec<Face>, usize)> {
     let (mut faces, passes) = if let Some(how) = how {
-        let s = faces::faces_searched(models, img, how)?;
+        let s = faces::faces_searched(models, img, how, policy)?;
         let passes = s.passes();
         (s.faces, passes)
     } else {

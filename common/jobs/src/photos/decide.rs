@@ -95,7 +95,7 @@ pub fn may_look_again(faces: &[Face], subjects: &[SubjectEmbeddings], policy: Ma
 }
 
 /// The stored face as a detection in `img`'s pixels.
-fn detection(f: &Face, img: &image::RgbImage) -> Detection {
+pub(super) fn detection(f: &Face, img: &image::RgbImage) -> Detection {
     let (w, h) = (img.width() as f32, img.height() as f32);
     let b = f.bbox;
     Detection {

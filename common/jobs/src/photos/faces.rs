@@ -3,17 +3,40 @@
 
 use tessera_core::geometry::FracRect;
 use tessera_core::photo::Face;
-use tessera_core::privacy::FaceDecision;
+use tessera_core::privacy::{FaceDecision, MatchPolicy};
 use tessera_faces::search::{PassCost, Thoroughness};
 
 /// Faces of the upright `img` as stored on the row (decisions filled in later): the
 /// search the evidence calls for ([`tessera_faces::search`]), each face embedded from its
-/// best detection ([`super::decide`] adds better views where a match is close).
+/// best detection where `policy` recognises anyone ([`MatchPolicy::recognises`];
+/// [`super::decide`] adds better views where a match is close).
 pub fn faces_in(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
+    policy: MatchPolicy,
 ) -> Result<Vec<Face>, tessera_faces::FaceError> {
-    Ok(faces_searched(models, img, Thoroughness::Gated)?.faces)
+    Ok(faces_searched(models, img, Thoroughness::Gated, policy)?.faces)
+}
+
+/// Embed the faces of `img` stored without an embedding (found while their project had
+/// no threshold), if `policy` now recognises anyone; how many were embedded.
+pub fn embed_missing(
+    models: &tessera_faces::FaceModels,
+    img: &image::RgbImage,
+    faces: &mut [Face],
+    policy: MatchPolicy,
+) -> Result<usize, tessera_faces::FaceError> {
+    let mut embedded = 0;
+    for f in faces.iter_mut().filter(|f| needs_embedding(f, policy)) {
+        f.embedding = models.embed(img, &super::decide::detection(f, img).landmarks)?;
+        embedded += 1;
+    }
+    Ok(embedded)
+}
+
+/// Whether `face` must be embedded before it can be decided under `policy`.
+pub fn needs_embedding(face: &Face, policy: MatchPolicy) -> bool {
+    policy.recognises() && face.embedding.is_empty()
 }
 
 /// The faces of one search, and what its passes cost (for the benchmarks).
@@ -22,7 +45,8 @@ pub struct Searched {
     pub faces: Vec<Face>,
     /// Per kind of pass, as [`tessera_faces::search::Found::cost`].
     pub cost: [PassCost; tessera_faces::search::Pass::ALL.len()],
-    /// Time embedding the faces and their views, milliseconds.
+    /// Time embedding the faces and their views, milliseconds (none where the policy
+    /// recognises nobody).
     pub embed_ms: f64,
 }
 
@@ -38,7 +62,9 @@ pub fn faces_searched(
     models: &tessera_faces::FaceModels,
     img: &image::RgbImage,
     how: Thoroughness,
+    policy: MatchPolicy,
 ) -> Result<Searched, tessera_faces::FaceError> {
+    let recognises = policy.recognises();
     let (w, h) = img.dimensions();
     let found = models.search_with(img, how)?;
     let cost = found.cost;
@@ -56,11 +82,15 @@ pub fn faces_searched(
                 hard_to_recognise: false,
                 evidence: Some(tessera_faces::search::evidence(&d)),
                 rule: None,
-                embedding: models.embed(img, &d.landmarks)?,
+                embedding: if recognises {
+                    models.embed(img, &d.landmarks)?
+                } else {
+                    Vec::new()
+                },
                 // Other views cost an embedding each (most of a photo's time); the
                 // product embeds only the best detection, and the decision looks again,
                 // with better-aligned views, at the faces whose match is close.
-                views: if how == Thoroughness::Every {
+                views: if recognises && how == Thoroughness::Every {
                     views
                         .iter()
                         .map(|l| models.embed(img, l))

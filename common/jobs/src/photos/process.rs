@@ -211,10 +211,11 @@ impl TaskHandler for Process {
                 let models = self.faces.models()?;
                 let detector = models.detector_kind().as_str();
                 let pixels = img.clone();
-                let found = tokio::task::spawn_blocking(move || faces::faces_in(&models, &pixels))
-                    .await
-                    .map_err(blocking_err)?
-                    .map_err(TaskError::from_classified)?;
+                let found =
+                    tokio::task::spawn_blocking(move || faces::faces_in(&models, &pixels, policy))
+                        .await
+                        .map_err(blocking_err)?
+                        .map_err(TaskError::from_classified)?;
                 // The faces are written with the version bump (2.), which comes next: a
                 // write of its own here bought only the detection of a run that dies in
                 // between, and rewrote the whole row (billed by its size).
@@ -225,6 +226,21 @@ impl TaskHandler for Process {
                 found
             }
         };
+        // Faces found while the project had no threshold were not embedded; they are
+        // now that it recognises someone (from their stored landmarks, no detection).
+        if faces.iter().any(|f| faces::needs_embedding(f, policy)) {
+            let models = self.faces.models()?;
+            let pixels = img.clone();
+            let (embedded, n) = tokio::task::spawn_blocking(move || {
+                let n = faces::embed_missing(&models, &pixels, &mut faces, policy);
+                (faces, n)
+            })
+            .await
+            .map_err(blocking_err)?;
+            faces = embedded;
+            let n = n.map_err(TaskError::from_classified)?;
+            tracing::info!(photo = %id, embedded = n, "faces found without a threshold embedded now that one is set");
+        }
         // Decided, looking again at the close calls (which needs the detector and the
         // pixels; a project with nobody opted out never does).
         if decide::may_look_again(&faces, &subjects, policy) {

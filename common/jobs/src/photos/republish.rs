@@ -15,12 +15,13 @@
 //!
 //! Everything else goes the whole way ([`super::process`]): a face whose similarity is
 //! close enough to its threshold to be looked at again (that needs the pixels), faces
-//! never detected or whose embeddings are lost or would be stored anew, a row under older
+//! never detected or whose embeddings are lost or would be stored anew, faces found while
+//! the project had no threshold (never embedded) now that one is set, a row under older
 //! [`RULES`], files not all published (a render cut off, regions saved, a failure), and a
 //! digest that differs or was never kept. Fail closed: in doubt, draw.
 
 use super::against::Against;
-use super::{decide, render, row};
+use super::{decide, faces, render, row};
 use tessera_core::photo::{Photo, RULES};
 use tessera_core::privacy_view;
 use tessera_engine::{TaskContext, TaskError, TaskOutput};
@@ -47,6 +48,12 @@ pub(super) async fn unchanged(
     let Some(mut faces) = row::faces(ctx.ports().objects.as_ref(), photo).await? else {
         return Ok(None);
     };
+    if faces
+        .iter()
+        .any(|f| faces::needs_embedding(f, against.policy))
+    {
+        return Ok(None);
+    }
     for f in &mut faces {
         f.redecide(&against.subjects, against.policy);
         if decide::close_call(f) {

@@ -244,10 +244,15 @@ pub fn face_fields(
     photo: &Photo,
     faces: &[Face],
 ) -> (Vec<(&'static str, Value)>, PendingEmbeddings) {
-    if faces.is_empty() {
+    // No face embedded (none found, or found in a project that recognises nobody): no
+    // embeddings object, and the row's faces are all there is.
+    if faces
+        .iter()
+        .all(|f| f.embedding.is_empty() && f.views.is_empty())
+    {
         return (
             vec![
-                ("faces", json(&Vec::<Face>::new())),
+                ("faces", json(&embeddings::stripped(faces))),
                 ("embeddings_key", Value::Null),
             ],
             PendingEmbeddings(None),

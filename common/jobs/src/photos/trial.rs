@@ -11,7 +11,7 @@ use super::scenes::{self, Portrait, SceneSpec, Stored};
 use super::{decide, faces};
 use image::RgbImage;
 use tessera_core::photo::Face;
-use tessera_core::privacy::{MatchPolicy, SubjectEmbeddings};
+use tessera_core::privacy::{MatchPolicy, RECOMMENDED_THRESHOLD, SubjectEmbeddings};
 use tessera_faces::{FaceError, FaceModels};
 
 /// Why a trial could not be made.
@@ -98,7 +98,8 @@ pub fn measure(models: &FaceModels, jpeg: &[u8]) -> Result<Measured, TrialError>
     let img = image::load_from_memory(jpeg)
         .map_err(|e| TrialError::Decode(e.to_string()))?
         .to_rgb8();
-    let plain = faces::faces_in(models, &img)?;
+    // Embedded: the faces are decided at whichever threshold the test chooses.
+    let plain = faces::faces_in(models, &img, MatchPolicy::Threshold(RECOMMENDED_THRESHOLD))?;
     let mut looked = plain.clone();
     for f in &mut looked {
         decide::look_again(models, &img, f)?;
