@@ -7,9 +7,8 @@
 
 use crate::error::{FaceError, inference};
 use image::RgbImage;
-use image::imageops::FilterType;
 use ort::session::Session;
-use ort::value::Tensor;
+use ort::value::TensorRef;
 use serde::{Deserialize, Serialize};
 use tessera_core::geometry::iou_px;
 
@@ -71,15 +70,35 @@ pub struct Detection {
     pub score: f32,
 }
 
-/// The padded model input and how it maps back to the image.
+/// A detector's session with the buffer its input is written into, kept from pass to
+/// pass: a full pass's input is about 23 MB (1600 × 1216 × 3 numbers), and allocating it
+/// afresh for every pass cost more in zeroing and page faults than filling it (measured
+/// with `perf` on `tessera blur`). It holds at most [`MAX_SIDE`]² × 3 numbers (44 MB).
+pub(crate) struct Detector {
+    session: Session,
+    input: Vec<f32>,
+}
+
+impl Detector {
+    pub(crate) fn new(session: Session) -> Detector {
+        Detector {
+            session,
+            input: Vec::new(),
+        }
+    }
+}
+
+/// How the padded model input (in the detector's buffer) maps back to the image.
 struct Prepared {
-    data: Vec<f32>,
     width: usize,
     height: usize,
     scale: f32,
 }
 
-fn prepare(img: &RgbImage, bgr: bool) -> Prepared {
+/// Write `img` (scaled to [`MAX_SIDE`] if larger) into `data` as the model's planar
+/// input, padded with zeros on the bottom and right to multiples of 32. Every number of
+/// the input is written, so nothing of an earlier pass is left in the buffer.
+fn prepare(img: &RgbImage, bgr: bool, data: &mut Vec<f32>) -> Prepared {
     let (w, h) = img.dimensions();
     let long = w.max(h);
     let (scaled, scale) = if long > MAX_SIDE {
@@ -87,27 +106,35 @@ fn prepare(img: &RgbImage, bgr: bool) -> Prepared {
         let nw = ((w as f32 * s).round() as u32).max(1);
         let nh = ((h as f32 * s).round() as u32).max(1);
         (
-            std::borrow::Cow::Owned(image::imageops::resize(img, nw, nh, FilterType::Triangle)),
+            std::borrow::Cow::Owned(tessera_imaging::resize::rgb(img, nw, nh)),
             s,
         )
     } else {
         (std::borrow::Cow::Borrowed(img), 1.0)
     };
-    let (sw, sh) = scaled.dimensions();
-    let pw = (sw as usize).div_ceil(32) * 32;
-    let ph = (sh as usize).div_ceil(32) * 32;
-    let mut data = vec![0f32; 3 * pw * ph];
+    let (sw, sh) = (scaled.width() as usize, scaled.height() as usize);
+    let pw = sw.div_ceil(32) * 32;
+    let ph = sh.div_ceil(32) * 32;
     let plane = pw * ph;
-    for (x, y, p) in scaled.enumerate_pixels() {
-        let i = y as usize * pw + x as usize;
-        let [r, g, b] = p.0;
-        let (c0, c2) = if bgr { (b, r) } else { (r, b) };
-        data[i] = c0 as f32;
-        data[plane + i] = g as f32;
-        data[2 * plane + i] = c2 as f32;
+    data.resize(3 * plane, 0.0);
+    data.truncate(3 * plane);
+    let (c0, c2) = if bgr { (2, 0) } else { (0, 2) };
+    let src = scaled.as_raw();
+    for (c, channel) in [c0, 1, c2].into_iter().enumerate() {
+        let out = &mut data[c * plane..(c + 1) * plane];
+        for (y, row) in out.chunks_exact_mut(pw).enumerate() {
+            if y >= sh {
+                row.fill(0.0);
+                continue;
+            }
+            let line = &src[y * sw * 3..(y + 1) * sw * 3];
+            for (o, px) in row[..sw].iter_mut().zip(line.chunks_exact(3)) {
+                *o = px[channel] as f32;
+            }
+            row[sw..].fill(0.0);
+        }
     }
     Prepared {
-        data,
         width: pw,
         height: ph,
         scale,
@@ -116,26 +143,27 @@ fn prepare(img: &RgbImage, bgr: bool) -> Prepared {
 
 /// Run `kind` on `img`: decoded, thresholded, de-duplicated, best first.
 pub(crate) fn run(
-    session: &mut Session,
+    detector: &mut Detector,
     kind: DetectorKind,
     img: &RgbImage,
 ) -> Result<Vec<Detection>, FaceError> {
     let model = kind.as_str();
-    let p = prepare(img, kind == DetectorKind::Yunet);
+    let p = prepare(img, kind == DetectorKind::Yunet, &mut detector.input);
     let (pw, ph) = (p.width, p.height);
-    let input =
-        Tensor::from_array(([1usize, 3, ph, pw], p.data)).map_err(|e| inference(model, e))?;
-    let outputs = session
+    let input = TensorRef::from_array_view(([1usize, 3, ph, pw], detector.input.as_slice()))
+        .map_err(|e| inference(model, e))?;
+    let outputs = detector
+        .session
         .run(ort::inputs![input])
         .map_err(|e| inference(model, e))?;
-    let get = |name: &str| -> Result<Vec<f32>, FaceError> {
+    let get = |name: &str| -> Result<&[f32], FaceError> {
         let v = outputs
             .get(name)
             .ok_or_else(|| inference(model, format!("the model has no output `{name}`")))?;
         let (_, data) = v
             .try_extract_tensor::<f32>()
             .map_err(|e| inference(model, e))?;
-        Ok(data.to_vec())
+        Ok(data)
     };
     let threshold = kind.threshold();
     let mut found = match kind {
@@ -150,10 +178,10 @@ pub(crate) fn run(
                     stride,
                     pw / stride,
                     ph / stride,
-                    &cls,
-                    &obj,
-                    &bbox,
-                    &kps,
+                    cls,
+                    obj,
+                    bbox,
+                    kps,
                     threshold,
                     &mut all,
                 )
@@ -166,7 +194,7 @@ pub(crate) fn run(
             let scale = get("538")?;
             let offset = get("539")?;
             let lms = get("540")?;
-            decode_centerface(pw / 4, ph / 4, &heat, &scale, &offset, &lms, threshold)
+            decode_centerface(pw / 4, ph / 4, heat, scale, offset, lms, threshold)
                 .map_err(|e| inference(model, e))?
         }
     };

@@ -70,7 +70,7 @@ pub(crate) fn installed(sub: &str) -> Option<PathBuf> {
 /// here, with `threads` intra-op threads, which keeps a worker's CPU use predictable.
 pub struct FaceModels {
     detector_kind: DetectorKind,
-    detector: Mutex<Session>,
+    detector: Mutex<detect::Detector>,
     embedder: Mutex<Session>,
     /// How long creating both sessions took, in milliseconds.
     pub load_ms: f64,
@@ -120,7 +120,7 @@ impl FaceModels {
         tracing::info!(detector = ?detector, load_ms, runtime = %rt.version, "face models loaded");
         Ok(FaceModels {
             detector_kind: detector,
-            detector: Mutex::new(d),
+            detector: Mutex::new(detect::Detector::new(d)),
             embedder: Mutex::new(e),
             load_ms,
             runtime_version: rt.version.clone(),

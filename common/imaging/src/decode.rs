@@ -126,7 +126,7 @@ pub fn decode_with(name: &str, bytes: &[u8], max_pixels: u64) -> Result<Decoded,
         )));
     }
     let stored = (img.width(), img.height());
-    let rgb = orient::apply(img, orientation).to_rgb8();
+    let rgb = orient::apply(img, orientation).into_rgb8();
     Ok(Decoded {
         rgb,
         format,

@@ -6,7 +6,8 @@
 //!   that faces, blur regions and published files are about what a viewer shows;
 //! - [`orient`]: the eight orientations, for pixels and for rectangles;
 //! - [`encode`] and [`metadata`]: upright JPEG with the colour profile and only the EXIF
-//!   fields a project allows.
+//!   fields a project allows;
+//! - [`resize`]: one resampling for every scaled copy (detector inputs, thumbnails).
 #![deny(missing_docs)]
 
 pub mod check;
@@ -15,6 +16,7 @@ pub mod encode;
 mod heif;
 pub mod metadata;
 pub mod orient;
+pub mod resize;
 
 pub use decode::{Decoded, Format, decode};
 pub use metadata::KeepMetadata;

@@ -109,7 +109,7 @@ pub fn apply(img: image::DynamicImage, o: Orientation) -> image::DynamicImage {
 /// The pixels a camera stores for the upright `img` when it tags them with `o`: what
 /// test photos are made of.
 pub fn stored_for(img: &image::RgbImage, o: Orientation) -> image::RgbImage {
-    apply(image::DynamicImage::ImageRgb8(img.clone()), o.inverse()).to_rgb8()
+    apply(image::DynamicImage::ImageRgb8(img.clone()), o.inverse()).into_rgb8()
 }
 
 #[cfg(test)]

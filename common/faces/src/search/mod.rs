@@ -41,7 +41,7 @@ pub use tiles::{
 
 use crate::detect::{Detection, MAX_SIDE, NMS_IOU};
 use image::RgbImage;
-use image::imageops::{self, FilterType};
+use image::imageops;
 use second_look::roll_deg;
 use std::borrow::Cow;
 use tiles::{MAX_ENLARGED_PX, near};
@@ -212,11 +212,10 @@ fn scaled_to(img: &RgbImage, side: u32) -> (Cow<'_, RgbImage>, f32) {
         return (Cow::Borrowed(img), 1.0);
     }
     let scale = side as f32 / long as f32;
-    let resized = imageops::resize(
+    let resized = tessera_imaging::resize::rgb(
         img,
         ((w as f32 * scale).round() as u32).max(1),
         ((h as f32 * scale).round() as u32).max(1),
-        FilterType::Triangle,
     );
     (Cow::Owned(resized), scale)
 }
@@ -357,11 +356,10 @@ pub fn search<E>(
                 (tw as f32 * ENLARGE).round() as u32,
                 (th as f32 * ENLARGE).round() as u32,
             );
-            let piece = imageops::resize(
+            let piece = tessera_imaging::resize::rgb(
                 &imageops::crop_imm(img, x0, y0, tw, th).to_image(),
                 ew,
                 eh,
-                FilterType::Triangle,
             );
             let dets = timed(Pass::Enlarged, &turn.apply(&piece), &mut found)?;
             // Only the small faces it is for: a larger one was found at native

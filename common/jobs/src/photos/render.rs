@@ -113,11 +113,10 @@ pub fn thumbnail(img: &RgbImage) -> RgbImage {
         return img.clone();
     }
     let s = THUMB_SIDE as f32 / long as f32;
-    image::imageops::resize(
+    tessera_imaging::resize::rgb(
         img,
         ((w as f32 * s).round() as u32).max(1),
         ((h as f32 * s).round() as u32).max(1),
-        image::imageops::FilterType::Triangle,
     )
 }
 
