@@ -213,9 +213,11 @@ impl MatchPolicy {
     }
 
     /// Whether faces are compared with anyone at all: only under a threshold. A project
-    /// without one blurs every face and recognises nobody, so its faces are found but
-    /// never embedded, and it holds no biometric template of anyone (data it has no use
-    /// for); they are embedded when a threshold is set, as every photo is decided again.
+    /// without one blurs every face and recognises nobody, so the faces in its photos are
+    /// found but never embedded (it makes no biometric template of its bystanders, data
+    /// it has no use for); they are embedded when a threshold is set, as every photo is
+    /// decided again. (Opted-out people's reference embeddings are kept either way: they
+    /// are what the opt-out is.)
     pub fn recognises(self) -> bool {
         matches!(self, MatchPolicy::Threshold(_))
     }

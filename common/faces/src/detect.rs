@@ -323,6 +323,52 @@ pub fn nms(mut dets: Vec<Detection>, iou: f32) -> Vec<Detection> {
 mod tests {
     use super::*;
 
+    /// The detector's input buffer is reused from pass to pass: whatever an earlier,
+    /// larger pass left in it, the next input is exactly what a fresh buffer gets (pixels
+    /// in the model's channel order, zeros in the padding), for odd sizes, a photo scaled
+    /// down to [`MAX_SIDE`], and both channel orders.
+    #[test]
+    fn a_reused_input_buffer_holds_nothing_of_an_earlier_pass() {
+        let img = |w: u32, h: u32| {
+            RgbImage::from_fn(w, h, |x, y| {
+                image::Rgb([
+                    (x % 251) as u8,
+                    (y % 241) as u8,
+                    ((x * 7 + y * 3) % 256) as u8,
+                ])
+            })
+        };
+        for bgr in [true, false] {
+            let mut reused = vec![f32::NAN; 3 * 2048 * 2048];
+            for (w, h) in [(37, 5), (641, 479), (2000, 1500), (33, 64), (1, 1)] {
+                let photo = img(w, h);
+                let mut fresh = Vec::new();
+                let a = prepare(&photo, bgr, &mut fresh);
+                let b = prepare(&photo, bgr, &mut reused);
+                assert_eq!((a.width, a.height, a.scale), (b.width, b.height, b.scale));
+                assert_eq!(reused.len(), 3 * b.width * b.height, "{w}×{h}");
+                assert!(
+                    fresh
+                        .iter()
+                        .zip(&reused)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{w}×{h}, bgr {bgr}: the reused buffer differs from a fresh one"
+                );
+            }
+        }
+        // The channel order and the padding, on one pixel.
+        let mut data = Vec::new();
+        let p = prepare(
+            &RgbImage::from_pixel(1, 1, image::Rgb([10, 20, 30])),
+            true,
+            &mut data,
+        );
+        let plane = p.width * p.height;
+        assert_eq!((p.width, p.height), (32, 32));
+        assert_eq!([data[0], data[plane], data[2 * plane]], [30.0, 20.0, 10.0]);
+        assert!(data.iter().filter(|v| **v != 0.0).count() == 3);
+    }
+
     fn det(b: [f32; 4], score: f32) -> Detection {
         Detection {
             bbox: b,

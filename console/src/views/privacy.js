@@ -105,7 +105,7 @@ export async function photos(pid) {
       return;
     }
     if (!people.length) {
-      fill(peopleList, h('p', { class: 'dim' }, 'Nobody found yet. Faces are searched for once someone has opted out, or no threshold is set.'));
+      fill(peopleList, h('p', { class: 'dim' }, 'Nobody found yet. People are told apart once a match threshold is set and someone has opted out; a project without a threshold blurs every face and recognises nobody.'));
       return;
     }
     fill(peopleList, h('ul', { class: 'subjects people' }, people.map((c, i) => {

@@ -78,7 +78,7 @@ pub fn faces_searched(
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
-                looked_again: how == Thoroughness::Every,
+                looked_again: recognises && how == Thoroughness::Every,
                 hard_to_recognise: false,
                 evidence: Some(tessera_faces::search::evidence(&d)),
                 rule: None,
