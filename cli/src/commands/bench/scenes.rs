@@ -202,6 +202,18 @@ pub(super) fn cases(full: bool) -> Vec<Case> {
                 false,
             )
         },
+        // A turned group photo: its turn is flagged only by a probe that sees faces this
+        // small, so this is what the probes' size is held to.
+        c(
+            "untagged quarter turn, 40 px faces, 12 MP",
+            4000,
+            3000,
+            40,
+            0.0,
+            12,
+            Stored::Untagged(6),
+            false,
+        ),
         c(
             "heic, upright",
             1600,
