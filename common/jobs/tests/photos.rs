@@ -906,10 +906,10 @@ async fn a_rename_keeps_the_fields_a_newer_build_wrote() {
 }
 
 /// A project with no threshold blurs every face and recognises nobody, so it makes no
-/// biometric template of the people in its photos: its faces are found, blurred and kept (boxes and
-/// landmarks), never embedded, and no embeddings object is stored. Setting a threshold
-/// re-decides every photo; the stored faces are embedded then, without detecting again,
-/// and the opted-out person is told apart from the bystanders.
+/// biometric template of the people in its photos: its faces are found, blurred and kept
+/// (boxes and landmarks), never embedded, and no embeddings object is stored. Setting a
+/// threshold re-decides every photo; the stored faces are embedded then, without
+/// detecting again, and the opted-out person is told apart from the bystanders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_without_a_threshold_embeds_no_face_until_one_is_set() {
     use tessera_core::privacy::FaceDecision;

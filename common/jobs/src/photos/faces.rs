@@ -65,6 +65,9 @@ pub fn faces_searched(
     policy: MatchPolicy,
 ) -> Result<Searched, tessera_faces::FaceError> {
     let recognises = policy.recognises();
+    // The baseline embeds every view of a face up front and so counts as having looked
+    // again; the gated search leaves that to the decision, for close matches only.
+    let every_view = recognises && how == Thoroughness::Every;
     let (w, h) = img.dimensions();
     let found = models.search_with(img, how)?;
     let cost = found.cost;
@@ -78,7 +81,7 @@ pub fn faces_searched(
                 bbox: FracRect::from_pixels(d.bbox, w, h),
                 landmarks: d.landmarks.map(|[x, y]| [x / w as f32, y / h as f32]),
                 score: d.score,
-                looked_again: recognises && how == Thoroughness::Every,
+                looked_again: every_view,
                 hard_to_recognise: false,
                 evidence: Some(tessera_faces::search::evidence(&d)),
                 rule: None,
@@ -90,7 +93,7 @@ pub fn faces_searched(
                 // Other views cost an embedding each (most of a photo's time); the
                 // product embeds only the best detection, and the decision looks again,
                 // with better-aligned views, at the faces whose match is close.
-                views: if recognises && how == Thoroughness::Every {
+                views: if every_view {
                     views
                         .iter()
                         .map(|l| models.embed(img, l))
