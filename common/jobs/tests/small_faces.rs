@@ -113,3 +113,38 @@ fn a_photo_with_no_small_face_makes_no_enlarged_pass() {
     assert_eq!(hits, faces);
     assert_eq!(found.cost_of(Pass::Enlarged).runs, 0, "{:?}", found.cost);
 }
+
+/// A 12-megapixel group photo stored turned with no tag, its faces 40 px: scaled to the
+/// detector's input they are 19 px and sideways, so only the tiles at the turn that shows
+/// them upright find them, and that turn is searched only when its probe sees a face.
+/// Probed at 960 px (faces under 10 px) most such photos lost every face (`tessera bench
+/// privacy --only "untagged quarter turn, 40"`: recall 0.29, every pass 1.00); probed at
+/// 1920 px (19 px), scenes 4 and 6 here still did. At
+/// [`tessera_faces::search::LARGE_PROBE_SCALE`] every face of every scene is found.
+#[test]
+fn faces_of_40_px_in_a_turned_12_megapixel_photo_are_found() {
+    let people = people();
+    let bg = background();
+    for seed in 1..=6 {
+        let scene = scenes::make(
+            &people,
+            &bg,
+            &SceneSpec {
+                width: 4000,
+                height: 3000,
+                face_px: 40,
+                face_px_max: 0,
+                tilt_deg: 0.0,
+                people: (0..12).map(|i| i % 3).collect(),
+                stored: Stored::Untagged(6),
+                seed,
+            },
+        );
+        let (hits, faces, found) = found_in(&scene);
+        assert_eq!(
+            hits, faces,
+            "scene {seed}: {hits} of {faces} turned faces of 40 px found ({:?})",
+            found.cost
+        );
+    }
+}

@@ -7,13 +7,18 @@
 //!   ~45°. A face tilted by any angle is within 45° of upright at one of the four quarter
 //!   turns. The other three turns are first *probed* at [`PROBE_SIDE`] (a quarter of a
 //!   pass's pixels each); only a turn whose probe finds a face the upright pass did not
-//!   is searched in full.
+//!   is searched in full. A photo larger than [`MAX_SIDE`] is probed at
+//!   [`LARGE_PROBE_SCALE`] of its own resolution instead (see below).
 //! - **small**: scaling a 24-megapixel group photo down to 1920 px makes a 20 px face
 //!   6 px, below what either detector finds. A photo larger than [`MAX_SIDE`] is also
 //!   searched at full resolution in overlapping tiles; a face up to [`TILE_OVERLAP`] px
 //!   lies wholly in some tile, and a larger one is large enough in the scaled pass.
 //!   Tiles are searched upright, and at a quarter turn only when that turn's probe found
-//!   faces (the photo, or part of it, is turned).
+//!   faces (the photo, or part of it, is turned). So that the probe can see the faces the
+//!   tiles are for, such a photo's turns are probed at [`LARGE_PROBE_SCALE`] of its
+//!   resolution, in pieces the detector takes: a 40 px face of a 12-megapixel photo is
+//!   24 px there, where it was under 10 px at [`PROBE_SIDE`] and its turn was flagged for
+//!   only 0.29–0.50 of such faces (`tessera bench privacy`'s untagged turned 12 MP case).
 //! - **tiny**: at its native resolution YuNet finds about half of the 24 px faces of a
 //!   photo and most 40 px ones (measured on `tessera bench privacy`'s 12-megapixel
 //!   scenes: 6–7 of 12 faces of 24 px found per photo). Enlarged twice, it finds all 12.
@@ -119,7 +124,8 @@ pub enum Pass {
     /// The whole image, upright, scaled to the detector's input: always.
     Upright,
     /// The whole image at another quarter turn, scaled to [`PROBE_SIDE`]: always, for
-    /// photos whose long side is over [`PROBE_SIDE`] (else the probe is the full pass).
+    /// photos whose long side is over [`PROBE_SIDE`] and at most [`MAX_SIDE`] (else the
+    /// probe is the full pass).
     TurnProbe,
     /// The whole image at a quarter turn whose probe found a face the upright pass did
     /// not.
@@ -203,6 +209,14 @@ pub const PROBE_BETTER: f32 = 0.1;
 /// turned passes found in the untagged, tilted and HEIC cases was found by the probes too.
 pub const PROBE_SIDE: u32 = 960;
 
+/// Share of its own resolution a photo larger than [`MAX_SIDE`] is probed at (never less
+/// than [`MAX_SIDE`], in pieces of at most [`MAX_SIDE`]): a 40 px face, the smallest its
+/// tiles find without enlarging, is 24 px there. Measured on ten untagged turned
+/// 12-megapixel scenes of twelve 40 px faces each: probed at 1920 px (19 px faces), the
+/// turn that shows them upright saw none of them in 2 of 10, and 3 of the 10 lost
+/// every face; at 2400 px it saw 5–8 of 12 in every one.
+pub const LARGE_PROBE_SCALE: f32 = 0.6;
+
 /// `img` with its long side at most `side` (itself, uncopied, when it already is), and
 /// the scale applied.
 fn scaled_to(img: &RgbImage, side: u32) -> (Cow<'_, RgbImage>, f32) {
@@ -237,8 +251,9 @@ pub enum Thoroughness {
 /// Each kind of pass runs only where the evidence calls for it:
 /// - the upright pass of the scaled image always;
 /// - the other three quarter turns first as probes at [`PROBE_SIDE`] (a quarter of the
-///   pixels each); a turn gets its full pass, and its tiles, only when its probe found a
-///   face the upright pass did not (the photo or a head is turned);
+///   pixels each; full passes for a photo larger than [`MAX_SIDE`]); a turn gets its full
+///   pass, and its tiles, only when its probe found a face the upright pass did not (the
+///   photo or a head is turned);
 /// - tiles at full resolution when the photo is larger than the detector's input.
 ///
 /// [`Thoroughness::Every`] makes every pass instead, and second looks at every face.
@@ -286,8 +301,25 @@ pub fn search<E>(
     let mut all: Vec<(Detection, Option<usize>)> =
         upright.iter().map(|d| (d.clone(), Some(0))).collect();
     let every = how == Thoroughness::Every;
-    let (probe_img, probe_scale) = scaled_to(&scaled, if every { MAX_SIDE } else { PROBE_SIDE });
-    let probe_is_full = probe_scale >= 1.0;
+    // A photo larger than the detector's input is probed at [`LARGE_PROBE_SCALE`] of its
+    // own resolution (in pieces the detector takes), not at [`PROBE_SIDE`]: its faces
+    // are already shrunk by the scaled pass, and a second shrink puts the faces its tiles
+    // are for below what the detector finds, so the turn whose tiles would find them is
+    // never searched.
+    let long = w.max(h) as f32;
+    let large_side = (long * LARGE_PROBE_SCALE).round() as u32;
+    let (probe_img, probe_scale, probe_is_full, probe_in_pieces) = if every {
+        let (p, s) = scaled_to(&scaled, MAX_SIDE);
+        (p, s, true, false)
+    } else if scale < 1.0 && large_side > MAX_SIDE {
+        let (p, s) = scaled_to(img, large_side);
+        (p, s / scale, false, true)
+    } else if scale < 1.0 {
+        (Cow::Borrowed(scaled.as_ref()), 1.0, true, false)
+    } else {
+        let (p, s) = scaled_to(&scaled, PROBE_SIDE);
+        (p, s, s >= 1.0, false)
+    };
     let (pw, ph) = (probe_img.width() as f32, probe_img.height() as f32);
     // Turns whose probe saw a face the upright pass did not, or saw one better: the
     // photo, or a head, is turned. Any detection the detector keeps counts as evidence
@@ -299,7 +331,19 @@ pub fn search<E>(
         } else {
             Pass::TurnProbe
         };
-        let raw = timed(kind, &turn.apply(&probe_img), &mut found)?;
+        let turned = turn.apply(&probe_img);
+        let raw = if probe_in_pieces {
+            let (tw, th) = turned.dimensions();
+            let mut raw = Vec::new();
+            for (x0, y0, cw, ch) in tiles_of(tw, th, MAX_SIDE, TILE_OVERLAP) {
+                let piece = imageops::crop_imm(turned.as_ref(), x0, y0, cw, ch).to_image();
+                let dets = timed(kind, &piece, &mut found)?;
+                raw.extend(dets.into_iter().map(|d| shifted(d, x0, y0)));
+            }
+            raw
+        } else {
+            timed(kind, &turned, &mut found)?
+        };
         let s = scale * probe_scale;
         let probed: Vec<Detection> = raw
             .iter()
