@@ -57,26 +57,37 @@ fn found_in(scene: &scenes::Scene) -> (usize, usize, tessera_faces::search::Foun
     (hits, scene.faces.len(), found)
 }
 
+/// A 12-megapixel group photo of twelve faces of `face_px`, the three people in turn.
+fn group_photo(
+    people: &[Portrait],
+    bg: &image::RgbImage,
+    face_px: u32,
+    stored: Stored,
+    seed: u64,
+) -> scenes::Scene {
+    scenes::make(
+        people,
+        bg,
+        &SceneSpec {
+            width: 4000,
+            height: 3000,
+            face_px,
+            face_px_max: 0,
+            tilt_deg: 0.0,
+            people: (0..12).map(|i| i % 3).collect(),
+            stored,
+            seed,
+        },
+    )
+}
+
 #[test]
 fn faces_of_24_px_in_a_12_megapixel_photo_are_found() {
     let people = people();
     let bg = background();
     let (mut hits, mut faces) = (0, 0);
     for seed in [1, 2] {
-        let scene = scenes::make(
-            &people,
-            &bg,
-            &SceneSpec {
-                width: 4000,
-                height: 3000,
-                face_px: 24,
-                face_px_max: 0,
-                tilt_deg: 0.0,
-                people: (0..12).map(|i| i % 3).collect(),
-                stored: Stored::Upright,
-                seed,
-            },
-        );
+        let scene = group_photo(&people, &bg, 24, Stored::Upright, seed);
         let (h, n, found) = found_in(&scene);
         assert!(
             found.cost_of(Pass::Enlarged).runs > 0,
@@ -126,20 +137,7 @@ fn faces_of_40_px_in_a_turned_12_megapixel_photo_are_found() {
     let people = people();
     let bg = background();
     for seed in 1..=6 {
-        let scene = scenes::make(
-            &people,
-            &bg,
-            &SceneSpec {
-                width: 4000,
-                height: 3000,
-                face_px: 40,
-                face_px_max: 0,
-                tilt_deg: 0.0,
-                people: (0..12).map(|i| i % 3).collect(),
-                stored: Stored::Untagged(6),
-                seed,
-            },
-        );
+        let scene = group_photo(&people, &bg, 40, Stored::Untagged(6), seed);
         let (hits, faces, found) = found_in(&scene);
         assert_eq!(
             hits, faces,

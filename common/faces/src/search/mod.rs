@@ -123,9 +123,10 @@ impl Turn {
 pub enum Pass {
     /// The whole image, upright, scaled to the detector's input: always.
     Upright,
-    /// The whole image at another quarter turn, scaled to [`PROBE_SIDE`]: always, for
-    /// photos whose long side is over [`PROBE_SIDE`] and at most [`MAX_SIDE`] (else the
-    /// probe is the full pass).
+    /// The whole image at another quarter turn, scaled to [`PROBE_SIDE`] (a photo larger
+    /// than [`MAX_SIDE`]: to [`LARGE_PROBE_SCALE`] of its resolution, one run per piece):
+    /// always, for photos whose long side is over [`PROBE_SIDE`] (else the probe is the
+    /// full pass).
     TurnProbe,
     /// The whole image at a quarter turn whose probe found a face the upright pass did
     /// not.
@@ -251,8 +252,8 @@ pub enum Thoroughness {
 /// Each kind of pass runs only where the evidence calls for it:
 /// - the upright pass of the scaled image always;
 /// - the other three quarter turns first as probes at [`PROBE_SIDE`] (a quarter of the
-///   pixels each; full passes for a photo larger than [`MAX_SIDE`]); a turn gets its full
-///   pass, and its tiles, only when its probe found a face the upright pass did not (the
+///   pixels each; for a photo larger than [`MAX_SIDE`], at [`LARGE_PROBE_SCALE`] of its
+///   resolution, in pieces); a turn gets its full pass, and its tiles, only when its probe found a face the upright pass did not (the
 ///   photo or a head is turned);
 /// - tiles at full resolution when the photo is larger than the detector's input.
 ///
@@ -306,20 +307,24 @@ pub fn search<E>(
     // are already shrunk by the scaled pass, and a second shrink puts the faces its tiles
     // are for below what the detector finds, so the turn whose tiles would find them is
     // never searched.
-    let long = w.max(h) as f32;
-    let large_side = (long * LARGE_PROBE_SCALE).round() as u32;
-    let (probe_img, probe_scale, probe_is_full, probe_in_pieces) = if every {
-        let (p, s) = scaled_to(&scaled, MAX_SIDE);
-        (p, s, true, false)
-    } else if scale < 1.0 && large_side > MAX_SIDE {
-        let (p, s) = scaled_to(img, large_side);
-        (p, s / scale, false, true)
+    let probe_side = if every {
+        MAX_SIDE
     } else if scale < 1.0 {
-        (Cow::Borrowed(scaled.as_ref()), 1.0, true, false)
+        ((w.max(h) as f32 * LARGE_PROBE_SCALE).round() as u32).max(MAX_SIDE)
     } else {
-        let (p, s) = scaled_to(&scaled, PROBE_SIDE);
-        (p, s, s >= 1.0, false)
+        PROBE_SIDE
     };
+    // The probe's image and its scale from `img`'s pixels; over [`MAX_SIDE`] it is made
+    // from `img` and searched in pieces, else from the scaled pass's image (itself at
+    // [`MAX_SIDE`], when the probe is that full pass).
+    let (probe_img, s) = if probe_side > MAX_SIDE {
+        scaled_to(img, probe_side)
+    } else {
+        let (p, ps) = scaled_to(&scaled, probe_side);
+        (p, scale * ps)
+    };
+    let probe_is_full = probe_img.dimensions() == scaled.dimensions();
+    let probe_in_pieces = probe_img.width().max(probe_img.height()) > MAX_SIDE;
     let (pw, ph) = (probe_img.width() as f32, probe_img.height() as f32);
     // Turns whose probe saw a face the upright pass did not, or saw one better: the
     // photo, or a head, is turned. Any detection the detector keeps counts as evidence
@@ -344,7 +349,6 @@ pub fn search<E>(
         } else {
             timed(kind, &turned, &mut found)?
         };
-        let s = scale * probe_scale;
         let probed: Vec<Detection> = raw
             .iter()
             .map(|d| {
